@@ -1,0 +1,129 @@
+"""The ``trainbox`` command. ``main`` is the only place where errors become exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__, log
+from .errors import AgentError, ConfigError
+from .log import logger, redact
+from .settings import DEFAULT_WORKDIR, Settings
+from .state import STATE_FILE, read_state
+
+
+def load_settings() -> Settings:
+    from . import settings
+
+    loaded = settings.from_env(os.environ)
+    # huggingface_hub reads HF_HOME when it is imported: point it at the volume first.
+    os.environ.setdefault("HF_HOME", str(loaded.hf_home))
+    return loaded
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trainbox")
+@click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail too.")
+def cli(log_json: bool, verbose: bool) -> None:
+    """Train a LibreYOLO model on this machine from env vars, upload it, then stop the bill."""
+    log.setup(json_lines=log_json, verbose=verbose)
+
+
+@cli.command()
+def run() -> None:
+    """The whole job: preflight, dataset, training with live upload, release."""
+    from . import pipeline
+
+    code = pipeline.run(load_settings())
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(as_json: bool) -> None:
+    """Preflight alone: prove the GPUs run kernels."""
+    from . import preflight
+
+    report = preflight.check_gpus(load_settings())
+    if as_json:
+        click.echo(json.dumps({"indices": report.indices, **report.details}, indent=2))
+    else:
+        click.echo(f"training device: {'cpu' if not report.indices else ','.join(map(str, report.indices))}")
+
+
+@cli.command()
+@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print trainbox.json as it is.")
+def status(run_dir: Path | None, as_json: bool) -> None:
+    """What the agent is doing, or did (reads trainbox.json)."""
+    path = _find_state(run_dir)
+    data = read_state(path) if path else None
+    if data is None:
+        raise ConfigError("no trainbox.json found", "pass the run folder, or set WORKDIR / RUN_NAME")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(render_status(data))
+
+
+def _find_state(run_dir: Path | None) -> Path | None:
+    if run_dir is not None:
+        candidate = run_dir / STATE_FILE if run_dir.is_dir() else run_dir
+        return candidate if candidate.is_file() else None
+    workdir = Path(os.environ.get("WORKDIR") or DEFAULT_WORKDIR)
+    name = os.environ.get("RUN_NAME")
+    if name:
+        candidate = workdir / "runs" / name / STATE_FILE
+        return candidate if candidate.is_file() else None
+    found = sorted((workdir / "runs").glob(f"*/{STATE_FILE}"), key=lambda path: path.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def render_status(data: dict[str, Any]) -> str:
+    lines = [f"run       {data.get('run_name')}", f"phase     {data.get('phase')}"]
+    lines.append(
+        f"attempt   {data.get('attempt')}   started {data.get('started_at')}   updated {data.get('updated_at')}"
+    )
+    progress = data.get("progress") or {}
+    if progress:
+        lines.append(f"epochs    {progress.get('epochs_done')}/{progress.get('epochs_total')}")
+    for name, phase in (data.get("phases") or {}).items():
+        seconds = phase.get("seconds")
+        lines.append(f"  {name:<10} {'running' if seconds is None else f'{seconds:.1f} s'}")
+    if data.get("exit"):
+        exit_info = data["exit"]
+        lines.append(f"exit      {exit_info.get('code')} ({exit_info.get('reason')}): {exit_info.get('message')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turn a known error into one line and its exit code."""
+    try:
+        cli.main(args=argv, prog_name="trainbox", standalone_mode=False)
+    except AgentError as error:
+        if not logger.handlers:
+            log.setup()
+        logger.error("error: %s", error)
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as error:  # an unknown failure still gets one clean, scrubbed line
+        if not logger.handlers:
+            log.setup()
+        logger.error("unexpected error: %s: %s", type(error).__name__, redact(str(error)))
+        if os.environ.get("TRAINBOX_DEBUG") == "1":
+            logger.exception("traceback")
+        sys.exit(1)

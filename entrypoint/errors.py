@@ -1,0 +1,206 @@
+"""Typed errors and the one table of exit codes.
+
+Every failure the agent knows about is an ``AgentError`` subclass carrying its exit code,
+a short machine-readable ``reason`` (written to trainbox.json) and a ``hint`` naming the fix.
+``cli.main`` is the only place that turns them into a process exit.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AgentError(Exception):
+    """A failure with a known cause. ``str(error)`` is one line: what failed, then the fix."""
+
+    exit_code: ClassVar[int] = 1
+    reason: ClassVar[str] = "error"
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+# -- configuration ---------------------------------------------------------------------------
+class ConfigError(AgentError):
+    exit_code = 10
+    reason = "config"
+
+
+class CrashLoopError(AgentError):
+    exit_code = 11
+    reason = "crash_loop"
+
+
+# -- access ----------------------------------------------------------------------------------
+class AccessError(AgentError):
+    exit_code = 20
+    reason = "access"
+
+
+# -- dataset ---------------------------------------------------------------------------------
+class DatasetError(AgentError):
+    exit_code = 30
+    reason = "dataset"
+
+
+class DatasetNotFoundError(DatasetError):
+    exit_code = 31
+    reason = "dataset_not_found"
+
+
+class DatasetAccessError(DatasetError):
+    exit_code = 32
+    reason = "dataset_access"
+
+
+class RevisionNotFoundError(DatasetError):
+    exit_code = 33
+    reason = "dataset_revision_not_found"
+
+
+class NoArchiveError(DatasetError):
+    exit_code = 34
+    reason = "dataset_no_tar"
+
+
+class AmbiguousArchiveError(DatasetError):
+    exit_code = 35
+    reason = "dataset_several_tars"
+
+
+class CorruptArchiveError(DatasetError):
+    exit_code = 36
+    reason = "dataset_corrupt_tar"
+
+
+class UnsafeArchiveError(DatasetError):
+    exit_code = 37
+    reason = "dataset_unsafe_member"
+
+
+class DiskSpaceError(DatasetError):
+    exit_code = 38
+    reason = "disk_too_small"
+
+
+class DataYamlNotFoundError(DatasetError):
+    exit_code = 39
+    reason = "data_yaml_not_found"
+
+
+class AmbiguousDataYamlError(DatasetError):
+    exit_code = 40
+    reason = "data_yaml_ambiguous"
+
+
+class DatasetInvalidError(DatasetError):
+    """The data itself is wrong: doctor errors, or libreyolo refusing it (its exit code 3)."""
+
+    exit_code = 41
+    reason = "dataset_invalid"
+
+
+# -- GPU check -------------------------------------------------------------------------------
+class GpuError(AgentError):
+    exit_code = 50
+    reason = "gpu"
+
+
+class NoGpuError(GpuError):
+    exit_code = 51
+    reason = "gpu_none"
+
+
+class GpuArchitectureError(GpuError):
+    exit_code = 52
+    reason = "gpu_arch_unsupported"
+
+
+class GpuDriverError(GpuError):
+    exit_code = 53
+    reason = "gpu_driver_too_old"
+
+
+class GpuHangError(GpuError):
+    exit_code = 54
+    reason = "gpu_hang"
+
+
+class NcclError(GpuError):
+    exit_code = 55
+    reason = "gpu_nccl"
+
+
+# -- training --------------------------------------------------------------------------------
+class TrainingError(AgentError):
+    """libreyolo's runtime errors (its exit code 1: OOM, diverged, download failed)."""
+
+    exit_code = 60
+    reason = "training_failed"
+
+
+class TrainingConfigError(TrainingError):
+    """libreyolo refused its arguments (its exit code 2)."""
+
+    exit_code = 61
+    reason = "training_config"
+
+
+class ModelError(TrainingError):
+    """libreyolo could not load the model or checkpoint (its exit code 4)."""
+
+    exit_code = 62
+    reason = "training_model"
+
+
+# -- the rest of the job ---------------------------------------------------------------------
+class SyncError(AgentError):
+    exit_code = 70
+    reason = "sync_failed"
+
+
+class DeadlineError(AgentError):
+    exit_code = 80
+    reason = "deadline"
+
+
+class StallError(AgentError):
+    exit_code = 81
+    reason = "stalled"
+
+
+class ReleaseError(AgentError):
+    exit_code = 90
+    reason = "release_failed"
+
+
+# -- stopped from outside --------------------------------------------------------------------
+class UserInterruptError(AgentError):
+    """Ctrl-C (SIGINT)."""
+
+    exit_code = 130
+    reason = "interrupted"
+
+
+class PreemptedError(AgentError):
+    """SIGTERM: the platform is taking the machine back."""
+
+    exit_code = 143
+    reason = "preempted"
+
+
+def all_errors() -> list[type[AgentError]]:
+    """Every error class, in table order (used by the README table test)."""
+    seen: list[type[AgentError]] = []
+    stack: list[type[AgentError]] = [AgentError]
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen.append(cls)
+            stack.extend(cls.__subclasses__())
+    return sorted(seen, key=lambda cls: cls.exit_code)

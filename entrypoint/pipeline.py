@@ -1,0 +1,183 @@
+"""``trainbox run``: the stages in order, one shutdown path, and an honest final state.
+
+SIGTERM (preemption), SIGINT, MAX_RUNTIME (SIGALRM) and the stall guard all end the job the
+same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
+uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from . import dataset, preflight, release, training
+from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .log import logger
+from .settings import Settings
+from .state import Phase, RunState
+
+# Spot platforms allow 5-30 s between SIGTERM and SIGKILL: the child gets a short grace so the
+# final upload still fits. Completed epochs are already safe on disk (and on the Hub).
+PREEMPT_GRACE = 3.0
+WRAP_UP_GRACE = 15.0
+
+_TERMINAL_FOR: dict[type[AgentError], Phase] = {
+    PreemptedError: Phase.PREEMPTED,
+    StallError: Phase.STALLED,
+    DeadlineError: Phase.TIMED_OUT,
+}
+
+
+class Job:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.started = time.monotonic()
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        self.state = RunState.load(settings.run_dir, settings.run_name)
+        self.trainer: training.TrainingProcess | None = None
+        self._stop: AgentError | None = None
+        self._finishing = False
+
+    # -- the one shutdown path -------------------------------------------------------------
+    def request_stop(self, error: AgentError) -> None:
+        """Stop the job because of ``error``. Before training this raises at once; during it,
+        the training loop notices and stops the child; while finishing it is only recorded."""
+        if self._stop is not None:
+            return
+        self._stop = error
+        logger.warning("stopping: %s", error)
+        if self.trainer is not None:
+            self.trainer.child.send(signal.SIGINT)
+        elif not self._finishing:
+            raise error
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM:
+            self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
+        elif signum == signal.SIGINT:
+            self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
+        elif signum == signal.SIGALRM:
+            self.request_stop(
+                DeadlineError(f"MAX_RUNTIME ({self.settings.max_runtime:.0f} s) expired", "raise MAX_RUNTIME")
+            )
+
+    def _install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+            signal.signal(signum, self._on_signal)
+        if self.settings.max_runtime:
+            signal.setitimer(signal.ITIMER_REAL, self.settings.max_runtime)
+
+    # -- the stages ------------------------------------------------------------------------
+    def run(self) -> int:
+        self._install_signal_handlers()
+        self.state.update(
+            settings={
+                "dataset": self.settings.dataset_repo or "demo",
+                "output_repo": self.settings.output_repo,
+                "run_args": str(self.settings.run_args),
+                "gpus": str(self.settings.gpus),
+            }
+        )
+        outcome: AgentError | None = None
+        try:
+            self.state.set_phase(Phase.PREFLIGHT)
+            gpus = preflight.check_gpus(self.settings)
+            if gpus.indices:
+                training.check_batch(self.settings.run_args, len(gpus.indices))
+            self.state.update(gpus=gpus.details)
+
+            self.state.set_phase(Phase.DATASET)
+            data = dataset.prepare(self.settings)
+            self.state.update(
+                dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
+            )
+
+            self.state.set_phase(Phase.TRAINING)
+            self._train(data, gpus.indices)
+        except AgentError as error:
+            outcome = error
+        finally:
+            self._finishing = True
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return self._finish(outcome)
+
+    def _train(self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None) -> None:
+        command = training.build_command(
+            self.settings.run_args,
+            data_yaml=data.data_yaml,
+            workdir=self.settings.workdir,
+            run_name=self.settings.run_name,
+            device=training.device_arg(gpu_indices),
+        )
+        self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
+        self.trainer = training.TrainingProcess(command, self.settings.env)
+        self.state.update(training={"pid": self.trainer.pid})
+        code = self.trainer.wait(poll=self._watch_training)
+        if self._stop is not None:
+            self._stop_trainer()
+            raise self._stop
+        error = training.error_for_exit(code, self.trainer.error_tail())
+        if error is not None:
+            raise error
+
+    def _watch_training(self) -> None:
+        """Called every half second while training runs: act on stop requests and stalls."""
+        assert self.trainer is not None
+        if self._stop is not None:
+            self._stop_trainer()
+            raise self._stop
+        limit = self.settings.stall_timeout
+        if limit and time.monotonic() - self._last_progress() > limit:
+            self.request_stop(
+                StallError(f"no training output or epoch for {limit:.0f} s", "see console.log; raise STALL_TIMEOUT")
+            )
+
+    def _last_progress(self) -> float:
+        assert self.trainer is not None
+        status = self.settings.run_dir / "status.json"
+        try:
+            age = time.time() - status.stat().st_mtime
+            boundary = time.monotonic() - age
+        except OSError:
+            boundary = 0.0
+        return max(self.trainer.last_activity, boundary)
+
+    def _stop_trainer(self) -> None:
+        assert self.trainer is not None
+        grace = PREEMPT_GRACE if isinstance(self._stop, PreemptedError) else WRAP_UP_GRACE
+        self.trainer.stop(signal.SIGINT, grace)
+
+    # -- the end ---------------------------------------------------------------------------
+    def _finish(self, outcome: AgentError | None) -> int:
+        self.state.set_phase(Phase.FINISHING)
+        if outcome is None:
+            phase, code, reason, message = Phase.DONE, 0, "success", "training finished"
+        else:
+            phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
+            code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
+        self.state.finish(phase, code, reason, message)
+        self._summary(phase, outcome)
+        release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+        return code if release_code is None else release_code
+
+    def _publish_state(self) -> None:
+        """Put the current trainbox.json on the Hub (a no-op without OUTPUT_REPO)."""
+
+    def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
+        elapsed = time.monotonic() - self.started
+        weights = self.settings.run_dir / "weights"
+        found: list[Any] = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
+        logger.info(
+            "run %s: %s after %.0f s; run folder %s", self.settings.run_name, phase, elapsed, self.settings.run_dir
+        )
+        if found:
+            logger.info("weights: %s", ", ".join(str(Path("weights") / name) for name in found))
+        if outcome is not None:
+            logger.error("%s", outcome)
+
+
+def run(settings: Settings) -> int:
+    return Job(settings).run()

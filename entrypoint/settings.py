@@ -1,0 +1,366 @@
+"""Environment → one typed, validated, frozen ``Settings``. The only reader of the environment.
+
+Every bad value is a ``ConfigError`` naming the variable and an example of a good value.
+Secrets are held in ``Secret`` (its repr is ``***``) and registered for redaction.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from . import log, run_args
+from .errors import ConfigError
+from .run_args import RunArgs
+
+DEFAULT_WORKDIR = "/workspace"
+DEFAULT_STALL_TIMEOUT = 30 * 60
+VAST_API_URL = "https://console.vast.ai"
+RUNPOD_API_URL = "https://rest.runpod.io"
+# Provider variables whose values are secrets.
+SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_Choice = TypeVar("_Choice", bound=enum.StrEnum)
+
+
+class Secret:
+    """A string that never prints itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+        log.register_secret(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class ExitAction(enum.StrEnum):
+    EXIT = "exit"
+    STOP = "stop"
+    DESTROY = "destroy"
+
+
+class Provider(enum.StrEnum):
+    NONE = "none"
+    VAST = "vast"
+    RUNPOD = "runpod"
+
+
+class DatasetKind(enum.StrEnum):
+    DEMO = "demo"
+    LOCAL_DIR = "local_dir"
+    LOCAL_TAR = "local_tar"
+    HUB = "hub"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSelection:
+    """``GPUS``: every visible GPU, the listed indices, or the CPU."""
+
+    cpu: bool = False
+    indices: tuple[int, ...] | None = None  # None with cpu False means "all"
+
+    @property
+    def all(self) -> bool:
+        return not self.cpu and self.indices is None
+
+    def __str__(self) -> str:
+        if self.cpu:
+            return "cpu"
+        return "all" if self.indices is None else ",".join(map(str, self.indices))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderAccess:
+    """What the agent needs to end the instance's bill; ``api_key`` is a secret."""
+
+    provider: Provider
+    instance_id: str | None = None
+    api_key: Secret | None = None
+    api_url: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    hf_token: Secret | None
+    dataset_kind: DatasetKind
+    dataset_repo: str | None  # org/name, or the local path for local datasets
+    dataset_file: str | None
+    dataset_revision: str
+    data_yaml: str | None
+    output_repo: str | None
+    user_run_args: RunArgs  # exactly what RUN_ARGS said
+    run_args: RunArgs  # what libreyolo gets besides the agent-owned keys (demo defaults, batch=-1)
+    gpus: GpuSelection
+    workdir: Path
+    hf_home: Path
+    run_name: str
+    max_runtime: float | None  # seconds
+    stall_timeout: float | None  # seconds; None disables the guard
+    on_exit: ExitAction
+    on_failure: ExitAction
+    provider: ProviderAccess
+    price_per_hour: float | None
+    monitor: bool
+    profile: bool
+    env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
+
+    @property
+    def is_demo(self) -> bool:
+        return self.dataset_kind is DatasetKind.DEMO
+
+    @property
+    def run_dir(self) -> Path:
+        return self.workdir / "runs" / self.run_name
+
+    def secrets(self) -> list[str]:
+        values = [self.hf_token, self.provider.api_key]
+        return [secret.reveal() for secret in values if secret is not None]
+
+
+def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None) -> Settings:
+    """Read and check every variable of the interface; ``options`` are libreyolo's train options."""
+    # compose and templates pass unset variables as empty strings: treat them as unset.
+    env = {key: value for key, value in env.items() if value != ""}
+    hf_token = _secret(env.get("HF_TOKEN"), "HF_TOKEN")
+    for name in SECRET_PROVIDER_VARS:
+        log.register_secret(env.get(name))
+
+    dataset_kind, dataset_repo = _dataset(env.get("DATASET_REPO"))
+    output_repo = env.get("OUTPUT_REPO")
+    if output_repo is not None and not _REPO_ID.match(output_repo):
+        raise ConfigError(
+            f"OUTPUT_REPO={output_repo!r} is not a repo id", "use org/name, e.g. OUTPUT_REPO=acme/yolo-run"
+        )
+
+    user_args = run_args.parse(env.get("RUN_ARGS", ""))
+    run_args.validate(user_args, dict(options) if options is not None else run_args.libreyolo_options())
+    effective = user_args
+    if dataset_kind is DatasetKind.DEMO:
+        from .demo import DEMO_RUN_ARGS
+
+        effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
+    if "batch" not in effective:
+        effective = effective.set("batch", "-1")
+
+    workdir = Path(env.get("WORKDIR", DEFAULT_WORKDIR)).expanduser()
+    if not workdir.is_absolute():
+        workdir = Path.cwd() / workdir
+    on_exit = _choice(env, "ON_EXIT", ExitAction, ExitAction.EXIT)
+    settings = Settings(
+        hf_token=hf_token,
+        dataset_kind=dataset_kind,
+        dataset_repo=dataset_repo,
+        dataset_file=env.get("DATASET_FILE"),
+        dataset_revision=env.get("DATASET_REVISION", "main"),
+        data_yaml=env.get("DATA_YAML"),
+        output_repo=output_repo,
+        user_run_args=user_args,
+        run_args=effective,
+        gpus=parse_gpus(env.get("GPUS", "all")),
+        workdir=workdir,
+        hf_home=Path(env.get("HF_HOME", str(workdir / ".cache" / "huggingface"))),
+        run_name=_run_name(env, dataset_repo, output_repo, user_args),
+        max_runtime=_optional_duration(env, "MAX_RUNTIME", None),
+        stall_timeout=_optional_duration(env, "STALL_TIMEOUT", DEFAULT_STALL_TIMEOUT),
+        on_exit=on_exit,
+        on_failure=_choice(env, "ON_FAILURE", ExitAction, on_exit),
+        provider=_provider(env),
+        price_per_hour=_price(env.get("PRICE_PER_HOUR")),
+        monitor=_flag(env, "MONITOR"),
+        profile=_flag(env, "PROFILE"),
+        env=child_env(env),
+    )
+    for action in {settings.on_exit, settings.on_failure} - {ExitAction.EXIT}:
+        if settings.provider.provider is Provider.NONE:
+            raise ConfigError(
+                f"ON_EXIT/ON_FAILURE={action} but no provider was detected",
+                "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
+            )
+    return settings
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for child processes: provider keys never leave the agent."""
+    return {key: value for key, value in env.items() if key not in SECRET_PROVIDER_VARS}
+
+
+def parse_gpus(value: str) -> GpuSelection:
+    text = value.strip().lower()
+    if text == "all":
+        return GpuSelection()
+    if text == "cpu":
+        return GpuSelection(cpu=True)
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
+        raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
+    return GpuSelection(indices=tuple(int(part) for part in parts))
+
+
+def parse_duration(value: str, name: str) -> float:
+    """``90m``, ``6h``, ``1h30m``, ``45s``, ``2d`` or a plain number of seconds."""
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            raise ConfigError(f"{name}={value!r} is not a duration", f"use e.g. {name}=90m, 6h or 3600") from None
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    if seconds < 0:
+        raise ConfigError(f"{name}={value!r} is negative", f"use e.g. {name}=90m")
+    return seconds
+
+
+def _optional_duration(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    value = env.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() in {"off", "none", "0"}:
+        return None
+    return parse_duration(value, name)
+
+
+def _secret(value: str | None, name: str) -> Secret | None:
+    if value is None:
+        return None
+    if value.strip() != value or any(ch.isspace() for ch in value):
+        raise ConfigError(f"{name} contains whitespace", f"set {name} to the token alone, e.g. {name}=hf_xxx")
+    return Secret(value)
+
+
+def _dataset(value: str | None) -> tuple[DatasetKind, str | None]:
+    if value is None:
+        return DatasetKind.DEMO, None
+    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
+    if looks_local:
+        path = Path(value).expanduser().resolve()
+        if path.is_dir():
+            return DatasetKind.LOCAL_DIR, str(path)
+        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
+            return DatasetKind.LOCAL_TAR, str(path)
+        raise ConfigError(
+            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
+            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
+        )
+    if not _REPO_ID.match(value):
+        raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
+    return DatasetKind.HUB, value
+
+
+def _run_name(env: Mapping[str, str], dataset: str | None, output: str | None, args: RunArgs) -> str:
+    explicit = env.get("RUN_NAME")
+    if explicit is not None:
+        if not _RUN_NAME.match(explicit):
+            raise ConfigError(f"RUN_NAME={explicit!r} is not valid", "use letters, digits, . _ -, e.g. RUN_NAME=exp1")
+        return explicit
+    # Same job → same name across restarts, so a restarted container finds its own run.
+    identity = json.dumps(
+        {
+            "dataset": dataset,
+            "file": env.get("DATASET_FILE"),
+            "data_yaml": env.get("DATA_YAML"),
+            "output": output,
+            "args": sorted(args.pairs),
+        },
+        sort_keys=True,
+    )
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(dataset).name if dataset else "demo").strip("-.") or "run"
+    return f"{stem[:60]}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+
+
+def _choice(env: Mapping[str, str], name: str, kind: type[_Choice], default: _Choice) -> _Choice:
+    value = env.get(name)
+    if value is None:
+        return default
+    try:
+        return kind(value.strip().lower())
+    except ValueError:
+        allowed = ", ".join(member.value for member in kind)
+        raise ConfigError(f"{name}={value!r} is not one of {allowed}", f"e.g. {name}={default}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "0").strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={value!r} is not 0 or 1", f"e.g. {name}=1")
+
+
+def _price(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        price = float(value.strip().lstrip("$"))
+    except ValueError:
+        price = -1.0
+    if price < 0:
+        raise ConfigError(f"PRICE_PER_HOUR={value!r} is not a price", "give dollars per hour, e.g. PRICE_PER_HOUR=2.49")
+    return price
+
+
+def _provider(env: Mapping[str, str]) -> ProviderAccess:
+    wanted = env.get("PROVIDER", "auto").strip().lower()
+    if wanted not in {"auto", "none", "vast", "runpod"}:
+        raise ConfigError(f"PROVIDER={wanted!r} is not one of auto, vast, runpod, none", "e.g. PROVIDER=auto")
+    vast_env = {**_proc1_vast_env(), **{k: env[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if k in env}}
+    vast = ProviderAccess(
+        provider=Provider.VAST,
+        instance_id=vast_env.get("CONTAINER_ID"),
+        api_key=Secret(vast_env["CONTAINER_API_KEY"]) if "CONTAINER_API_KEY" in vast_env else None,
+        api_url=env.get("VAST_API_URL", VAST_API_URL).rstrip("/"),
+    )
+    runpod = ProviderAccess(
+        provider=Provider.RUNPOD,
+        instance_id=env.get("RUNPOD_POD_ID"),
+        api_key=Secret(env["RUNPOD_API_KEY"]) if "RUNPOD_API_KEY" in env else None,
+        api_url=env.get("RUNPOD_API_URL", RUNPOD_API_URL).rstrip("/"),
+    )
+    if wanted == "none":
+        return ProviderAccess(provider=Provider.NONE)
+    candidates = {"vast": [vast], "runpod": [runpod], "auto": [vast, runpod]}[wanted]
+    for candidate in candidates:
+        if candidate.instance_id and candidate.api_key:
+            return candidate
+    if wanted != "auto":
+        names = "CONTAINER_ID and CONTAINER_API_KEY" if wanted == "vast" else "RUNPOD_POD_ID and RUNPOD_API_KEY"
+        raise ConfigError(f"PROVIDER={wanted} but {names} are not set", f"set {names}, or PROVIDER=auto")
+    return ProviderAccess(provider=Provider.NONE)
+
+
+def _proc1_vast_env() -> dict[str, str]:
+    """Vast.ai puts its variables in PID 1's environment; SSH sessions don't inherit them."""
+    if os.getpid() == 1:
+        return {}
+    try:
+        raw = Path("/proc/1/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
+    found = {key.decode(errors="replace"): value.decode(errors="replace") for key, _, value in pairs}
+    return {k: found[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if found.get(k)}

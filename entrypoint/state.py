@@ -1,0 +1,184 @@
+"""trainbox.json: what the agent is doing and did, written atomically into the run folder.
+
+Phases in order: ``starting → preflight → dataset → training → finishing → releasing``; then
+one terminal phase: ``done`` (trained, or already complete), ``failed``, ``preempted``
+(SIGTERM), ``stalled`` (no progress for STALL_TIMEOUT) or ``timed_out`` (MAX_RUNTIME).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import enum
+import json
+import os
+import tempfile
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .log import redact
+
+STATE_FILE = "trainbox.json"
+SCHEMA_VERSION = 1
+
+
+class Phase(enum.StrEnum):
+    STARTING = "starting"
+    PREFLIGHT = "preflight"
+    DATASET = "dataset"
+    TRAINING = "training"
+    FINISHING = "finishing"
+    RELEASING = "releasing"
+    DONE = "done"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    STALLED = "stalled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_PHASES
+
+
+TERMINAL_PHASES = frozenset({Phase.DONE, Phase.FAILED, Phase.PREEMPTED, Phase.STALLED, Phase.TIMED_OUT})
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions, read from package metadata (importing torch would cost seconds)."""
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "trainbox": __version__,
+        "libreyolo": version("libreyolo"),
+        "torch": version("torch"),
+        "torchvision": version("torchvision"),
+        "huggingface_hub": version("huggingface_hub"),
+    }
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write via a temporary file in the same folder and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = redact(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class RunState:
+    """The in-memory trainbox.json; every change is saved at once. Thread-safe."""
+
+    def __init__(self, run_dir: Path, run_name: str, previous: dict[str, Any] | None = None) -> None:
+        self.path = run_dir / STATE_FILE
+        self._lock = threading.Lock()
+        self._phase_started = time.monotonic()
+        self._listeners: list[Any] = []
+        attempts = list((previous or {}).get("attempts", []))
+        self._data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "run_name": run_name,
+            "phase": Phase.STARTING.value,
+            "started_at": now_iso(),
+            "updated_at": now_iso(),
+            "finished_at": None,
+            "attempt": len(attempts) + 1,
+            "attempts": attempts,
+            "versions": versions(),
+            "phases": {},
+            "exit": None,
+        }
+
+    @classmethod
+    def load(cls, run_dir: Path, run_name: str) -> RunState:
+        """A new attempt of this run, keeping the history of earlier attempts."""
+        return cls(run_dir, run_name, read_state(run_dir / STATE_FILE))
+
+    @property
+    def phase(self) -> Phase:
+        return Phase(self._data["phase"])
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._data)
+
+    def on_save(self, listener: Any) -> None:
+        """Call ``listener()`` after each save (the uploader uses it to notice new state)."""
+        self._listeners.append(listener)
+
+    def set_phase(self, phase: Phase) -> None:
+        with self._lock:
+            self._close_phase()
+            self._data["phase"] = phase.value
+            if not phase.terminal:
+                self._data["phases"][phase.value] = {"started_at": now_iso(), "seconds": None}
+                self._phase_started = time.monotonic()
+        self.save()
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            for key, value in fields.items():
+                if isinstance(value, dict) and isinstance(self._data.get(key), dict):
+                    self._data[key].update(value)
+                else:
+                    self._data[key] = value
+        self.save()
+
+    def finish(self, phase: Phase, exit_code: int, reason: str, message: str | None = None) -> None:
+        with self._lock:
+            self._close_phase()
+            self._data["phase"] = phase.value
+            self._data["finished_at"] = now_iso()
+            self._data["exit"] = {"code": exit_code, "reason": reason, "message": message}
+            self._data["attempts"].append(
+                {
+                    "attempt": self._data["attempt"],
+                    "started_at": self._data["started_at"],
+                    "finished_at": self._data["finished_at"],
+                    "phase": phase.value,
+                    "exit_code": exit_code,
+                    "reason": reason,
+                }
+            )
+        self.save()
+
+    def save(self) -> None:
+        with self._lock:
+            self._data["updated_at"] = now_iso()
+            write_json_atomic(self.path, self._data)
+        for listener in self._listeners:
+            listener()
+
+    def _close_phase(self) -> None:
+        current = self._data["phases"].get(self._data["phase"])
+        if current is not None and current.get("seconds") is None:
+            current["seconds"] = round(time.monotonic() - self._phase_started, 3)
