@@ -63,7 +63,7 @@ def check_gpus(settings: Settings) -> GpuReport:
             logger.warning("!" * 72)
             return GpuReport(indices=None, details=report)
         raise NoGpuError(
-            "GPUS=%s but no usable NVIDIA GPU was found" % settings.gpus, "to train on the CPU, set GPUS=cpu"
+            f"GPUS={settings.gpus} but no usable NVIDIA GPU was found", "to train on the CPU, set GPUS=cpu"
         )
     broken = [gpu for gpu in report["gpus"] if gpu.get("error")]
     if broken:
