@@ -57,6 +57,43 @@ def check(as_json: bool) -> None:
         click.echo(f"training device: {'cpu' if not report.indices else ','.join(map(str, report.indices))}")
 
 
+@cli.command("sync")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--once", is_flag=True, help="Upload what is there now, then exit.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds the final upload may take.")
+def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
+    """Mirror any LibreYOLO run folder to OUTPUT_REPO until its training ends."""
+    import hashlib
+    import signal
+    import threading
+
+    from . import sync
+    from .hub import Hub
+
+    settings = load_settings()
+    if settings.output_repo is None:
+        raise ConfigError("OUTPUT_REPO is not set", "set OUTPUT_REPO=org/name")
+    run_dir = run_dir.resolve()
+    hub = Hub(token=settings.hf_token.reveal() if settings.hf_token else None)
+    hub.ensure_writable_repo(settings.output_repo)
+    key = hashlib.sha256(f"{run_dir}:{settings.output_repo}".encode()).hexdigest()[:12]
+    uploader = sync.Uploader(hub, settings.output_repo, run_dir, settings.workdir / ".trainbox" / "sync" / key)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    uploader.start()
+    logger.info("sync: mirroring %s to %s", run_dir, settings.output_repo)
+    while not once and not stop.wait(2.0) and not sync.training_finished(run_dir):
+        pass
+    synced = uploader.flush(timeout)
+    uploader.stop()
+    if not synced:
+        raise sync.sync_error(uploader)
+    logger.info("sync: %s is on %s (%d commits)", run_dir.name, settings.output_repo, len(uploader.commits))
+    if stop.is_set():
+        sys.exit(143)
+
+
 @cli.command()
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print trainbox.json as it is.")

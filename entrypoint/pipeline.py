@@ -13,8 +13,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import dataset, preflight, release, training
+from . import dataset, preflight, release, sync, training
 from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .hub import Hub, agent_error
 from .log import logger
 from .settings import Settings
 from .state import Phase, RunState
@@ -23,6 +24,9 @@ from .state import Phase, RunState
 # final upload still fits. Completed epochs are already safe on disk (and on the Hub).
 PREEMPT_GRACE = 3.0
 WRAP_UP_GRACE = 15.0
+# How long the final upload may take: short when the platform is about to kill us.
+FINAL_SYNC_TIMEOUT = 600.0
+PREEMPT_SYNC_TIMEOUT = 5.0
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
@@ -38,6 +42,7 @@ class Job:
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         self.state = RunState.load(settings.run_dir, settings.run_name)
         self.trainer: training.TrainingProcess | None = None
+        self.uploader: sync.Uploader | None = None
         self._stop: AgentError | None = None
         self._finishing = False
 
@@ -88,6 +93,7 @@ class Job:
             if gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
             self.state.update(gpus=gpus.details)
+            self._start_sync()
 
             self.state.set_phase(Phase.DATASET)
             data = dataset.prepare(self.settings)
@@ -99,10 +105,29 @@ class Job:
             self._train(data, gpus.indices)
         except AgentError as error:
             outcome = error
+        except Exception as error:  # still end with an honest trainbox.json and a release
+            outcome = agent_error(error) or AgentError(f"unexpected {type(error).__name__}: {error}")
+            logger.exception("unexpected failure")
         finally:
             self._finishing = True
             signal.setitimer(signal.ITIMER_REAL, 0)
         return self._finish(outcome)
+
+    def _start_sync(self) -> None:
+        """Check write access to OUTPUT_REPO, then mirror the run folder there from now on."""
+        repo = self.settings.output_repo
+        if repo is None:
+            logger.warning("OUTPUT_REPO is not set: the weights stay in %s only", self.settings.run_dir)
+            return
+        token = self.settings.hf_token.reveal() if self.settings.hf_token else None
+        hub = Hub(token=token)
+        hub.ensure_writable_repo(repo)
+        self.uploader = sync.Uploader(
+            hub, repo, self.settings.run_dir, self.settings.workdir / ".trainbox" / "sync" / self.settings.run_name
+        )
+        self.uploader.start()
+        self.state.on_save(self.uploader.notify)
+        logger.info("sync: every epoch of this run goes to %s", repo)
 
     def _train(self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None) -> None:
         command = training.build_command(
@@ -158,13 +183,43 @@ class Job:
         else:
             phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
             code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
+        if self.uploader is not None:
+            self.state.update(sync=self._sync_report())
         self.state.finish(phase, code, reason, message)
+        code = self._final_sync(phase, code)
         self._summary(phase, outcome)
         release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         return code if release_code is None else release_code
 
-    def _publish_state(self) -> None:
-        """Put the current trainbox.json on the Hub (a no-op without OUTPUT_REPO)."""
+    def _final_sync(self, phase: Phase, code: int) -> int:
+        """Upload what is left; a failed final upload turns a success into a sync failure."""
+        if self.uploader is None:
+            return code
+        timeout = PREEMPT_SYNC_TIMEOUT if phase is Phase.PREEMPTED else FINAL_SYNC_TIMEOUT
+        synced = self.uploader.flush(timeout)
+        self.uploader.stop()
+        if synced:
+            return code
+        error = sync.sync_error(self.uploader)
+        logger.error("%s", error)
+        self.state.update(sync=self._sync_report() | {"error": str(error)})
+        return error.exit_code if code == 0 else code
+
+    def _sync_report(self) -> dict[str, Any]:
+        assert self.uploader is not None
+        return {
+            "repo": self.uploader.repo_id,
+            "commits": len(self.uploader.commits),
+            "last_commit": self.uploader.commits[-1] if self.uploader.commits else None,
+            "pending": self.uploader.pending,
+            "last_error": self.uploader.last_error,
+        }
+
+    def _publish_state(self) -> bool:
+        """Put the current trainbox.json on the Hub; True when it is there (or there is no Hub)."""
+        if self.uploader is None:
+            return True
+        return self.uploader.flush(60.0)
 
     def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
         elapsed = time.monotonic() - self.started

@@ -1,0 +1,238 @@
+"""Every Hugging Face Hub call of the agent, and the one retry policy they share.
+
+huggingface_hub already retries its transfer requests (preupload, LFS, downloads); it does not
+retry the calls around them (repo info, create_repo, the commit POST). ``with_retries`` covers
+those: the Hub's retryable status codes and network errors, ``Retry-After`` honoured, capped
+exponential backoff. A commit is resent only after checking the remote history, so a commit
+that landed before its response was lost is never made twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from huggingface_hub import CommitOperationAdd, HfApi
+from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+from .errors import AccessError, AgentError, SyncError
+from .log import logger
+
+T = TypeVar("T")
+
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_ATTEMPTS = 6
+BASE_WAIT = 1.0
+MAX_WAIT = 30.0
+# Marks each commit with an id so a resent commit can tell whether the first one landed.
+_COMMIT_ID_PREFIX = "trainbox-commit-id: "
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:  # huggingface_hub ≥ 1.0 speaks httpx (2.x: its fork httpx2); older versions requests
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        try:
+            import httpx
+
+            errors.append(httpx.TransportError)
+        except ImportError:
+            pass
+    return tuple(errors)
+
+
+NETWORK_ERRORS = _network_errors()
+
+
+def status_of(error: BaseException) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def retry_after(error: BaseException) -> float | None:
+    response = getattr(error, "response", None)
+    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def is_retryable(error: BaseException) -> bool:
+    if isinstance(error, HfHubHTTPError):
+        return status_of(error) in RETRY_STATUS
+    return isinstance(error, NETWORK_ERRORS)
+
+
+def with_retries(
+    call: Callable[[], T],
+    what: str,
+    *,
+    attempts: int = MAX_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    before_retry: Callable[[], T | None] | None = None,
+    deadline: float | None = None,
+) -> T:
+    """Run ``call``; on a retryable failure wait and run it again.
+
+    ``before_retry`` may return a result that makes the retry unnecessary (the commit check).
+    ``deadline`` is a ``time.monotonic()`` value after which no new attempt starts.
+    """
+    wait = BASE_WAIT
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Exception as error:
+            if not is_retryable(error) or attempt == attempts:
+                raise
+            pause = min(MAX_WAIT, retry_after(error) or wait)
+            if deadline is not None and time.monotonic() + pause > deadline:
+                raise
+            logger.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _describe(error), pause, attempt, attempts - 1)
+            sleep(pause)
+            wait = min(MAX_WAIT, wait * 2)
+            if before_retry is not None:
+                done = before_retry()
+                if done is not None:
+                    return done
+    raise AssertionError("unreachable")
+
+
+def _describe(error: BaseException) -> str:
+    status = status_of(error)
+    return f"HTTP {status}" if status else type(error).__name__
+
+
+@dataclass(frozen=True)
+class Hub:
+    """One authenticated client. ``token`` is the secret value; it never leaves this object."""
+
+    token: str | None
+    endpoint: str | None = None
+
+    @property
+    def api(self) -> HfApi:
+        return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
+
+    # -- output repo: access and commits -----------------------------------------------------
+    def ensure_writable_repo(self, repo_id: str) -> None:
+        """Create ``repo_id`` (private) if missing and prove the token may write to it."""
+        if not self.token:
+            raise AccessError(f"OUTPUT_REPO={repo_id} needs a token", "set HF_TOKEN to a token with write access")
+        try:
+            identity = with_retries(lambda: self.api.whoami(), "checking HF_TOKEN")
+        except HfHubHTTPError as error:
+            if status_of(error) == 401:
+                raise AccessError("HF_TOKEN is invalid or expired", "create a new write token") from None
+            raise
+        role = ((identity.get("auth") or {}).get("accessToken") or {}).get("role")
+        if role == "read":
+            raise AccessError(f"HF_TOKEN is read-only: it cannot upload to {repo_id}", "use a token with write access")
+        namespace = repo_id.split("/", 1)[0]
+        writable = {identity.get("name")} | {
+            org.get("name") for org in identity.get("orgs") or [] if org.get("roleInOrg") not in {"read"}
+        }
+        if role != "fineGrained" and namespace not in writable:
+            raise AccessError(
+                f"HF_TOKEN (user {identity.get('name')}) cannot write to the namespace {namespace!r}",
+                "use an OUTPUT_REPO in your own namespace or an organisation you can write to",
+            )
+        try:
+            with_retries(
+                lambda: self.api.create_repo(repo_id, repo_type="model", private=True, exist_ok=True),
+                f"creating {repo_id}",
+            )
+        except HfHubHTTPError as error:
+            if status_of(error) in {401, 403}:
+                raise AccessError(f"HF_TOKEN may not create or write {repo_id}", "check the token's scopes") from None
+            raise
+
+    def head(self, repo_id: str) -> str | None:
+        """The commit sha of ``main``, or None when the repo does not exist."""
+        try:
+            info = with_retries(lambda: self.api.repo_info(repo_id, repo_type="model"), f"reading {repo_id}")
+        except RepositoryNotFoundError:
+            return None
+        return info.sha
+
+    def commit(
+        self,
+        repo_id: str,
+        files: Sequence[tuple[str, Path]],
+        message: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        deadline: float | None = None,
+    ) -> str:
+        """Commit ``(path_in_repo, local_file)`` pairs as one commit; return its sha."""
+        commit_id = uuid.uuid4().hex
+        description = f"{_COMMIT_ID_PREFIX}{commit_id}"
+
+        def attempt() -> str:
+            # Operations are mutated by create_commit: build fresh ones for every attempt.
+            operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
+            info = self.api.create_commit(
+                repo_id, operations, commit_message=message, commit_description=description, repo_type="model"
+            )
+            return info.oid
+
+        def landed_already() -> str | None:
+            try:
+                commits = self.api.list_repo_commits(repo_id, repo_type="model")
+            except Exception:  # unknown: resend; the Hub skips files it already has
+                return None
+            for entry in commits[:20]:
+                if commit_id in (entry.message or ""):
+                    logger.info("commit %s had landed before its answer was lost", entry.commit_id[:8])
+                    return entry.commit_id
+            return None
+
+        try:
+            return with_retries(
+                attempt, f"committing to {repo_id}", sleep=sleep, before_retry=landed_already, deadline=deadline
+            )
+        except HfHubHTTPError as error:
+            if status_of(error) in {401, 403}:
+                raise AccessError(f"the Hub refused the upload to {repo_id}", "check HF_TOKEN's write access") from None
+            raise SyncError(
+                f"upload to {repo_id} failed: {_describe(error)}", "the run continues; see the log"
+            ) from None
+        except NETWORK_ERRORS as error:
+            raise SyncError(f"upload to {repo_id} failed: {_describe(error)}", "check the network") from None
+
+    def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
+        """One file of a model repo into ``target_dir`` (used to resume from the Hub)."""
+        path = with_retries(
+            lambda: self.api.hf_hub_download(
+                repo_id, filename, repo_type="model", revision=revision, local_dir=str(target_dir)
+            ),
+            f"downloading {filename} from {repo_id}",
+        )
+        return Path(path)
+
+    def list_files(self, repo_id: str, revision: str | None = None) -> list[Any]:
+        """The files of a model repo (``RepoFile`` entries with size and LFS sha256)."""
+        return with_retries(
+            lambda: [
+                entry
+                for entry in self.api.list_repo_tree(repo_id, repo_type="model", recursive=True, revision=revision)
+                if getattr(entry, "size", None) is not None
+            ],
+            f"listing {repo_id}",
+        )
+
+
+def agent_error(error: BaseException) -> AgentError | None:
+    """An AgentError for a Hub failure nothing else classified (None: let it propagate)."""
+    if isinstance(error, AgentError):
+        return error
+    if isinstance(error, (HfHubHTTPError, *NETWORK_ERRORS)):
+        return SyncError(f"the Hub failed: {_describe(error)}", "check the network and HF_ENDPOINT")
+    return None
