@@ -149,7 +149,9 @@ def _options_from_help() -> dict[str, str]:
         timeout=120,
         env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
     )
-    names = set(re.findall(r"--(?!no-)([a-z0-9][a-z0-9-]*)", result.stdout))
+    names = set(re.findall(r"--([a-z0-9][a-z0-9-]*)", result.stdout))
+    # "--no-amp" is the negative form of "--amp"; "--no-aug-epochs" is an option of its own.
+    names = {name for name in names if not (name.startswith("no-") and name[3:] in names)}
     options = {name.replace("-", "_"): "str" for name in names}
     for flag in ("json", "quiet", "dry_run", "help_json", "help"):
         options.pop(flag, None)

@@ -1,0 +1,101 @@
+"""`trainbox run` end to end: real libreyolo trainings on tiny generated data, on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from entrypoint import errors
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, trainbox_env
+
+
+def state_of(workdir: Path) -> dict:
+    (path,) = (workdir / "runs").glob("*/trainbox.json")
+    return json.loads(path.read_text())
+
+
+def test_local_dataset_trains_two_epochs(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "cones", relative_path=False)
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+
+    state = state_of(workdir)
+    run_dir = workdir / "runs" / state["run_name"]
+    assert (run_dir / "weights" / "best.pt").stat().st_size > 0
+    assert (run_dir / "weights" / "last.pt").stat().st_size > 0
+    assert state["phase"] == "done"
+    assert state["exit"]["code"] == 0
+    assert set(state["phases"]) >= {"preflight", "dataset", "training"}
+    assert state["versions"]["libreyolo"] == "1.6.0"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "completed" and status["completed_epochs"] == 2
+    # the child's output is kept in the run folder, and the agent logged the command it ran
+    assert "Training complete" in (run_dir / "console.log").read_text()
+    assert "+ " in result.stderr and " train " in result.stderr
+    # GPUS=cpu says so
+    assert "GPUS=cpu" in result.stderr
+
+    # `trainbox status` reads it back, in both forms
+    shown = run_trainbox("status", env=env)
+    assert shown.returncode == 0 and "done" in shown.stdout and state["run_name"] in shown.stdout
+    as_json = run_trainbox("status", "--json", env=env)
+    assert json.loads(as_json.stdout)["phase"] == "done"
+
+
+def test_demo_default_needs_no_configuration(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    # Nothing but a workspace: the bundled demo on GPUS=all, which falls back to the CPU here.
+    # epochs=2 keeps the test short; everything else is the demo's own default.
+    env = trainbox_env(workdir, RUN_ARGS="epochs=2")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "NO GPU FOUND" in result.stderr
+    state = state_of(workdir)
+    assert state["phase"] == "done"
+    assert state["dataset"]["source"] == "bundled demo"
+    assert (workdir / "runs" / state["run_name"] / "weights" / "best.pt").is_file()
+    assert (workdir / "data" / "demo" / "data.yaml").is_file()
+
+
+def test_bad_data_fails_with_the_dataset_code(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "broken")
+    for label in (data.parent / "images" / "train").iterdir():
+        label.unlink()  # data.yaml names a train folder with no images in it
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == errors.DatasetInvalidError.exit_code, result.output[-3000:]
+    state = state_of(workdir)
+    assert state["phase"] == "failed"
+    assert state["exit"]["reason"] == "dataset_invalid"
+    assert state["exit"]["message"]
+    assert "training" not in state["phases"], "a broken dataset must fail before training starts"
+
+
+def test_bad_setting_stops_before_anything_is_spent(tmp_path: Path) -> None:
+    env = trainbox_env(tmp_path / "work", GPUS="cpu", MAX_RUNTIME="6x")
+    result = run_trainbox("run", env=env, timeout=60)
+    assert result.returncode == errors.ConfigError.exit_code
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and "MAX_RUNTIME" in lines[0] and "90m" in lines[0]
+    assert not (tmp_path / "work" / "runs").exists()
+
+
+@pytest.mark.parametrize(("run_args", "variable"), [("data=x.yaml", "DATASET_REPO"), ("device=0", "GPUS")])
+def test_owned_run_args_are_refused(tmp_path: Path, run_args: str, variable: str) -> None:
+    result = run_trainbox("run", env=trainbox_env(tmp_path, GPUS="cpu", RUN_ARGS=run_args), timeout=60)
+    assert result.returncode == errors.ConfigError.exit_code
+    assert variable in result.stderr
+
+
+def test_real_run_without_a_gpu_is_refused(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "cones")
+    env = trainbox_env(tmp_path / "work", DATASET_REPO=str(data.parent), RUN_ARGS=TINY_RUN_ARGS)
+    result = run_trainbox("run", env=env, timeout=120)
+    assert result.returncode == errors.NoGpuError.exit_code
+    assert "GPUS=cpu" in result.stderr
+    assert "dataset" not in state_of(tmp_path / "work")["phases"]

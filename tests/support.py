@@ -1,0 +1,70 @@
+"""Helpers for tests that run the real agent: tiny datasets and a `trainbox` subprocess."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from entrypoint.demo import _image
+
+# Fast, offline, from-scratch training settings for tests.
+TINY_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=64 workers=0 eval_interval=1"
+
+
+def make_dataset(root: Path, *, train: int = 8, val: int = 4, seed: int = 7, relative_path: bool = True) -> Path:
+    """A tiny YOLO dataset (coloured boxes) under ``root``; returns its data.yaml."""
+    rng = random.Random(seed)
+    for split, count in (("train", train), ("val", val)):
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            png, labels = _image(rng)
+            (root / "images" / split / f"{index:03d}.png").write_bytes(png)
+            (root / "labels" / split / f"{index:03d}.txt").write_text("\n".join(labels) + "\n")
+    data_yaml = root / "data.yaml"
+    # A dataset made elsewhere carries a path from another machine, or a relative one.
+    path_line = "path: ." if relative_path else "path: /nonexistent/where/it/was/made"
+    data_yaml.write_text(
+        f"{path_line}\ntrain: images/train\nval: images/val\nnames:\n  0: red\n  1: green\n  2: blue\n"
+    )
+    return data_yaml
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def trainbox_env(workdir: Path, **env: str) -> dict[str, str]:
+    """The test process's environment (test Hub settings included) plus a workspace and ``env``."""
+    base = {key: value for key, value in os.environ.items() if not key.startswith(("TRAINBOX_", "RUN_", "DATASET_"))}
+    for key in ("HF_TOKEN", "OUTPUT_REPO", "GPUS", "MAX_RUNTIME", "STALL_TIMEOUT", "ON_EXIT", "ON_FAILURE", "PROVIDER"):
+        base.pop(key, None)
+    return base | {"WORKDIR": str(workdir), "PROVIDER": "none"} | env
+
+
+def run_trainbox(*args: str, env: dict[str, str], timeout: float = 600) -> Result:
+    process = subprocess.run(
+        [sys.executable, "-m", "entrypoint", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return Result(process.returncode, process.stdout, process.stderr)
+
+
+def start_trainbox(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -1,0 +1,85 @@
+"""A checkpoint is accepted only when complete and loadable without running code."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from entrypoint.checkpoint import InvalidCheckpoint, inspect, is_valid
+
+
+def save(path: Path, epoch: int = 4) -> Path:
+    torch.save(
+        {
+            "model": {"w": torch.randn(64, 64), "b": torch.zeros(64, dtype=torch.float16)},
+            "optimizer": {"state": {}, "param_groups": [{"lr": 0.01}]},
+            "epoch": epoch,
+            "config": {"epochs": 10, "imgsz": 128},
+            "names": {0: "red", 1: "blue"},
+        },
+        path,
+    )
+    return path
+
+
+def test_complete_checkpoint_gives_its_epoch(tmp_path: Path) -> None:
+    info = inspect(save(tmp_path / "last.pt", epoch=4))
+    assert info.epoch == 4 and info.completed_epochs == 5 and info.total_epochs == 10
+    assert info.metadata["names"] == {0: "red", 1: "blue"}
+    # the same file loads in torch's own safe loader
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["epoch"] == 4
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.1, 0.5, 0.99])
+def test_truncated_file_is_refused(tmp_path: Path, keep: float) -> None:
+    data = save(tmp_path / "full.pt").read_bytes()
+    torn = tmp_path / "torn.pt"
+    torn.write_bytes(data[: int(len(data) * keep)])
+    assert not is_valid(torn)
+
+
+def test_bytes_changed_in_place_are_refused(tmp_path: Path) -> None:
+    """torch.save rewrites in place: a copy taken mid-write mixes old and new bytes."""
+    data = bytearray(save(tmp_path / "full.pt").read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    mixed = tmp_path / "mixed.pt"
+    mixed.write_bytes(bytes(data))
+    with pytest.raises(InvalidCheckpoint, match="CRC"):
+        inspect(mixed)
+
+
+class _Payload:
+    def __reduce__(self):  # noqa: ANN204
+        return (os.system, ("touch pwned-by-checkpoint",))
+
+
+def test_code_in_the_pickle_is_refused_and_never_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    evil = tmp_path / "evil.pt"
+    torch.save({"epoch": 1, "x": _Payload()}, evil, pickle_protocol=2)
+    with pytest.raises(InvalidCheckpoint, match="posix.system|os.system|refuses"):
+        inspect(evil)
+    assert not (tmp_path / "pwned-by-checkpoint").exists()
+
+
+def test_missing_tensor_storage_is_refused(tmp_path: Path) -> None:
+    import zipfile
+
+    source = save(tmp_path / "full.pt")
+    broken = tmp_path / "broken.pt"
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(broken, "w", zipfile.ZIP_STORED) as new:
+        for item in old.infolist():
+            if not item.filename.endswith("/data/0"):
+                new.writestr(item, old.read(item.filename))
+    with pytest.raises(InvalidCheckpoint, match="missing"):
+        inspect(broken)
+
+
+def test_plain_pickle_is_not_a_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "plain.pt"
+    path.write_bytes(pickle.dumps({"epoch": 1}))
+    assert not is_valid(path)

@@ -1,0 +1,143 @@
+"""settings.from_env: every variable read once, bad values refused with the variable's name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from entrypoint.errors import ConfigError
+from entrypoint.settings import DatasetKind, ExitAction, Provider, from_env, parse_duration, parse_gpus
+
+TOKEN = "hf_settingsTestTokenValue1234567890"
+
+
+def make(**env: str):
+    base = {"WORKDIR": "/srv/work", "PROVIDER": "none"}
+    return from_env(base | env)
+
+
+def test_defaults_are_the_bundled_demo_on_all_gpus() -> None:
+    settings = make()
+    assert settings.dataset_kind is DatasetKind.DEMO
+    assert settings.gpus.all and str(settings.gpus) == "all"
+    assert settings.workdir == Path("/srv/work")
+    assert settings.hf_home == Path("/srv/work/.cache/huggingface")
+    assert settings.run_dir == Path("/srv/work/runs") / settings.run_name
+    assert settings.on_exit is ExitAction.EXIT and settings.on_failure is ExitAction.EXIT
+    assert settings.stall_timeout == 30 * 60 and settings.max_runtime is None
+    # demo defaults train offline from scratch; batch=-1 is added
+    assert settings.run_args.get("pretrained") == "false"
+    assert settings.run_args.get("batch") == "-1"
+
+
+def test_user_run_args_win_over_demo_defaults() -> None:
+    settings = make(RUN_ARGS="epochs=3 imgsz=96")
+    assert settings.run_args.get("epochs") == "3"
+    assert settings.run_args.get("imgsz") == "96"
+    assert settings.run_args.get("model") == "LibreYOLO9t.pt"
+
+
+def test_real_run_gets_only_batch_added(tmp_path: Path) -> None:
+    (tmp_path / "data.yaml").write_text("names: [a]\n")
+    settings = make(DATASET_REPO=str(tmp_path), RUN_ARGS="model=LibreYOLO9s.pt epochs=100")
+    assert settings.dataset_kind is DatasetKind.LOCAL_DIR
+    assert settings.run_args.argv() == ["model=LibreYOLO9s.pt", "epochs=100", "batch=-1"]
+
+
+def test_explicit_batch_is_kept() -> None:
+    assert make(RUN_ARGS="batch=32").run_args.get("batch") == "32"
+
+
+def test_hub_dataset_and_output_repo() -> None:
+    settings = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/cones-yolo", HF_TOKEN=TOKEN)
+    assert settings.dataset_kind is DatasetKind.HUB
+    assert settings.dataset_repo == "acme/cones"
+    assert settings.dataset_revision == "main"
+    assert settings.output_repo == "acme/cones-yolo"
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"DATASET_REPO": "not a repo"}, "DATASET_REPO"),
+        ({"OUTPUT_REPO": "no-slash"}, "OUTPUT_REPO"),
+        ({"GPUS": "gpu0"}, "GPUS"),
+        ({"GPUS": "0,0"}, "GPUS"),
+        ({"GPUS": "-1"}, "GPUS"),
+        ({"MAX_RUNTIME": "6x"}, "MAX_RUNTIME"),
+        ({"STALL_TIMEOUT": "soon"}, "STALL_TIMEOUT"),
+        ({"ON_EXIT": "explode"}, "ON_EXIT"),
+        ({"ON_FAILURE": "maybe"}, "ON_FAILURE"),
+        ({"PROVIDER": "aws"}, "PROVIDER"),
+        ({"PRICE_PER_HOUR": "cheap"}, "PRICE_PER_HOUR"),
+        ({"PRICE_PER_HOUR": "-2"}, "PRICE_PER_HOUR"),
+        ({"MONITOR": "yes please"}, "MONITOR"),
+        ({"RUN_NAME": "../escape"}, "RUN_NAME"),
+        ({"HF_TOKEN": "hf_abc def"}, "HF_TOKEN"),
+    ],
+)
+def test_bad_values_name_the_variable_and_an_example(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make(**env)
+    text = str(caught.value)
+    assert variable in text
+    assert "\n" not in text
+    assert caught.value.hint  # names the fix
+    assert caught.value.exit_code == 10
+
+
+def test_destroy_without_a_provider_is_refused_at_start() -> None:
+    with pytest.raises(ConfigError, match="no provider"):
+        make(ON_EXIT="destroy")
+    with pytest.raises(ConfigError, match="no provider"):
+        make(ON_FAILURE="stop")
+
+
+def test_provider_detected_from_its_env() -> None:
+    settings = from_env(
+        {"WORKDIR": "/w", "RUNPOD_POD_ID": "pod123", "RUNPOD_API_KEY": "rpa_secretkey_0123456789", "ON_EXIT": "destroy"}
+    )
+    assert settings.provider.provider is Provider.RUNPOD
+    assert settings.provider.instance_id == "pod123"
+    assert "rpa_secretkey" not in repr(settings)
+    assert "RUNPOD_API_KEY" not in settings.env  # provider keys never reach child processes
+
+
+def test_empty_values_count_as_unset() -> None:
+    settings = make(DATASET_REPO="", OUTPUT_REPO="", MAX_RUNTIME="")
+    assert settings.dataset_kind is DatasetKind.DEMO and settings.output_repo is None
+    assert settings.max_runtime is None
+
+
+def test_token_never_in_repr_or_str() -> None:
+    settings = make(HF_TOKEN=TOKEN)
+    assert settings.hf_token is not None and settings.hf_token.reveal() == TOKEN
+    for text in (repr(settings), str(settings), repr(settings.hf_token), f"{settings.hf_token}"):
+        assert TOKEN not in text
+
+
+def test_run_name_is_stable_and_tracks_the_job() -> None:
+    first = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10")
+    again = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10")
+    other = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=20")
+    assert first.run_name == again.run_name
+    assert first.run_name != other.run_name
+    assert first.run_name.startswith("cones-")
+    assert make(RUN_NAME="exp1").run_name == "exp1"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90m", 5400), ("6h", 21600), ("1h30m", 5400), ("45s", 45), ("3600", 3600), ("2d", 172800)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, "MAX_RUNTIME") == seconds
+
+
+def test_stall_guard_can_be_switched_off() -> None:
+    assert make(STALL_TIMEOUT="off").stall_timeout is None
+
+
+def test_gpu_lists() -> None:
+    assert parse_gpus("0,1, 3").indices == (0, 1, 3)
+    assert parse_gpus("CPU").cpu

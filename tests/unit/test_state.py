@@ -1,0 +1,69 @@
+"""trainbox.json: atomic, phases timed, attempts kept, never a secret."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from entrypoint import log
+from entrypoint.state import STATE_FILE, Phase, RunState, read_state, write_json_atomic
+
+
+def test_phases_are_timed_and_the_end_recorded(tmp_path: Path) -> None:
+    state = RunState(tmp_path, "run1")
+    state.set_phase(Phase.PREFLIGHT)
+    state.set_phase(Phase.TRAINING)
+    state.finish(Phase.DONE, 0, "success", "training finished")
+    data = json.loads((tmp_path / STATE_FILE).read_text())
+    assert data["phase"] == "done"
+    assert data["exit"] == {"code": 0, "reason": "success", "message": "training finished"}
+    assert data["phases"]["preflight"]["seconds"] is not None
+    assert data["phases"]["training"]["seconds"] is not None
+    assert data["versions"]["libreyolo"] == "1.6.0"
+    assert data["versions"]["torch"]
+    assert data["attempt"] == 1 and len(data["attempts"]) == 1
+
+
+def test_a_new_attempt_keeps_the_history(tmp_path: Path) -> None:
+    first = RunState.load(tmp_path, "run1")
+    first.finish(Phase.PREEMPTED, 143, "preempted")
+    second = RunState.load(tmp_path, "run1")
+    second.finish(Phase.DONE, 0, "success")
+    data = read_state(tmp_path / STATE_FILE)
+    assert data is not None
+    assert data["attempt"] == 2
+    assert [a["reason"] for a in data["attempts"]] == ["preempted", "success"]
+
+
+def test_secrets_are_scrubbed_from_the_file(tmp_path: Path) -> None:
+    secret = "hf_stateCanaryToken0987654321"
+    log.register_secret(secret)
+    write_json_atomic(tmp_path / "x.json", {"message": f"failed with token {secret}"})
+    assert secret not in (tmp_path / "x.json").read_text()
+
+
+def test_readers_never_see_half_a_file(tmp_path: Path) -> None:
+    path = tmp_path / STATE_FILE
+    stop = threading.Event()
+    bad: list[str] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                text = path.read_text()
+            except FileNotFoundError:
+                continue
+            try:
+                json.loads(text)
+            except ValueError:
+                bad.append(text)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for index in range(300):
+        write_json_atomic(path, {"index": index, "padding": "x" * 20000})
+    stop.set()
+    thread.join()
+    assert bad == []
+    assert not list(tmp_path.glob(".*.tmp")), "temporary files left behind"
