@@ -53,7 +53,7 @@ def test_bytes_changed_in_place_are_refused(tmp_path: Path) -> None:
 
 
 class _Payload:
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (os.system, ("touch pwned-by-checkpoint",))
 
 
@@ -61,7 +61,7 @@ def test_code_in_the_pickle_is_refused_and_never_run(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     evil = tmp_path / "evil.pt"
     torch.save({"epoch": 1, "x": _Payload()}, evil, pickle_protocol=2)
-    with pytest.raises(InvalidCheckpoint, match="posix.system|os.system|refuses"):
+    with pytest.raises(InvalidCheckpoint, match="refuses"):
         inspect(evil)
     assert not (tmp_path / "pwned-by-checkpoint").exists()
 
