@@ -172,6 +172,7 @@ class Uploader:
         self.commits: list[str] = []
         self.latencies: deque[float] = deque(maxlen=1000)
         self.last_error: str | None = None
+        self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
         self._boundary_seen_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -314,6 +315,7 @@ class Uploader:
                 _refuse_secrets(target)
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
+                self.refused.append(relative)
                 target.unlink(missing_ok=True)
                 return None
         self._seen[relative] = signature

@@ -1,0 +1,257 @@
+"""Checkpoint sync against the local Hub with the real client: every epoch there, never torn."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import errors
+from entrypoint.checkpoint import inspect, is_valid
+from entrypoint.hub import Hub
+from entrypoint.sync import Uploader
+from tests.hubfixtures import HubContext
+from tests.hubserver import HubServer
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
+
+
+def hub_json(hub: HubServer, repo: str, path: str, revision: str = "main") -> dict:
+    return json.loads(hub.file_bytes(repo, path, revision=revision))
+
+
+def assert_every_checkpoint_valid(hub: HubServer, repo: str) -> int:
+    """Every .pt in every commit of ``repo`` is complete and safe; returns how many were checked."""
+    checked: set[str] = set()
+    for commit in hub.commits(repo):
+        for entry in commit.files.values():
+            if entry.path.endswith(".pt") and entry.sha256 not in checked:
+                blob = hub.blob_path(repo, entry.path, revision=commit.oid)
+                assert is_valid(blob), f"{entry.path} at {commit.oid[:8]} is not a complete checkpoint"
+                checked.add(entry.sha256)
+    return len(checked)
+
+
+def agent_env(ctx: HubContext, workdir: Path, dataset: Path, repo: str, **extra: str) -> dict[str, str]:
+    return trainbox_env(
+        workdir,
+        HF_TOKEN=ctx.token,
+        HF_HUB_CACHE=str(ctx.cache_dir),
+        DATASET_REPO=str(dataset),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        **extra,
+    )
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return make_dataset(tmp_path / "cones", train=16, val=4).parent
+
+
+def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    workdir = tmp_path / "work"
+    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3 save_period=1")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    hub = hub_ctx.hub
+
+    files = hub.files(repo)
+    run_dir = next((workdir / "runs").iterdir())
+    for name in (
+        "weights/last.pt",
+        "weights/best.pt",
+        "weights/epoch_1.pt",
+        "weights/epoch_2.pt",
+        "weights/epoch_3.pt",
+        "status.json",
+        "metrics.jsonl",
+        "results.csv",
+        "train.log",
+        "console.log",
+        "trainbox.json",
+    ):
+        assert name in files, f"{name} missing on the Hub"
+    # the repo mirrors the run folder, and its last.pt is the final local one
+    assert hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
+    assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 3
+    assert hub_json(hub, repo, "trainbox.json")["phase"] == "done"
+    assert not hub.files(repo).keys() & {"data.yaml", ".trainbox"}
+
+    # a commit per epoch boundary: each epoch's status.json was on the Hub at some commit
+    epochs_seen = set()
+    for commit in hub.commits(repo):
+        if "status.json" in commit.files:
+            status = hub_json(hub, repo, "status.json", revision=commit.oid)
+            epochs_seen.add(status.get("completed_epochs"))
+    assert {1, 2, 3} <= epochs_seen
+    assert assert_every_checkpoint_valid(hub, repo) >= 5
+    # the private repo was created for us
+    assert hub_ctx.api(token=False).repo_exists(repo) is False
+
+
+def _write_slowly(path: Path, data: bytes, stop: threading.Event) -> None:
+    """Rewrite ``path`` in place, like torch.save: truncate, then write in small pieces."""
+    while not stop.is_set():
+        with path.open("wb") as handle:
+            for start in range(0, len(data), 256 * 1024):
+                handle.write(data[start : start + 256 * 1024])
+                handle.flush()
+                time.sleep(0.002)
+
+
+def test_a_checkpoint_being_written_is_never_uploaded(hub_ctx: HubContext, tmp_path: Path) -> None:
+    import torch
+
+    run_dir = tmp_path / "run"
+    (run_dir / "weights").mkdir(parents=True)
+    versions = []
+    for epoch in range(3):
+        source = tmp_path / f"v{epoch}.pt"
+        torch.save({"epoch": epoch, "model": {"w": torch.randn(512, 512)}}, source)
+        versions.append(source.read_bytes())
+    repo = hub_ctx.repo_id("torn")
+    hub = Hub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    uploader = Uploader(hub, repo, run_dir, tmp_path / "sync", poll_interval=0.05)
+    uploader.start()
+    try:
+        for epoch, data in enumerate(versions):
+            stop = threading.Event()
+            writer = threading.Thread(target=_write_slowly, args=(run_dir / "weights" / "last.pt", data, stop))
+            writer.start()
+            # boundaries fire while last.pt is being rewritten
+            for tick in range(15):
+                (run_dir / "status.tmp").write_text(json.dumps({"completed_epochs": epoch, "tick": tick}))
+                os.replace(run_dir / "status.tmp", run_dir / "status.json")
+                time.sleep(0.07)
+            stop.set()
+            writer.join()
+        assert uploader.flush(60)
+    finally:
+        uploader.stop()
+    assert uploader.refused, "the test never caught a file mid-write"
+    assert assert_every_checkpoint_valid(hub_ctx.hub, repo) >= 1
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == versions[-1]
+
+
+def test_faults_lose_nothing_and_tear_nothing(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+    hub = hub_ctx.hub
+    api_paths = r"^/(api|[^_].*\.git/info/lfs|_lfs)/"
+    for kind, extra in (("500", {}), ("503", {}), ("429", {"retry_after": 1}), ("reset", {})):
+        hub.inject(kind, path=api_paths, share=0.05, seed=len(kind), **extra)
+    hub.inject("apply-then-reset", path=r"/commit/", share=0.1, seed=3)
+    repo = hub_ctx.repo_id("faulty")
+    workdir = tmp_path / "work"
+    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3 save_period=1")
+    result = run_trainbox("run", env=env)
+    assert sum(fault.fired for fault in hub.faults) > 0, "no fault was injected"
+    hub.clear_faults()
+    assert result.returncode == 0, result.output[-3000:]
+    run_dir = next((workdir / "runs").iterdir())
+    for name in ("weights/epoch_1.pt", "weights/epoch_2.pt", "weights/epoch_3.pt", "weights/best.pt"):
+        assert hub.file_bytes(repo, name) == (run_dir / name).read_bytes()
+    assert hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
+    assert hub_json(hub, repo, "trainbox.json")["phase"] == "done"
+    assert assert_every_checkpoint_valid(hub, repo) >= 5
+    # a commit whose answer was lost was not made twice
+    summaries = [commit.description for commit in hub.commits(repo) if commit.description]
+    assert len(summaries) == len(set(summaries))
+
+
+def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+    workdir = tmp_path / "work"
+    plain = trainbox_env(workdir, DATASET_REPO=str(dataset), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1")
+    assert run_trainbox("run", env=plain).returncode == 0
+    run_dir = next((workdir / "runs").iterdir())
+    repo = hub_ctx.repo_id("ledger")
+    env = plain | {"HF_TOKEN": hub_ctx.token, "OUTPUT_REPO": repo}
+
+    first = run_trainbox("sync", str(run_dir), "--once", env=env, timeout=300)
+    assert first.returncode == 0, first.output[-2000:]
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
+    commits_before = len(hub_ctx.hub.commits(repo))
+    hub_ctx.hub.reset_log()
+
+    again = run_trainbox("sync", str(run_dir), "--once", env=env, timeout=300)
+    assert again.returncode == 0, again.output[-2000:]
+    assert hub_ctx.hub.find_requests(method="PUT", path=r"^/_lfs/") == []
+    assert hub_ctx.hub.find_requests(method="POST", path=r"/commit/") == []
+    assert len(hub_ctx.hub.commits(repo)) == commits_before
+
+    # the ledger is not trusted blindly: a file changed on the Hub by someone else is put back
+    hub_ctx.hub.upload_bytes(repo, "weights/last.pt", b"overwritten by hand")
+    third = run_trainbox("sync", str(run_dir), "--once", env=env, timeout=300)
+    assert third.returncode == 0
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
+
+
+def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+    repo = hub_ctx.repo_id("preempt")
+    workdir = tmp_path / "work"
+    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=60 save_period=1")
+    process = start_trainbox("run", env=env)
+    hub = hub_ctx.hub
+    try:
+        deadline = time.monotonic() + 300
+        completed = 0
+        while time.monotonic() < deadline and process.poll() is None:
+            if hub.repo_exists(repo) and "status.json" in hub.files(repo):
+                completed = hub_json(hub, repo, "status.json").get("completed_epochs") or 0
+                if completed >= 2:
+                    break
+            time.sleep(0.2)
+        assert completed >= 2, "training never reached epoch 2"
+        run_dir = next((workdir / "runs").iterdir())
+        done_locally = json.loads((run_dir / "status.json").read_text()).get("completed_epochs")
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == errors.PreemptedError.exit_code, output[-3000:]
+    state = hub_json(hub, repo, "trainbox.json")
+    assert state["phase"] == "preempted"
+    assert state["exit"]["code"] == 143
+    last = inspect(hub.blob_path(repo, "weights/last.pt"))
+    assert last.completed_epochs is not None and last.completed_epochs >= done_locally
+    assert f"weights/epoch_{done_locally}.pt" in hub.files(repo)
+    assert assert_every_checkpoint_valid(hub, repo) >= 2
+
+
+def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+    canary = hub_ctx.token  # the real token of this run: it must never leave the agent
+    repo = hub_ctx.repo_id("canary")
+    workdir = tmp_path / "work"
+    run_name = "canary-run"
+    run_dir = workdir / "runs" / run_name
+    run_dir.mkdir(parents=True)
+    # something in the run folder echoes the token (a misbehaving logger, a URL with credentials)
+    (run_dir / "notes.txt").write_text(f"download https://user:{canary}@example.com/x failed\n")
+    env = agent_env(
+        hub_ctx, workdir, dataset, repo, RUN_NAME=run_name, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1 name2={canary}"
+    )
+    result = run_trainbox("run", env=env)
+    assert canary not in result.output
+    # name2 is not a libreyolo option: the one-line error must not echo the token either
+    assert result.returncode == errors.ConfigError.exit_code
+
+    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_NAME=run_name, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-2000:]
+    assert canary not in result.output
+    hub = hub_ctx.hub
+    assert "notes.txt" in hub.files(repo)
+    for commit in hub.commits(repo):
+        for entry in commit.files.values():
+            assert canary.encode() not in hub.blob_path(repo, entry.path, revision=commit.oid).read_bytes()
+    for path in workdir.rglob("*"):
+        if path.is_file() and path != run_dir / "notes.txt":
+            assert canary.encode() not in path.read_bytes(), f"the token leaked into {path}"
+    shutil.rmtree(workdir)
