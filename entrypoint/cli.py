@@ -47,14 +47,32 @@ def run() -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(as_json: bool) -> None:
-    """Preflight alone: prove the GPUs run kernels."""
+    """Preflight alone: prove every GPU runs kernels, and NCCL across them; exits with the GPU error code."""
     from . import preflight
 
-    report = preflight.check_gpus(load_settings())
+    report = preflight.probe_gpus(load_settings())
+    click.echo(json.dumps(preflight.as_json(report), indent=2) if as_json else preflight.render(report))
+    report.raise_problem()
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print where the dataset is as JSON.")
+def fetch(as_json: bool) -> None:
+    """The dataset stage alone: download, extract safely, check with libreyolo doctor (cached by revision)."""
+    from . import dataset
+
+    prepared = dataset.prepare(load_settings())
+    found = {
+        "source": prepared.description,
+        "revision": prepared.revision,
+        "data_yaml": str(prepared.data_yaml),
+        "root": str(prepared.root),
+    }
     if as_json:
-        click.echo(json.dumps({"indices": report.indices, **report.details}, indent=2))
+        found["seconds"] = dict(prepared.timings)
+        click.echo(json.dumps(found, indent=2))
     else:
-        click.echo(f"training device: {'cpu' if not report.indices else ','.join(map(str, report.indices))}")
+        click.echo("\n".join(f"{key:<10}{value}" for key, value in found.items() if value is not None))
 
 
 @cli.command("sync")
@@ -92,6 +110,63 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     logger.info("sync: %s is on %s (%d commits)", run_dir.name, settings.output_repo, len(uploader.commits))
     if stop.is_set():
         sys.exit(143)
+
+
+@cli.command("release")
+@click.argument("run_dir", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--action",
+    type=click.Choice(["exit", "stop", "destroy"]),
+    help="What to do with this instance (default: ON_EXIT, or ON_FAILURE with --failed).",
+)
+@click.option("--failed", is_flag=True, help="Use ON_FAILURE instead of ON_EXIT.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def release_command(run_dir: Path | None, action: str | None, failed: bool, as_json: bool) -> None:
+    """The end-of-job action alone: stop or destroy this instance and confirm it with the provider."""
+    from . import release
+    from .settings import ExitAction
+
+    settings = load_settings()
+    chosen = ExitAction(action) if action else release.action_for(settings, failed=failed)
+    release.require_provider(settings.provider, chosen)
+    if chosen is ExitAction.EXIT:
+        outcome: dict[str, Any] = {"action": "exit", "status": "not_requested"}
+    else:
+        outcome = {"action": chosen.value, **release.release(settings.provider, chosen)}
+    # Noted in the run's trainbox.json when there is one (RUN_DIR, else WORKDIR/runs/RUN_NAME).
+    release.record_in_state_file(run_dir or settings.run_dir, outcome)
+    if as_json:
+        click.echo(json.dumps(outcome, indent=2))
+    elif chosen is ExitAction.EXIT:
+        click.echo("exit: nothing to release; a marketplace instance keeps billing until stopped or destroyed")
+    else:
+        click.echo(f"{chosen}: confirmed by the provider ({outcome['detail']})")
+
+
+@cli.command()
+@click.option("--disk-gb", type=click.FloatRange(min=0, min_open=True), help="Allocated disk in GB.")
+@click.option(
+    "--storage-price", type=click.FloatRange(min=0, min_open=True), help="The provider's disk price in $/GB-month."
+)
+@click.option("--rebuild-cost", type=click.FloatRange(min=0), help="$ to rent, pull and stage the data again.")
+@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
+def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float | None, as_json: bool) -> None:
+    """Before renting: the disk a stopped instance bills, and when stopping beats destroying."""
+    from . import cost
+
+    report: dict[str, Any] = {}
+    lines: list[str] = []
+    # Disk sizing from the dataset (--dataset: recommended --disk-gb from the tar's size) goes here,
+    # before the stop-vs-destroy arithmetic, which then uses the recommended size when --disk-gb is absent.
+    if disk_gb is None or storage_price is None:
+        raise ConfigError(
+            "plan needs --disk-gb and --storage-price",
+            "e.g. trainbox plan --disk-gb 250 --storage-price 0.20 --rebuild-cost 1.00",
+        )
+    stop_or_destroy = cost.StopOrDestroy(disk_gb=disk_gb, storage_price=storage_price, rebuild_cost=rebuild_cost)
+    report["stop_or_destroy"] = stop_or_destroy.as_dict()
+    lines += stop_or_destroy.lines()
+    click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
 
 
 @cli.command()
@@ -133,6 +208,14 @@ def render_status(data: dict[str, Any]) -> str:
     for name, phase in (data.get("phases") or {}).items():
         seconds = phase.get("seconds")
         lines.append(f"  {name:<10} {'running' if seconds is None else f'{seconds:.1f} s'}")
+    if data.get("cost"):
+        from .cost import describe_spend
+
+        lines.append(f"cost      {describe_spend(data['cost'])}")
+    if data.get("release"):
+        released = data["release"]
+        error = f": {released['error']}" if released.get("error") else ""
+        lines.append(f"release   {released.get('action')} {released.get('status')}{error}")
     if data.get("exit"):
         exit_info = data["exit"]
         lines.append(f"exit      {exit_info.get('code')} ({exit_info.get('reason')}): {exit_info.get('message')}")

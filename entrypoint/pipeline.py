@@ -7,13 +7,14 @@ uploads, write the terminal trainbox.json, release the machine, exit with the ma
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import dataset, preflight, release, sync, training
+from . import cost, dataset, preflight, release, resume, sync, training
 from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .log import logger
@@ -43,6 +44,9 @@ class Job:
         self.state = RunState.load(settings.run_dir, settings.run_name)
         self.trainer: training.TrainingProcess | None = None
         self.uploader: sync.Uploader | None = None
+        self.hub: Hub | None = None
+        self.already_complete = False
+        self._status_mtime = 0
         self._stop: AgentError | None = None
         self._finishing = False
 
@@ -88,21 +92,33 @@ class Job:
         )
         outcome: AgentError | None = None
         try:
+            resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
             gpus = preflight.check_gpus(self.settings)
             if gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
             self.state.update(gpus=gpus.details)
-            self._start_sync()
+            release.check_access(self.settings)  # a wrong instance id or key fails now, not at the end
+            self._connect_hub()
 
-            self.state.set_phase(Phase.DATASET)
-            data = dataset.prepare(self.settings)
-            self.state.update(
-                dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
-            )
-
-            self.state.set_phase(Phase.TRAINING)
-            self._train(data, gpus.indices)
+            self.state.set_phase(Phase.RESUME)
+            point = self._find_resume_point()
+            if point is not None and point.complete:
+                logger.info(
+                    "run %s already trained %d/%d epochs: nothing to train",
+                    self.settings.run_name,
+                    point.completed_epochs,
+                    point.total_epochs,
+                )
+                self.already_complete = True
+            else:
+                self.state.set_phase(Phase.DATASET)
+                data = dataset.prepare(self.settings)
+                self.state.update(
+                    dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
+                )
+                self.state.set_phase(Phase.TRAINING)
+                self._train(data, gpus.indices, point)
         except AgentError as error:
             outcome = error
         except Exception as error:  # still end with an honest trainbox.json and a release
@@ -113,25 +129,57 @@ class Job:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return self._finish(outcome)
 
-    def _start_sync(self) -> None:
-        """Check write access to OUTPUT_REPO, then mirror the run folder there from now on."""
+    def _connect_hub(self) -> None:
+        """Check write access to OUTPUT_REPO, take over its history, then mirror the run folder there."""
         repo = self.settings.output_repo
         if repo is None:
             logger.warning("OUTPUT_REPO is not set: the weights stay in %s only", self.settings.run_dir)
             return
         token = self.settings.hf_token.reveal() if self.settings.hf_token else None
-        hub = Hub(token=token)
-        hub.ensure_writable_repo(repo)
-        self.uploader = sync.Uploader(
-            hub, repo, self.settings.run_dir, self.settings.workdir / ".trainbox" / "sync" / self.settings.run_name
-        )
+        self.hub = Hub(token=token)
+        self.hub.ensure_writable_repo(repo)
+        remote = resume.remote_state(self.hub, repo, self._scratch())
+        resume.check_same_run(remote, self.settings.run_name, repo)
+        self.state.adopt_history(remote)
+        self.uploader = sync.Uploader(self.hub, repo, self.settings.run_dir, self._work_dir() / "sync")
         self.uploader.start()
         self.state.on_save(self.uploader.notify)
         logger.info("sync: every epoch of this run goes to %s", repo)
+        # Judged only now: on a new disk the attempts are known from the Hub alone.
+        resume.check_crash_loop(self.state.attempts)
 
-    def _train(self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None) -> None:
-        command = training.build_command(
+    def _work_dir(self) -> Path:
+        return self.settings.workdir / ".trainbox" / self.settings.run_name
+
+    def _scratch(self) -> Path:
+        scratch = self._work_dir() / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        return scratch
+
+    def _find_resume_point(self) -> resume.ResumePoint | None:
+        resume.stop_orphan(self.state.previous)
+        if self.settings.run_args.get("resume") is not None:
+            return None  # the user drives resume themselves
+        point = resume.find(
+            self.settings.run_dir,
             self.settings.run_args,
+            hub=self.hub,
+            repo_id=self.settings.output_repo,
+            work_dir=self._scratch(),
+        )
+        if point is not None:
+            self.state.update(
+                resume={"from": point.source, "epochs_done": point.completed_epochs},
+                progress={"epochs_done": point.completed_epochs, "epochs_total": point.total_epochs},
+            )
+        return point
+
+    def _train(
+        self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, point: resume.ResumePoint | None
+    ) -> None:
+        args = resume.resume_args(self.settings.run_args, point) if point is not None else self.settings.run_args
+        command = training.build_command(
+            args,
             data_yaml=data.data_yaml,
             workdir=self.settings.workdir,
             run_name=self.settings.run_name,
@@ -154,11 +202,28 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
+        self._report_progress()
         limit = self.settings.stall_timeout
         if limit and time.monotonic() - self._last_progress() > limit:
             self.request_stop(
                 StallError(f"no training output or epoch for {limit:.0f} s", "see console.log; raise STALL_TIMEOUT")
             )
+
+    def _report_progress(self) -> None:
+        """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
+        counts only this invocation's epochs after a resume)."""
+        status_path = self.settings.run_dir / "status.json"
+        try:
+            mtime = status_path.stat().st_mtime_ns
+            if mtime == self._status_mtime:
+                return
+            self._status_mtime = mtime
+            status = json.loads(status_path.read_text())
+        except (OSError, ValueError):
+            return
+        done = resume.epochs_done(self.settings.run_dir)
+        if done is not None:
+            self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})
 
     def _last_progress(self) -> float:
         assert self.trainer is not None
@@ -178,13 +243,20 @@ class Job:
     # -- the end ---------------------------------------------------------------------------
     def _finish(self, outcome: AgentError | None) -> int:
         self.state.set_phase(Phase.FINISHING)
-        if outcome is None:
+        if self.trainer is not None:
+            self._status_mtime = 0
+            self._report_progress()
+        if outcome is None and self.already_complete:
+            phase, code, reason, message = Phase.DONE, 0, "already_complete", "all epochs were already trained"
+        elif outcome is None:
             phase, code, reason, message = Phase.DONE, 0, "success", "training finished"
         else:
             phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
             code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
         if self.uploader is not None:
             self.state.update(sync=self._sync_report())
+        # Billed time runs from when the agent started (≈ the container); dollars with PRICE_PER_HOUR.
+        self.state.update(cost=cost.spend(time.monotonic() - self.started, self.settings.price_per_hour))
         self.state.finish(phase, code, reason, message)
         code = self._final_sync(phase, code)
         self._summary(phase, outcome)
@@ -230,6 +302,7 @@ class Job:
         )
         if found:
             logger.info("weights: %s", ", ".join(str(Path("weights") / name) for name in found))
+        logger.info("cost: %s", cost.describe_spend(self.state.snapshot()["cost"]))
         if outcome is not None:
             logger.error("%s", outcome)
 

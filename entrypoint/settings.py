@@ -194,6 +194,11 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         profile=_flag(env, "PROFILE"),
         env=child_env(env),
     )
+    if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
+        raise ConfigError(
+            "ON_EXIT/ON_FAILURE=destroy without OUTPUT_REPO would delete the weights with the machine",
+            "set OUTPUT_REPO=org/name, or use ON_EXIT=stop",
+        )
     for action in {settings.on_exit, settings.on_failure} - {ExitAction.EXIT}:
         if settings.provider.provider is Provider.NONE:
             raise ConfigError(
@@ -341,6 +346,12 @@ def _provider(env: Mapping[str, str]) -> ProviderAccess:
         api_key=Secret(env["RUNPOD_API_KEY"]) if "RUNPOD_API_KEY" in env else None,
         api_url=env.get("RUNPOD_API_URL", RUNPOD_API_URL).rstrip("/"),
     )
+    for name, url, default in (
+        ("VAST_API_URL", vast.api_url, VAST_API_URL),
+        ("RUNPOD_API_URL", runpod.api_url, RUNPOD_API_URL),
+    ):
+        if not url.startswith(("https://", "http://")):
+            raise ConfigError(f"{name}={url!r} is not an http(s) URL", f"leave it unset (default {default})")
     if wanted == "none":
         return ProviderAccess(provider=Provider.NONE)
     candidates = {"vast": [vast], "runpod": [runpod], "auto": [vast, runpod]}[wanted]

@@ -1,6 +1,6 @@
 """trainbox.json: what the agent is doing and did, written atomically into the run folder.
 
-Phases in order: ``starting → preflight → dataset → training → finishing → releasing``; then
+Phases in order: ``starting → preflight → resume → dataset → training → finishing → releasing``; then
 one terminal phase: ``done`` (trained, or already complete), ``failed``, ``preempted``
 (SIGTERM), ``stalled`` (no progress for STALL_TIMEOUT) or ``timed_out`` (MAX_RUNTIME).
 """
@@ -30,6 +30,7 @@ SCHEMA_VERSION = 1
 class Phase(enum.StrEnum):
     STARTING = "starting"
     PREFLIGHT = "preflight"
+    RESUME = "resume"
     DATASET = "dataset"
     TRAINING = "training"
     FINISHING = "finishing"
@@ -95,6 +96,25 @@ def read_state(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """An attempt that never wrote its end (SIGKILL, power loss) is recorded as lost."""
+    if not previous or Phase(previous.get("phase", "done")).terminal:
+        return []
+    if any(entry.get("attempt") == previous.get("attempt") for entry in previous.get("attempts", [])):
+        return []
+    return [
+        {
+            "attempt": previous.get("attempt"),
+            "started_at": previous.get("started_at"),
+            "finished_at": previous.get("updated_at"),
+            "phase": previous.get("phase"),
+            "exit_code": None,
+            "reason": "lost",
+            "epochs_done": (previous.get("progress") or {}).get("epochs_done"),
+        }
+    ]
+
+
 class RunState:
     """The in-memory trainbox.json; every change is saved at once. Thread-safe."""
 
@@ -103,7 +123,8 @@ class RunState:
         self._lock = threading.Lock()
         self._phase_started = time.monotonic()
         self._listeners: list[Any] = []
-        attempts = list((previous or {}).get("attempts", []))
+        self.previous = previous  # the file as the last attempt left it
+        attempts = list((previous or {}).get("attempts", [])) + _lost_attempt(previous)
         self._data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_name": run_name,
@@ -134,6 +155,23 @@ class RunState:
     def on_save(self, listener: Any) -> None:
         """Call ``listener()`` after each save (the uploader uses it to notice new state)."""
         self._listeners.append(listener)
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(self._data["attempts"])
+
+    def adopt_history(self, remote: dict[str, Any] | None) -> None:
+        """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
+        attempts = list((remote or {}).get("attempts", []))
+        with self._lock:
+            if len(attempts) <= len(self._data["attempts"]):
+                return
+            self._data["attempts"] = attempts
+            self._data["attempt"] = len(attempts) + 1
+            if self.previous is None:
+                self.previous = remote
+        self.save()
 
     def set_phase(self, phase: Phase) -> None:
         with self._lock:
@@ -167,6 +205,7 @@ class RunState:
                     "phase": phase.value,
                     "exit_code": exit_code,
                     "reason": reason,
+                    "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
                 }
             )
         self.save()

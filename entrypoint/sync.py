@@ -55,7 +55,12 @@ class StagedFile:
     relative: str
     path: Path  # the private copy that gets uploaded
     sha256: str
+    git_oid: str  # the id the Hub shows for a file it stores in git rather than LFS
     size: int
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.sha256, self.git_oid]
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ class _Signature:
 
 
 class Ledger:
-    """What the Hub already holds: ``path → sha256``, persisted atomically in the workspace."""
+    """What the Hub already holds: ``path → ids`` (sha256, git blob id), persisted in the workspace."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -79,23 +84,28 @@ class Ledger:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             data = {}
-        self.files: dict[str, str] = dict(data.get("files", {}))
+        self.files: dict[str, list[str]] = {key: list(value) for key, value in data.get("files", {}).items()}
         self.head: str | None = data.get("head")
         self.commit_times: list[float] = [t for t in data.get("commit_times", []) if time.time() - t < 3600]
 
-    def has(self, relative: str, sha256: str) -> bool:
-        return self.files.get(relative) == sha256
+    def has(self, relative: str, ids: list[str]) -> bool:
+        return bool(set(self.files.get(relative, ())) & set(ids))
 
     def record(self, files: list[StagedFile], head: str) -> None:
         for staged in files:
-            self.files[staged.relative] = staged.sha256
+            self.files[staged.relative] = staged.ids
         self.head = head
         self.commit_times = [t for t in self.commit_times if time.time() - t < 3600] + [time.time()]
-        write_json_atomic(self.path, {"head": self.head, "files": self.files, "commit_times": self.commit_times})
+        self._save()
 
-    def forget(self) -> None:
-        self.files.clear()
-        self.head = None
+    def rebuild(self, remote: dict[str, str], head: str | None) -> None:
+        """Start over from what the Hub lists (``path → sha256 or git blob id``)."""
+        self.files = {relative: [oid] for relative, oid in remote.items()}
+        self.head = head
+        self._save()
+
+    def _save(self) -> None:
+        write_json_atomic(self.path, {"head": self.head, "files": self.files, "commit_times": self.commit_times})
 
 
 class CommitBudget:
@@ -289,16 +299,20 @@ class Uploader:
     def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
         target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
         digest = hashlib.sha256()
+        git = hashlib.sha1()
         is_checkpoint = path.suffix == ".pt"
         try:
             with path.open("rb") as source, target.open("wb") as copy:
                 if is_checkpoint:
+                    git.update(b"blob %d\0" % signature.size)
                     while chunk := source.read(_COPY_CHUNK):
                         digest.update(chunk)
+                        git.update(chunk)
                         copy.write(chunk)
                 else:
                     data = redact_bytes(source.read())  # text files may echo a secret
                     digest.update(data)
+                    git.update(b"blob %d\0" % len(data) + data)
                     copy.write(data)
             unchanged = _Signature.of(path) == signature
         except OSError as error:
@@ -319,11 +333,17 @@ class Uploader:
                 target.unlink(missing_ok=True)
                 return None
         self._seen[relative] = signature
-        sha256 = digest.hexdigest()
-        if self.ledger.has(relative, sha256):
+        staged = StagedFile(
+            relative=relative,
+            path=target,
+            sha256=digest.hexdigest(),
+            git_oid=git.hexdigest(),
+            size=target.stat().st_size,
+        )
+        if self.ledger.has(relative, staged.ids):
             target.unlink(missing_ok=True)
             return None
-        return StagedFile(relative=relative, path=target, sha256=sha256, size=target.stat().st_size)
+        return staged
 
     # -- the committer ---------------------------------------------------------------------
     def _commit_loop(self) -> None:
@@ -395,17 +415,19 @@ class Uploader:
         return True
 
     def _check_ledger(self) -> None:
-        """Trust the ledger only if the Hub is still where we left it."""
-        if self.ledger.head is None:
-            return
+        """Trust the ledger only if the Hub is still where we left it; else relearn it from the Hub."""
         try:
             head = self.hub.head(self.repo_id)
+            if head == self.ledger.head:
+                return
+            remote = {} if head is None else self.hub.remote_ids(self.repo_id)
         except Exception as error:
-            logger.warning("sync: cannot read %s (%s); re-checking every file", self.repo_id, error)
-            head = None
-        if head != self.ledger.head:
-            logger.info("sync: %s changed since the last upload; re-checking every file", self.repo_id)
-            self.ledger.forget()
+            logger.warning("sync: cannot read %s (%s); every file will be checked again", self.repo_id, error)
+            self.ledger.rebuild({}, None)
+            return
+        if self.ledger.head is not None:
+            logger.info("sync: %s changed since the last upload; relearning what it holds", self.repo_id)
+        self.ledger.rebuild(remote, head)
 
     @property
     def pending(self) -> list[str]:

@@ -6,6 +6,7 @@ both scrubbed of secrets. Its exit code is mapped to the agent's typed errors.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -34,7 +35,10 @@ class TrainCommand:
 
 
 def libreyolo_executable() -> str:
-    """The ``libreyolo`` script of this interpreter's environment, else the one on PATH."""
+    """``TRAINBOX_LIBREYOLO``, else the ``libreyolo`` script of this interpreter's environment, else PATH's."""
+    override = os.environ.get("TRAINBOX_LIBREYOLO")  # a stand-in command (tests, wrappers)
+    if override:
+        return override
     beside = Path(sys.executable).parent / "libreyolo"
     if beside.is_file():
         return str(beside)

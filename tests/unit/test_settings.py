@@ -89,14 +89,27 @@ def test_bad_values_name_the_variable_and_an_example(env: dict[str, str], variab
 
 def test_destroy_without_a_provider_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match="no provider"):
-        make(ON_EXIT="destroy")
+        make(ON_EXIT="destroy", OUTPUT_REPO="acme/out")
     with pytest.raises(ConfigError, match="no provider"):
         make(ON_FAILURE="stop")
 
 
+def test_destroy_without_an_output_repo_would_lose_the_weights() -> None:
+    with pytest.raises(ConfigError, match="OUTPUT_REPO") as caught:
+        from_env({"WORKDIR": "/w", "RUNPOD_POD_ID": "p", "RUNPOD_API_KEY": "rpa_secretkey_0123456789",
+                  "ON_FAILURE": "destroy"})  # fmt: skip
+    assert "ON_EXIT=stop" in caught.value.hint
+
+
 def test_provider_detected_from_its_env() -> None:
     settings = from_env(
-        {"WORKDIR": "/w", "RUNPOD_POD_ID": "pod123", "RUNPOD_API_KEY": "rpa_secretkey_0123456789", "ON_EXIT": "destroy"}
+        {
+            "WORKDIR": "/w",
+            "RUNPOD_POD_ID": "pod123",
+            "RUNPOD_API_KEY": "rpa_secretkey_0123456789",
+            "ON_EXIT": "destroy",
+            "OUTPUT_REPO": "acme/out",
+        }
     )
     assert settings.provider.provider is Provider.RUNPOD
     assert settings.provider.instance_id == "pod123"

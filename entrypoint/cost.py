@@ -1,0 +1,74 @@
+"""What a run cost, and the stop-versus-destroy arithmetic of LibreYOLO's rented-GPU guide.
+
+A stopped instance still bills its allocated disk: allocated_GB × price_per_GB_month / 730
+(730 = 8760 h / 12, the hours of an average month). Stopping beats destroying and rebuilding
+when you come back within rebuild_cost / stopped_price hours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+HOURS_PER_MONTH = 730.0
+
+
+def spend(seconds: float, price_per_hour: float | None) -> dict[str, Any]:
+    """The ``cost`` block of trainbox.json: hours, and dollars when the price is known."""
+    hours = max(0.0, seconds) / 3600
+    dollars = None if price_per_hour is None else round(hours * price_per_hour, 4)
+    return {"hours": round(hours, 4), "price_per_hour": price_per_hour, "dollars": dollars}
+
+
+def describe_spend(cost: dict[str, Any]) -> str:
+    """One line for the final summary, e.g. ``0.51 h, $1.27 at $2.49/h``."""
+    text = f"{cost['hours']:.2f} h"
+    if cost.get("dollars") is not None:
+        text += f", ${cost['dollars']:.2f} at ${cost['price_per_hour']:.2f}/h"
+    return text
+
+
+def stopped_price_per_hour(disk_gb: float, storage_price_per_gb_month: float) -> float:
+    return disk_gb * storage_price_per_gb_month / HOURS_PER_MONTH
+
+
+@dataclass(frozen=True)
+class StopOrDestroy:
+    disk_gb: float
+    storage_price: float  # $ per GB-month
+    rebuild_cost: float | None  # $ to rent, pull the image and stage the data again
+
+    @property
+    def stopped_per_hour(self) -> float:
+        return stopped_price_per_hour(self.disk_gb, self.storage_price)
+
+    @property
+    def break_even_hours(self) -> float | None:
+        """Within this many hours stopping is cheaper; after it, destroy and rebuild."""
+        if self.rebuild_cost is None:
+            return None
+        return self.rebuild_cost / self.stopped_per_hour
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "disk_gb": self.disk_gb,
+            "storage_price_per_gb_month": self.storage_price,
+            "stopped_per_hour": round(self.stopped_per_hour, 4),
+            "rebuild_cost": self.rebuild_cost,
+            "stop_beats_destroy_within_hours": None
+            if self.break_even_hours is None
+            else round(self.break_even_hours, 1),
+        }
+
+    def lines(self) -> list[str]:
+        stopped = self.stopped_per_hour
+        result = [
+            f"stopped: {self.disk_gb:g} GB × ${self.storage_price:g}/GB-month ÷ {HOURS_PER_MONTH:g} h"
+            f" = ${stopped:.4f}/h (the disk bills while stopped; destroyed bills nothing)"
+        ]
+        if self.break_even_hours is not None:
+            result.append(
+                f"stop beats destroy + rebuild (${self.rebuild_cost:.2f}) if you are back within"
+                f" {self.break_even_hours:.1f} h; for a longer pause, destroy (ON_EXIT=destroy) and rebuild"
+            )
+        return result

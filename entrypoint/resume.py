@@ -1,0 +1,284 @@
+"""Resume after preemption, on the same disk or on a new machine, with no human.
+
+At start the agent looks for the newest valid checkpoint of its RUN_NAME on the volume and in
+OUTPUT_REPO (the Hub is the source of truth when the disk is new), and continues from the later
+one with LibreYOLO's ``resume=true``. A run whose epochs are all done is not trained again. A
+run that failed the same way three times in a row is not started a fourth time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import checkpoint, procs
+from .errors import ConfigError, CrashLoopError
+from .hub import Hub
+from .log import logger
+from .run_args import RunArgs
+from .state import STATE_FILE
+
+CRASH_LOOP_LENGTH = 3
+# Attempts that say nothing about the run's health: a preemption is not a crash.
+# A lost attempt (the agent killed without a word) is the platform's doing, like a preemption.
+_NOT_FAILURES = {"success", "already_complete", "preempted", "interrupted", "crash_loop", "lost"}
+# The run folder's history, restored with a checkpoint from the Hub so it keeps all its rows.
+_HISTORY_FILES = ("metrics.jsonl", "results.csv", "train.log", "console.log")
+_EPOCH_FILE = re.compile(r"^weights/epoch_(\d+)\.pt$")
+LIBREYOLO_DEFAULT_EPOCHS = 300
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    checkpoint: Path  # where libreyolo resumes from: the run folder's weights/last.pt
+    completed_epochs: int
+    total_epochs: int
+    source: str  # "volume" or "hub"
+
+    @property
+    def complete(self) -> bool:
+        return self.completed_epochs >= self.total_epochs
+
+
+# -- history -------------------------------------------------------------------------------
+def remote_state(hub: Hub, repo_id: str, scratch: Path) -> dict[str, Any] | None:
+    """trainbox.json as OUTPUT_REPO holds it (None for an empty or new repo)."""
+    names = {entry.path for entry in hub.list_files(repo_id)} if hub.head(repo_id) else set()
+    if STATE_FILE not in names:
+        return None
+    path = hub.download(repo_id, STATE_FILE, scratch)
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        logger.warning("resume: %s on the Hub is unreadable; ignoring its history", STATE_FILE)
+        return None
+
+
+def check_same_run(remote: dict[str, Any] | None, run_name: str, repo_id: str) -> None:
+    other = (remote or {}).get("run_name")
+    if other and other != run_name:
+        raise ConfigError(
+            f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r} (other dataset or RUN_ARGS)",
+            f"use a new OUTPUT_REPO, or RUN_NAME={other} to continue that run",
+        )
+
+
+def check_crash_loop(attempts: list[dict[str, Any]]) -> None:
+    """Refuse to start when the same failure ended the last CRASH_LOOP_LENGTH attempts."""
+    relevant = [attempt for attempt in attempts if attempt.get("reason") != "crash_loop"]
+    recent = relevant[-CRASH_LOOP_LENGTH:]
+    if len(recent) < CRASH_LOOP_LENGTH:
+        return
+    # The same failure at the same epoch: a run that fails later each time is still progressing.
+    causes = {(attempt.get("exit_code"), attempt.get("reason"), attempt.get("epochs_done")) for attempt in recent}
+    if len(causes) == 1:
+        code, reason, _ = causes.pop()
+        if reason not in _NOT_FAILURES and code != 0:
+            raise CrashLoopError(
+                f"the last {CRASH_LOOP_LENGTH} attempts all failed the same way ({reason}, exit {code}); not retrying",
+                "fix the cause, then start with a new RUN_NAME (or delete the run's trainbox.json)",
+            )
+
+
+# -- an orphaned trainer -------------------------------------------------------------------
+def stop_orphan(previous: dict[str, Any] | None) -> None:
+    """An agent killed with SIGKILL leaves its libreyolo child running in the run folder:
+    stop it before training there again."""
+    pid = ((previous or {}).get("training") or {}).get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"libreyolo" not in command:
+        return  # the pid was reused by something else
+    logger.warning("resume: training process %d of the previous attempt is still running; stopping it", pid)
+    tree = [pid, *procs.descendants(pid)]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+
+
+# -- the newest valid checkpoint -----------------------------------------------------------
+def _valid(path: Path) -> checkpoint.CheckpointInfo | None:
+    try:
+        info = checkpoint.inspect(path)
+    except checkpoint.InvalidCheckpoint as error:
+        logger.warning("resume: %s is not usable: %s", path.name, error)
+        return None
+    return info if info.completed_epochs is not None else None
+
+
+def _local_candidates(run_dir: Path) -> list[Path]:
+    weights = run_dir / "weights"
+    epochs = sorted(weights.glob("epoch_*.pt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0), reverse=True)
+    return [weights / "last.pt", *epochs]
+
+
+def newest_local(run_dir: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
+    best: tuple[Path, checkpoint.CheckpointInfo] | None = None
+    for path in _local_candidates(run_dir):
+        if not path.is_file():
+            continue
+        info = _valid(path)
+        if info is not None and (best is None or info.completed_epochs > best[1].completed_epochs):  # type: ignore[operator]
+            best = (path, info)
+    return best
+
+
+def _same_as_local(entry: Any, local: Path | None) -> bool:
+    """The Hub's file is the local one (same sha256): no need to download it."""
+    lfs = getattr(entry, "lfs", None)
+    remote = getattr(lfs, "sha256", None) if lfs is not None else None
+    if remote is None or local is None or not local.is_file():
+        return False
+    digest = hashlib.sha256()
+    with local.open("rb") as handle:
+        while chunk := handle.read(4 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest() == remote
+
+
+def newest_on_hub(
+    hub: Hub, repo_id: str, scratch: Path, better_than: int, local: Path | None = None
+) -> tuple[Path, checkpoint.CheckpointInfo] | None:
+    """Download OUTPUT_REPO's newest valid checkpoint, if it is newer than ``better_than`` epochs."""
+    files = {entry.path: entry for entry in hub.list_files(repo_id)}
+    candidates = (
+        ["weights/last.pt"]
+        if "weights/last.pt" in files and not _same_as_local(files["weights/last.pt"], local)
+        else []
+    )
+    numbered = sorted(
+        ((int(match.group(1)), name) for name in files if (match := _EPOCH_FILE.match(name))), reverse=True
+    )
+    candidates += [name for epoch, name in numbered if epoch > better_than]
+    for name in candidates:
+        path = hub.download(repo_id, name, scratch)
+        info = _valid(path)
+        if info is None:
+            logger.warning("resume: %s on the Hub is corrupt; trying the next newest checkpoint", name)
+            continue
+        if info.completed_epochs is not None and info.completed_epochs > better_than:
+            logger.info("resume: %s on the Hub has %d epochs", name, info.completed_epochs)
+            return path, info
+    return None
+
+
+def find(
+    run_dir: Path, args: RunArgs, *, hub: Hub | None = None, repo_id: str | None = None, work_dir: Path
+) -> ResumePoint | None:
+    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt."""
+    local = newest_local(run_dir)
+    local_epochs = local[1].completed_epochs if local else 0
+    chosen, source = local, "volume"
+    scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
+    try:
+        if hub is not None and repo_id is not None and hub.head(repo_id):
+            local_last = run_dir / "weights" / "last.pt"
+            remote = newest_on_hub(hub, repo_id, scratch, better_than=local_epochs or 0, local=local_last)
+            if remote is not None:
+                chosen, source = remote, "hub"
+                _restore_history(hub, repo_id, run_dir, scratch)
+        if chosen is None:
+            return None
+        path, info = chosen
+        target = run_dir / "weights" / "last.pt"
+        if path != target:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target.with_name(".last.pt.resume"))
+            os.replace(target.with_name(".last.pt.resume"), target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert info.completed_epochs is not None
+    total = _requested_epochs(args, info)
+    trim_metrics(run_dir, info.completed_epochs)
+    point = ResumePoint(checkpoint=target, completed_epochs=info.completed_epochs, total_epochs=total, source=source)
+    if path.name != "last.pt" or source == "hub":
+        logger.info("resume: continuing from %s (%s), epoch %d of %d", path.name, source, point.completed_epochs, total)
+    return point
+
+
+def _requested_epochs(args: RunArgs, info: checkpoint.CheckpointInfo) -> int:
+    explicit = args.get("epochs")
+    if explicit is not None:
+        return int(explicit)
+    return info.total_epochs or LIBREYOLO_DEFAULT_EPOCHS
+
+
+def _restore_history(hub: Hub, repo_id: str, run_dir: Path, scratch: Path) -> None:
+    """The Hub's checkpoint won: bring its run history along, so metrics keep every epoch."""
+    names = {entry.path for entry in hub.list_files(repo_id)}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in _HISTORY_FILES:
+        if name in names:
+            downloaded = hub.download(repo_id, name, scratch / "history")
+            os.replace(downloaded, run_dir / name)
+
+
+def trim_metrics(run_dir: Path, completed_epochs: int) -> None:
+    """Drop metrics.jsonl rows of epochs after the checkpoint: libreyolo appends, so resuming
+    from an older checkpoint would otherwise repeat them."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            epoch = json.loads(line).get("epoch")
+        except ValueError:
+            continue  # a row cut short by a kill
+        if isinstance(epoch, int) and epoch <= completed_epochs:
+            kept.append(line)
+    if kept != lines:
+        tmp = path.with_name(".metrics.jsonl.trim")
+        tmp.write_text("".join(f"{line}\n" for line in kept))
+        os.replace(tmp, path)
+        logger.info("resume: metrics.jsonl trimmed to %d epochs", len(kept))
+
+
+def resume_args(args: RunArgs, point: ResumePoint) -> RunArgs:
+    """``model=<checkpoint> resume=true`` plus the user's other options, which still win.
+    ``pretrained`` goes: libreyolo refuses it together with resume."""
+    kept = RunArgs(tuple((key, value) for key, value in args.pairs if key not in {"model", "pretrained", "resume"}))
+    return kept.set("model", str(point.checkpoint)).set("resume", "true")
+
+
+def epochs_done(run_dir: Path) -> int | None:
+    """The true number of completed epochs: the last row of metrics.jsonl (status.json counts
+    only the current invocation's epochs after a resume)."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 65536))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            epoch = json.loads(line).get("epoch")
+        except ValueError:
+            continue
+        if isinstance(epoch, int):
+            return epoch
+    return None

@@ -1,0 +1,413 @@
+"""Ending the bill, end to end: real ``trainbox`` processes, a stand-in ``libreyolo`` child, local
+provider APIs (tests/providers.py) and the local Hub."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint import release, settings
+from entrypoint.errors import AccessError, ConfigError, ReleaseError
+from entrypoint.providers import RetryPolicy
+from entrypoint.settings import ExitAction
+from entrypoint.state import Phase, RunState
+from tests.hubfixtures import HubContext
+from tests.providers import FakeProvider, FakeRunPod, FakeVast
+
+VAST_KEY = "vast-canary-key-5f1c0a9e77d2"
+RUNPOD_KEY = "runpod-canary-key-c3b8e41d90aa"
+AGENT_TIMEOUT = 120
+
+# A stand-in for `libreyolo train`: what it does is chosen by FAKE_TRAIN_MODE.
+#   ok       two epochs, then exit 0          fail  an error line, exit 1
+#   forever  an epoch every 0.2 s; SIGINT → saves and exits 130, like libreyolo
+#   hang     one line, then nothing; ignores SIGINT (stuck in native code)
+FAKE_LIBREYOLO = """\
+import json, os, signal, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
+run_dir = os.path.join(args["project"], args["name"])
+os.makedirs(run_dir, exist_ok=True)
+mode = os.environ["FAKE_TRAIN_MODE"]
+with open(os.path.join(run_dir, "fake-pid"), "w") as f:
+    f.write(str(os.getpid()))
+
+def boundary(epoch, state):
+    tmp = os.path.join(run_dir, ".status.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"state": state, "current_epoch": epoch, "pid": os.getpid()}, f)
+    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\\n")
+    os.replace(tmp, os.path.join(run_dir, "status.json"))
+    print(f"epoch {epoch} done", flush=True)
+
+if mode == "ok":
+    for epoch in (1, 2):
+        boundary(epoch, "running" if epoch < 2 else "completed")
+    sys.exit(0)
+if mode == "fail":
+    print("RuntimeError: CUDA out of memory", flush=True)
+    sys.exit(1)
+if mode == "forever":
+    def interrupted(*_):
+        print("interrupted: saving last.pt", flush=True)
+        sys.exit(130)
+    signal.signal(signal.SIGINT, interrupted)
+    for epoch in range(1, 100000):
+        boundary(epoch, "running")
+        time.sleep(0.2)
+if mode == "hang":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("loading the model", flush=True)
+    while True:
+        time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def vast() -> Iterator[FakeVast]:
+    with FakeVast("31337", VAST_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def runpod() -> Iterator[FakeRunPod]:
+    with FakeRunPod("pod-7xq2", RUNPOD_KEY) as server:
+        yield server
+
+
+@dataclass
+class Agent:
+    """``trainbox`` in a clean environment: demo dataset, CPU, the stand-in libreyolo, this test's
+    WORKDIR, and its run mirrored to a fresh repo on the local Hub."""
+
+    tmp_path: Path
+    hub_ctx: HubContext
+    repo: str
+
+    def env(self, provider: FakeProvider | None, **extra: str) -> dict[str, str]:
+        drop = {"CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
+        env = {key: value for key, value in self.hub_ctx.env().items() if key not in drop}
+        env.update(
+            WORKDIR=str(self.tmp_path / "work"),
+            GPUS="cpu",
+            OUTPUT_REPO=self.repo,
+            TRAINBOX_LIBREYOLO=str(self.tmp_path / "bin" / "libreyolo"),
+            FAKE_TRAIN_MODE="ok",
+            PROVIDER=provider.kind if provider else "none",
+        )
+        return {**env, **(provider.env() if provider else {}), **extra}
+
+    def run(self, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "entrypoint", *args], env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT
+        )
+
+    @property
+    def run_dir(self) -> Path:
+        (path,) = (self.tmp_path / "work" / "runs").glob("*/trainbox.json")
+        return path.parent
+
+    def state(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "trainbox.json").read_text())
+
+    def hub_text(self) -> str:
+        hub = self.hub_ctx.hub
+        return "".join(hub.file_bytes(self.repo, name).decode(errors="replace") for name in hub.files(self.repo))
+
+
+@pytest.fixture
+def agent(tmp_path: Path, hub_ctx: HubContext) -> Agent:
+    script = tmp_path / "bin" / "libreyolo"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\n" + FAKE_LIBREYOLO)
+    script.chmod(0o755)
+    return Agent(tmp_path, hub_ctx, hub_ctx.repo_id("run"))
+
+
+def assert_no_key(text: str, *keys: str) -> None:
+    for key in keys:
+        assert key not in text
+
+
+# -- the whole job ---------------------------------------------------------------------------
+def test_success_destroys_once_with_the_key_after_the_last_upload(agent: Agent, vast: FakeVast) -> None:
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
+
+    assert result.returncode == 0, result.stderr
+    (destroy,) = vast.actions()
+    assert (destroy.method, destroy.path) == ("DELETE", "/api/v0/instances/31337/")
+    assert destroy.authorization == f"Bearer {VAST_KEY}"
+    # Everything the run folder held, and the terminal trainbox.json, were on the Hub first.
+    hub = agent.hub_ctx.hub
+    before = [commit for commit in hub.commits(agent.repo) if commit.timestamp < destroy.at]
+    assert before, "nothing was committed before the destroy call"
+    published = json.loads(hub.file_bytes(agent.repo, "trainbox.json", revision=before[0].oid))
+    assert published["phase"] == Phase.DONE and published["exit"]["code"] == 0
+    assert published["release"]["status"] == "requested" and published["release"]["action"] == "destroy"
+    for name in ("status.json", "metrics.jsonl", "console.log"):
+        local = (agent.run_dir / name).read_bytes()
+        assert hub.file_bytes(agent.repo, name, revision=before[0].oid) == local
+    # The confirmed destroy is noted locally (and on the Hub, when the machine lives long enough).
+    assert agent.state()["release"]["status"] == "confirmed"
+    assert_no_key(result.stdout + result.stderr + agent.hub_text(), VAST_KEY)
+
+
+def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRunPod) -> None:
+    env = agent.env(runpod, ON_EXIT="destroy", ON_FAILURE="stop", FAKE_TRAIN_MODE="fail")
+
+    result = agent.run("run", env=env)
+
+    assert result.returncode == 60, result.stderr  # the training failure, not hidden by the release
+    (stop,) = runpod.actions()
+    assert (stop.method, stop.path) == ("POST", "/v1/pods/pod-7xq2/stop")
+    assert stop.authorization == f"Bearer {RUNPOD_KEY}"
+    state = agent.state()
+    assert state["phase"] == Phase.FAILED
+    assert state["release"]["status"] == "confirmed" and state["release"]["action"] == "stop"
+    assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
+
+
+def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None:
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy", ON_FAILURE="exit", FAKE_TRAIN_MODE="fail"))
+
+    assert result.returncode == 60
+    assert vast.actions() == []
+    assert agent.state()["release"]["status"] == "not_requested"
+    assert "keeps billing" in result.stderr
+
+
+def test_a_provider_that_always_fails_is_an_honest_failure(agent: Agent, vast: FakeVast) -> None:
+    vast.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
+
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
+
+    assert result.returncode == ReleaseError.exit_code
+    assert len(vast.actions()) == RetryPolicy().attempts
+    for state in (agent.state(), json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))):
+        assert state["release"]["status"] == "failed"
+        assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
+    assert "may still be billing" in result.stderr
+    assert "confirmed" not in result.stderr
+
+
+def test_a_refused_destroy_is_loud_and_never_shows_the_key(agent: Agent, vast: FakeVast) -> None:
+    # A provider that echoes the key back in its error must not get it into any output.
+    vast.fail(403, method="DELETE", body={"success": False, "msg": f"key {VAST_KEY} may not destroy"})
+
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
+
+    assert result.returncode == ReleaseError.exit_code
+    assert len(vast.actions()) == 1  # a refusal is not retried
+    assert "refused CONTAINER_API_KEY" in result.stderr and "may not destroy" in result.stderr
+    texts = [path.read_text(errors="replace") for path in agent.run_dir.rglob("*") if path.is_file()]
+    assert_no_key(result.stdout + result.stderr + "".join(texts) + agent.hub_text(), VAST_KEY)
+
+
+def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> None:
+    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="3s", FAKE_TRAIN_MODE="forever")
+
+    result = agent.run("run", env=env)
+
+    assert result.returncode == 80, result.stderr
+    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, not killed
+    assert agent.state()["phase"] == Phase.TIMED_OUT
+    assert agent.state()["release"]["status"] == "confirmed"
+    (destroy,) = runpod.actions()
+    assert destroy.method == "DELETE"
+    epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
+    assert json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.TIMED_OUT
+
+
+def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: FakeVast) -> None:
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="stop", STALL_TIMEOUT="2s", FAKE_TRAIN_MODE="hang"))
+
+    assert result.returncode == 81, result.stderr
+    assert "killing it" in result.stderr  # SIGINT was ignored: escalated to SIGKILL
+    child = int((agent.run_dir / "fake-pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert agent.state()["phase"] == Phase.STALLED
+    (stop,) = vast.actions()
+    assert (stop.method, stop.body) == ("PUT", {"state": "stopped"})
+    hub = agent.hub_ctx.hub
+    assert b"loading the model" in hub.file_bytes(agent.repo, "console.log")  # the logs are on the Hub
+    assert json.loads(hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.STALLED
+
+
+def test_sigterm_during_the_release_does_not_cut_it_short(agent: Agent, vast: FakeVast) -> None:
+    vast.lag_reads = 2  # the provider takes a few reads to show the destroy
+    agent_process = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "run"],
+        env=agent.env(vast, ON_EXIT="destroy"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + AGENT_TIMEOUT
+    while not vast.actions() and agent_process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    agent_process.send_signal(signal.SIGTERM)
+    _, stderr = agent_process.communicate(timeout=AGENT_TIMEOUT)
+
+    assert agent_process.returncode == 0, stderr  # the job had finished and the destroy was confirmed
+    assert agent.state()["release"]["status"] == "confirmed"
+
+
+# -- trainbox release ------------------------------------------------------------------------
+def test_release_command_alone(agent: Agent, runpod: FakeRunPod) -> None:
+    result = agent.run("release", "--json", env=agent.env(runpod, ON_EXIT="stop"))
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["status"] == "confirmed"
+    (stop,) = runpod.actions()
+    assert stop.path == "/v1/pods/pod-7xq2/stop"
+    assert_no_key(result.stdout + result.stderr, RUNPOD_KEY)
+
+
+def test_release_command_uses_on_failure_and_notes_the_run(agent: Agent, vast: FakeVast) -> None:
+    run_dir = agent.tmp_path / "my-run"
+    run_dir.mkdir()
+    (run_dir / "trainbox.json").write_text(json.dumps({"phase": "failed"}))
+
+    result = agent.run("release", str(run_dir), "--failed", env=agent.env(vast, ON_EXIT="stop", ON_FAILURE="destroy"))
+
+    assert result.returncode == 0, result.stderr
+    assert [call.method for call in vast.actions()] == ["DELETE"]
+    noted = json.loads((run_dir / "trainbox.json").read_text())
+    assert noted["phase"] == "failed" and noted["release"]["status"] == "confirmed"
+
+
+def test_release_command_without_a_provider_is_a_config_error(agent: Agent) -> None:
+    result = agent.run("release", "--action", "destroy", env=agent.env(None))
+
+    assert result.returncode == 10
+    assert "no provider was detected" in result.stderr
+
+
+# -- end_of_job against the local APIs (in process, waits recorded instead of slept) --------------
+def job_settings(tmp_path: Path, provider: FakeProvider, **env: str) -> settings.Settings:
+    base = {"WORKDIR": str(tmp_path), "GPUS": "cpu", "OUTPUT_REPO": "acme/run", "PROVIDER": provider.kind}
+    return settings.from_env({**base, **provider.env(), **env}, options={})
+
+
+@pytest.mark.parametrize("server", [FakeVast, FakeRunPod])
+@pytest.mark.parametrize("action", [ExitAction.STOP, ExitAction.DESTROY])
+def test_end_of_job_matrix(tmp_path: Path, server: type[FakeProvider], action: ExitAction) -> None:
+    with server() as provider:
+        config = job_settings(tmp_path, provider, ON_EXIT=action.value)
+        state = RunState(config.run_dir, config.run_name)
+        state.finish(Phase.DONE, 0, "success")
+        published: list[dict[str, Any]] = []
+
+        code = release.end_of_job(
+            config, state, failed=False, publish=lambda: published.append(state.snapshot()) or True
+        )
+
+        assert code is None
+        (call,) = provider.actions()
+        expected = {
+            ("vast", ExitAction.STOP): "PUT",
+            ("vast", ExitAction.DESTROY): "DELETE",
+            ("runpod", ExitAction.STOP): "POST",
+            ("runpod", ExitAction.DESTROY): "DELETE",
+        }[provider.kind, action]
+        assert call.method == expected
+        # Published before the provider was called, then again with the outcome.
+        assert published[0]["release"]["status"] == "requested"
+        assert published[-1]["release"]["status"] == "confirmed"
+        assert provider.state == ("destroyed" if action is ExitAction.DESTROY else "stopped")
+
+
+def test_500_then_200_is_retried(tmp_path: Path) -> None:
+    with FakeRunPod() as provider:
+        provider.fail(500, method="DELETE", times=2)
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+        waits: list[float] = []
+
+        code = release.end_of_job(
+            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+        )
+
+        assert code is None
+        assert [call.status for call in provider.actions()] == [500, 500, 204]
+        assert waits[:2] == [1.0, 2.0]  # capped exponential backoff
+        assert state.snapshot()["release"]["status"] == "confirmed"
+
+
+def test_a_destroy_the_provider_never_shows_fails_after_the_confirmation_window(tmp_path: Path) -> None:
+    with FakeVast(lag_reads=10_000) as provider:
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+        now = [0.0]
+
+        def sleep(seconds: float) -> None:
+            now[0] += seconds
+
+        policy = RetryPolicy(sleep=sleep, clock=lambda: now[0], confirm_for=60)
+        code = release.end_of_job(config, state, failed=False, publish=lambda: True, policy=policy)
+
+        assert code == ReleaseError.exit_code
+        assert state.snapshot()["release"]["status"] == "failed"
+        assert "NOT" in state.snapshot()["release"]["error"]
+        assert now[0] <= 60
+
+
+def test_destroy_becomes_stop_when_the_hub_lacks_part_of_the_run(tmp_path: Path) -> None:
+    with FakeVast() as provider:
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+
+        code = release.end_of_job(config, state, failed=False, publish=lambda: False)
+
+        assert code is None
+        assert [call.method for call in provider.actions()] == ["PUT"]  # the disk, and the run, survive
+        assert state.snapshot()["release"]["downgraded_from"] == "destroy"
+
+
+def test_vast_refusal_inside_a_200_is_a_failure(tmp_path: Path) -> None:
+    with FakeVast() as provider:
+        provider.fail(200, method="DELETE", body={"success": False, "msg": "instance is locked"})
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+
+        code = release.end_of_job(config, state, failed=False, publish=lambda: True)
+
+        assert code == ReleaseError.exit_code
+        assert "instance is locked" in state.snapshot()["release"]["error"]
+        assert provider.state == "running"
+
+
+def test_check_access_at_start(tmp_path: Path) -> None:
+    with FakeVast() as provider:
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        assert release.check_access(config) is not None
+        wrong = settings.from_env(
+            {"WORKDIR": str(tmp_path), "PROVIDER": "vast", **provider.env(), "CONTAINER_ID": "999", "ON_EXIT": "stop"},
+            options={},
+        )
+        with pytest.raises(ConfigError, match="does not know"):
+            release.check_access(wrong)
+        refused = settings.from_env(
+            {
+                "WORKDIR": str(tmp_path),
+                "PROVIDER": "vast",
+                **provider.env(),
+                "CONTAINER_API_KEY": "x" * 20,
+                "ON_EXIT": "stop",
+            },
+            options={},
+        )
+        with pytest.raises(AccessError, match="refused CONTAINER_API_KEY"):
+            release.check_access(refused)

@@ -1,0 +1,79 @@
+"""Cost: hours and dollars of a run, and ``trainbox plan``'s stop-versus-destroy arithmetic."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from entrypoint import cost
+from entrypoint.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """``main`` points the agent's log at this test's captured stderr: put it back afterwards."""
+    logger = logging.getLogger("trainbox")
+    handlers, propagate, level = logger.handlers[:], logger.propagate, logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.propagate = propagate
+    logger.setLevel(level)
+
+
+def test_spend_with_and_without_a_price() -> None:
+    assert cost.spend(5400, 2.49) == {"hours": 1.5, "price_per_hour": 2.49, "dollars": 3.735}
+    assert cost.spend(5400, None) == {"hours": 1.5, "price_per_hour": None, "dollars": None}
+    assert cost.spend(-1, 1.0)["hours"] == 0.0
+
+
+def test_describe_spend() -> None:
+    assert cost.describe_spend(cost.spend(1836, 2.49)) == "0.51 h, $1.27 at $2.49/h"
+    assert cost.describe_spend(cost.spend(1836, None)) == "0.51 h"
+
+
+def test_the_guides_example() -> None:
+    """250 GB at $0.20/GB-month, $1.00 to rebuild (LibreYOLO's rented-GPU guide).
+
+    The guide prints $0.0694/h next to its own formula, 250 × 0.20 / 730 = $0.0685/h ($0.0694 is
+    what a 720-hour month gives); either way stopping wins for about 14 hours.
+    """
+    plan = cost.StopOrDestroy(disk_gb=250, storage_price=0.20, rebuild_cost=1.00)
+    assert plan.stopped_per_hour == pytest.approx(0.0685, abs=5e-5)
+    assert plan.break_even_hours == pytest.approx(14.6, abs=0.05)
+    assert plan.as_dict()["stop_beats_destroy_within_hours"] == 14.6
+
+
+def test_without_a_rebuild_cost_there_is_no_break_even() -> None:
+    plan = cost.StopOrDestroy(disk_gb=100, storage_price=0.10, rebuild_cost=None)
+    assert plan.break_even_hours is None
+    assert len(plan.lines()) == 1
+
+
+def test_plan_command(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", "--disk-gb", "250", "--storage-price", "0.20", "--rebuild-cost", "1.00"])
+    out = capsys.readouterr().out
+    assert "250 GB × $0.2/GB-month ÷ 730 h = $0.0685/h" in out
+    assert "within 14.6 h" in out
+
+
+def test_plan_command_json(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", "--disk-gb", "250", "--storage-price", "0.20", "--rebuild-cost", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)["stop_or_destroy"]
+    assert report["stopped_per_hour"] == 0.0685 and report["stop_beats_destroy_within_hours"] == 14.6
+
+
+def test_plan_without_numbers_names_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--disk-gb", "250"])
+    assert done.value.code == 10
+    assert "--storage-price" in capsys.readouterr().err
+
+
+def test_plan_refuses_a_negative_disk(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--disk-gb", "-5", "--storage-price", "0.2"])
+    assert done.value.code == 2
+    assert "--disk-gb" in capsys.readouterr().err

@@ -1,0 +1,307 @@
+"""Ending the bill: the providers' state answers, the retry helper, confirmation, and ON_EXIT/ON_FAILURE.
+
+The provider here is a scripted in-memory instance; tests/integration/test_release.py drives the
+same code over HTTP against local provider APIs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint import providers, release, settings
+from entrypoint.errors import ReleaseError
+from entrypoint.providers import InstanceState, Observed, ProviderHttpError, RetryPolicy
+from entrypoint.settings import ExitAction
+from entrypoint.state import Phase, RunState
+
+RUNNING = Observed(InstanceState.RUNNING, "running")
+STOPPED = Observed(InstanceState.STOPPED, "stopped")
+GONE = Observed(InstanceState.GONE, "not found (HTTP 404)")
+
+
+class Clock:
+    """Time that moves only when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def policy(self, **overrides: Any) -> RetryPolicy:
+        return RetryPolicy(sleep=self.sleep, clock=lambda: self.now, **overrides)
+
+
+class ScriptedInstance:
+    """An instance whose answers are scripted: each call pops the next outcome (an exception is raised)."""
+
+    label = "Test instance 7"
+    key_name = "TEST_API_KEY"
+
+    def __init__(self, reads: list[Any], actions: list[Any] | None = None) -> None:
+        self.reads = reads
+        self.actions = actions if actions is not None else [None]
+        self.log: list[str] = []
+
+    def _next(self, queue: list[Any], name: str) -> Any:
+        self.log.append(name)
+        outcome = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def stop(self) -> None:
+        self._next(self.actions, "stop")
+
+    def destroy(self) -> None:
+        self._next(self.actions, "destroy")
+
+    def observe(self) -> Observed:
+        return self._next(self.reads, "observe")
+
+
+def http(status: int | None, retry_after: float | None = None) -> ProviderHttpError:
+    return ProviderHttpError("calling the test API", status, "scripted", retry_after)
+
+
+# -- the providers' answers ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "state"),
+    [
+        ({"instances": {"actual_status": "running", "intended_status": "running", "cur_state": "running"}}, "running"),
+        ({"instances": {"actual_status": "loading", "intended_status": "running", "cur_state": "running"}}, "running"),
+        ({"instances": {"actual_status": "running", "intended_status": "stopped", "cur_state": "running"}}, "stopped"),
+        ({"instances": {"actual_status": "stopped", "intended_status": "stopped", "cur_state": "stopped"}}, "stopped"),
+        ({"instances": {"actual_status": "exited", "intended_status": "running", "cur_state": "unloaded"}}, "gone"),
+        ({"instances": [{"actual_status": "running", "cur_state": "running"}]}, "running"),
+        ({"instances": None}, "gone"),
+        ({"instances": {}}, "gone"),
+        (None, "gone"),
+    ],
+)
+def test_vast_state(body: Any, state: str) -> None:
+    assert providers.vast_state(body).state == state
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [("RUNNING", "running"), ("EXITED", "stopped"), ("TERMINATED", "gone"), (None, "running")],
+)
+def test_runpod_state(status: str | None, state: str) -> None:
+    assert providers.runpod_state({"id": "p1", "desiredStatus": status}).state == state
+
+
+# -- the retry helper ------------------------------------------------------------------------
+def test_backoff_doubles_and_is_capped() -> None:
+    assert RetryPolicy(attempts=7, first_wait=1, max_wait=16).waits() == [1, 2, 4, 8, 16, 16]
+
+
+def test_retryable_failures_are_retried_until_an_answer() -> None:
+    clock = Clock()
+    answers: list[Any] = [http(500), http(None), http(503), "ok"]
+
+    def call() -> str:
+        outcome = answers.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert providers.with_retries(call, "test", clock.policy()) == "ok"
+    assert clock.slept == [1.0, 2.0, 4.0]
+
+
+def test_retry_after_wins_and_is_capped() -> None:
+    clock = Clock()
+    answers: list[Any] = [http(429, retry_after=0), http(503, retry_after=600), "ok"]
+
+    def call() -> str:
+        outcome = answers.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    providers.with_retries(call, "test", clock.policy(max_wait=16))
+    assert clock.slept == [0, 16]
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409])
+def test_refusals_are_not_retried(status: int) -> None:
+    clock = Clock()
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        raise http(status)
+
+    with pytest.raises(ProviderHttpError):
+        providers.with_retries(call, "test", clock.policy())
+    assert len(calls) == 1 and clock.slept == []
+
+
+def test_retries_end_after_the_attempts() -> None:
+    clock = Clock()
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        raise http(500)
+
+    with pytest.raises(ProviderHttpError):
+        providers.with_retries(call, "test", clock.policy(attempts=4))
+    assert len(calls) == 4 and clock.slept == [1, 2, 4]
+
+
+# -- act, then confirm -----------------------------------------------------------------------
+def test_destroy_is_confirmed_by_reading_the_instance_back() -> None:
+    instance = ScriptedInstance(reads=[RUNNING, RUNNING, RUNNING, GONE])
+    clock = Clock()
+
+    seen = providers.end_bill(instance, ExitAction.DESTROY, clock.policy())
+
+    assert seen.state is InstanceState.GONE
+    assert instance.log == ["observe", "destroy", "observe", "observe", "observe"]
+    assert clock.slept == [0.5, 1.0]
+
+
+def test_stop_is_confirmed_by_stopped_or_gone() -> None:
+    for final in (STOPPED, GONE):
+        instance = ScriptedInstance(reads=[RUNNING, final])
+        assert providers.end_bill(instance, ExitAction.STOP, Clock().policy()) == final
+        assert "stop" in instance.log and "destroy" not in instance.log
+
+
+def test_a_stopped_instance_is_not_a_confirmed_destroy() -> None:
+    clock = Clock()
+    instance = ScriptedInstance(reads=[RUNNING, STOPPED])
+
+    with pytest.raises(ReleaseError, match="NOT have ended"):
+        providers.end_bill(instance, ExitAction.DESTROY, clock.policy(confirm_for=30))
+    assert clock.now <= 30
+
+
+def test_a_refused_action_is_a_release_error_at_once() -> None:
+    clock = Clock()
+    instance = ScriptedInstance(reads=[RUNNING], actions=[http(403)])
+
+    with pytest.raises(ReleaseError) as raised:
+        providers.end_bill(instance, ExitAction.DESTROY, clock.policy())
+
+    assert raised.value.exit_code == 90
+    assert "refused TEST_API_KEY" in str(raised.value) and "console" in str(raised.value)
+    assert instance.log == ["observe", "destroy"] and clock.slept == []
+
+
+def test_an_unknown_instance_is_never_taken_for_a_destroyed_one() -> None:
+    """Gone before we asked: a wrong id or key scope, while this machine bills on."""
+    instance = ScriptedInstance(reads=[GONE])
+
+    with pytest.raises(ReleaseError, match="does not know"):
+        providers.end_bill(instance, ExitAction.DESTROY, Clock().policy())
+    assert instance.log == ["observe"]
+
+
+def test_a_404_on_a_retried_destroy_means_the_first_one_landed() -> None:
+    instance = ScriptedInstance(reads=[RUNNING, GONE], actions=[http(502), http(404)])
+
+    assert providers.end_bill(instance, ExitAction.DESTROY, Clock().policy()) == GONE
+    assert instance.log.count("destroy") == 2
+
+
+def test_an_unreachable_provider_fails_after_the_retries() -> None:
+    clock = Clock()
+    instance = ScriptedInstance(reads=[http(None)])
+
+    with pytest.raises(ReleaseError, match="may still be billing"):
+        providers.end_bill(instance, ExitAction.STOP, clock.policy(attempts=3))
+    assert clock.slept == [1, 2]
+
+
+def test_instance_for_needs_an_instance() -> None:
+    with pytest.raises(ReleaseError):
+        providers.instance_for(settings.ProviderAccess(provider=settings.Provider.NONE))
+
+
+# -- ON_EXIT / ON_FAILURE --------------------------------------------------------------------
+def make_settings(tmp_path: Path, **env: str) -> settings.Settings:
+    return settings.from_env({"WORKDIR": str(tmp_path), "GPUS": "cpu", "PROVIDER": "none", **env}, options={})
+
+
+def finished_state(config: settings.Settings, code: int = 0) -> RunState:
+    state = RunState(config.run_dir, config.run_name)
+    state.finish(Phase.DONE if code == 0 else Phase.FAILED, code, "success" if code == 0 else "training_failed")
+    return state
+
+
+def test_failed_runs_use_on_failure(tmp_path: Path) -> None:
+    config = make_settings(
+        tmp_path,
+        PROVIDER="runpod",
+        RUNPOD_POD_ID="p1",
+        RUNPOD_API_KEY="k" * 20,
+        ON_EXIT="destroy",
+        ON_FAILURE="stop",
+        OUTPUT_REPO="acme/out",
+    )
+    assert release.action_for(config, failed=False) is ExitAction.DESTROY
+    assert release.action_for(config, failed=True) is ExitAction.STOP
+
+
+def test_exit_publishes_and_calls_no_provider(tmp_path: Path) -> None:
+    config = make_settings(tmp_path)
+    state = finished_state(config)
+    published: list[dict[str, Any]] = []
+
+    code = release.end_of_job(config, state, failed=False, publish=lambda: published.append(state.snapshot()))
+
+    assert code is None
+    assert len(published) == 1 and published[0]["release"] == {
+        "action": "exit",
+        "provider": "none",
+        "instance": None,
+        "status": "not_requested",
+    }
+
+
+def test_exit_on_a_provider_warns_that_the_bill_runs_on(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = make_settings(tmp_path, PROVIDER="vast", CONTAINER_ID="9", CONTAINER_API_KEY="k" * 20)
+    with caplog.at_level(logging.WARNING, logger="trainbox"):
+        release.end_of_job(config, finished_state(config), failed=False, publish=lambda: True)
+    assert "keeps billing" in caplog.text
+
+
+@pytest.mark.parametrize("failing", [lambda: False, lambda: (_ for _ in ()).throw(OSError("hub down"))])
+def test_a_failed_publish_never_blocks_the_exit(tmp_path: Path, failing: Callable[[], Any]) -> None:
+    config = make_settings(tmp_path)
+    assert release.end_of_job(config, finished_state(config), failed=False, publish=failing) is None
+
+
+def test_check_access_is_skipped_when_nothing_will_be_released(tmp_path: Path) -> None:
+    assert release.check_access(make_settings(tmp_path)) is None
+
+
+def test_release_needs_a_provider(tmp_path: Path) -> None:
+    config = make_settings(tmp_path)
+    release.require_provider(config.provider, ExitAction.EXIT)
+    with pytest.raises(settings.ConfigError, match="no provider"):
+        release.require_provider(config.provider, ExitAction.DESTROY)
+
+
+def test_record_in_state_file(tmp_path: Path) -> None:
+    assert not release.record_in_state_file(tmp_path, {"status": "confirmed"})
+    (tmp_path / "trainbox.json").write_text('{"phase": "done", "release": {"action": "stop"}}')
+    assert release.record_in_state_file(tmp_path, {"status": "confirmed"})
+    data = (tmp_path / "trainbox.json").read_text()
+    assert '"action": "stop"' in data and '"status": "confirmed"' in data and '"phase": "done"' in data
+
+
+@pytest.mark.parametrize("name", ["VAST_API_URL", "RUNPOD_API_URL"])
+def test_a_provider_api_url_must_be_http(tmp_path: Path, name: str) -> None:
+    with pytest.raises(settings.ConfigError, match=name):
+        make_settings(tmp_path, **{name: "console.vast.ai"})
