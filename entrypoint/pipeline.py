@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, preflight, release, resume, sync, training
+from . import cost, dataset, monitor, preflight, profiling, release, resume, sync, training
 from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .log import logger
@@ -46,6 +46,7 @@ class Job:
         self.uploader: sync.Uploader | None = None
         self.hub: Hub | None = None
         self.already_complete = False
+        self.dashboard: monitor.Monitor | None = None
         self._status_mtime = 0
         self._stop: AgentError | None = None
         self._finishing = False
@@ -178,6 +179,9 @@ class Job:
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, point: resume.ResumePoint | None
     ) -> None:
         args = resume.resume_args(self.settings.run_args, point) if point is not None else self.settings.run_args
+        verdict = profiling.profile(self.settings, data.data_yaml, gpu_indices)
+        if verdict is not None:
+            self.state.update(profile=verdict)
         command = training.build_command(
             args,
             data_yaml=data.data_yaml,
@@ -186,9 +190,13 @@ class Job:
             device=training.device_arg(gpu_indices),
         )
         self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
-        self.trainer = training.TrainingProcess(command, self.settings.env)
-        self.state.update(training={"pid": self.trainer.pid})
-        code = self.trainer.wait(poll=self._watch_training)
+        try:
+            self.trainer = training.TrainingProcess(command, self.settings.env)
+            self.state.update(training={"pid": self.trainer.pid})
+            code = self.trainer.wait(poll=self._watch_training)
+        finally:
+            if self.dashboard is not None:
+                self.dashboard.stop()
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
@@ -221,6 +229,8 @@ class Job:
             status = json.loads(status_path.read_text())
         except (OSError, ValueError):
             return
+        if self.settings.monitor and self.dashboard is None:
+            self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         done = resume.epochs_done(self.settings.run_dir)
         if done is not None:
             self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})

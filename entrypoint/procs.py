@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from .log import logger, redact
 
@@ -43,14 +44,16 @@ def descendants(pid: int) -> list[int]:
 class Child:
     """A child process in its own session, with its output piped to us."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], output: IO[bytes] | int = subprocess.PIPE
+    ) -> None:
         logger.info("+ %s", redact(shlex.join(argv)))
         self.process = subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )

@@ -125,6 +125,7 @@ class Settings:
     provider: ProviderAccess
     price_per_hour: float | None
     monitor: bool
+    monitor_host: str
     profile: bool
     env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
 
@@ -191,6 +192,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         provider=_provider(env),
         price_per_hour=_price(env.get("PRICE_PER_HOUR")),
         monitor=_flag(env, "MONITOR"),
+        monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
         env=child_env(env),
     )

@@ -67,3 +67,17 @@ def test_fixed_batch_must_divide_by_the_gpus() -> None:
 def test_device_argument() -> None:
     assert training.device_arg(None) == "cpu"
     assert training.device_arg((0, 1, 2)) == "0,1,2"
+
+
+def test_profile_command_follows_run_args(tmp_path: Path) -> None:
+    from entrypoint import profiling, settings
+
+    config = settings.from_env(
+        {"WORKDIR": str(tmp_path), "PROFILE": "1", "RUN_ARGS": "model=LibreYOLO9s.pt imgsz=640 batch=-1 workers=8"}
+    )
+    argv = profiling.profile_command(config, tmp_path / "data.yaml", device=2)
+    assert argv[1:4] == ["profile", "run", str(tmp_path / "data.yaml")]
+    joined = " ".join(argv)
+    assert "--weights LibreYOLO9s.pt --size s" in joined
+    assert "--batch -1" in joined and "--imgsz 640" in joined and "--workers 8" in joined
+    assert "--device 2" in joined and argv[-1] == "--json"
