@@ -1,30 +1,57 @@
 """Dataset stage: get the data onto the volume, find its data.yaml, and have libreyolo check it.
 
 Sources: the bundled demo (generated), a local folder holding a data.yaml, a local tar, or a
-Hugging Face dataset repo holding the dataset as one tar.
+Hugging Face dataset repo holding the dataset as one tar (``dataset_hub``).
+
+A tar is extracted by ``extract`` (checked member by member) into a staging folder beside its
+final one; the folder is renamed into place once extraction and ``libreyolo doctor`` succeeded,
+and a marker written only then lets a restart on the same volume skip the work.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
+import shutil
 import subprocess
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import demo
-from .errors import AmbiguousDataYamlError, DatasetInvalidError, DatasetNotFoundError, DataYamlNotFoundError
+from . import demo, extract
+from .errors import (
+    AmbiguousDataYamlError,
+    DatasetInvalidError,
+    DatasetNotFoundError,
+    DataYamlNotFoundError,
+    DiskSpaceError,
+)
 from .log import logger
+from .run_args import RunArgs
 from .settings import DatasetKind, Settings
-from .state import write_json_atomic
+from .state import now_iso, write_json_atomic
 from .training import libreyolo_executable
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
+READY_MARKER = ".trainbox-ready.json"
+GB = 1e9
+# The guide's sizing rule: data + checkpoints + about 30 %.
+DISK_MARGIN = 1.3
+# Unpacked size per packed byte, before extraction tells: images barely compress.
+_UNPACKED_PER_BYTE = {"tar": 1.0, "gz": 1.5}
+# One checkpoint (model, EMA, optimizer) by model size letter, in MB; measured: YOLO9-t 35, YOLO9-s 119.
+_CHECKPOINT_MB = {"n": 35, "t": 35, "s": 120, "m": 330, "c": 450, "l": 450, "x": 950, "e": 950}
+_UNKNOWN_CHECKPOINT_MB = 450
+_DEFAULT_MODEL = "yolox-s"  # libreyolo train's default
+_DEFAULT_EPOCHS, _DEFAULT_SAVE_PERIOD = 300, 10
 
 
 @dataclass(frozen=True)
@@ -33,6 +60,7 @@ class PreparedDataset:
     root: Path
     description: str
     revision: str | None = None  # the resolved commit sha of a Hub dataset
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds by step, when work was done
 
 
 def data_dir(settings: Settings) -> Path:
@@ -57,13 +85,18 @@ def prepare(settings: Settings) -> PreparedDataset:
         resolved = write_resolved_yaml(source_yaml, data_dir(settings) / "local" / _path_key(root) / "data.yaml")
         doctor(resolved, imgsz=_imgsz(settings), fingerprint=_folder_fingerprint(root, source_yaml))
         return PreparedDataset(data_yaml=resolved, root=root, description=str(root))
+    if settings.dataset_kind is DatasetKind.LOCAL_TAR:
+        return _prepare_local_tar(settings)
     from . import dataset_hub
 
     return dataset_hub.prepare(settings)
 
 
-def locate_data_yaml(root: Path, wanted: str | None) -> Path:
-    """``DATA_YAML`` (relative to the root) or the only data.yaml in the tree."""
+def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] | None = None) -> Path:
+    """``DATA_YAML`` (relative to the root) or the only data.yaml in the tree.
+
+    ``candidates`` (relative paths, e.g. noted while extracting) saves walking a large tree.
+    """
     if wanted is not None:
         candidate = (root / wanted).resolve()
         if not candidate.is_relative_to(root.resolve()) or not candidate.is_file():
@@ -71,7 +104,10 @@ def locate_data_yaml(root: Path, wanted: str | None) -> Path:
                 f"DATA_YAML={wanted} is not a file in the dataset", "give a path relative to its root"
             )
         return candidate
-    found = sorted(path for path in root.rglob("*.yaml") if path.name in {"data.yaml", "dataset.yaml"})
+    if candidates is not None:
+        found = sorted(root / name for name in candidates)
+    else:
+        found = sorted(path for path in root.rglob("*.yaml") if path.name in {"data.yaml", "dataset.yaml"})
     if not found:
         raise DataYamlNotFoundError(f"no data.yaml in {root}", "add one (YOLO format), or set DATA_YAML")
     if len(found) > 1:
@@ -104,6 +140,7 @@ def write_resolved_yaml(source: Path, target: Path) -> Path:
 def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
     """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed."""
     marker = data_yaml.parent / _DOCTOR_MARKER
+    fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
     try:
         cached = json.loads(marker.read_text())
         if cached.get("fingerprint") == fingerprint:
@@ -159,3 +196,217 @@ def _folder_fingerprint(root: Path, data_yaml: Path) -> str:
             stat = os.stat(os.path.join(folder, name))
             digest.update(f"{folder}/{name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+# -- disk ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DiskNeed:
+    """What a dataset and its run need on WORKDIR's disk, in bytes, by the guide's sizing rule."""
+
+    archive: int  # the tar still to be written (0 when it is already on disk)
+    extracted: int  # estimate
+    checkpoints: int  # estimate
+
+    @property
+    def required(self) -> int:
+        return math.ceil((self.archive + self.extracted + self.checkpoints) * DISK_MARGIN)
+
+    @property
+    def recommended_gb(self) -> int:
+        return max(1, math.ceil(self.required / GB))
+
+    def breakdown(self) -> str:
+        return (
+            f"tar {self.archive / GB:.1f} GB + extracted ≈{self.extracted / GB:.1f} GB"
+            f" + checkpoints ≈{self.checkpoints / GB:.1f} GB, +{DISK_MARGIN - 1:.0%}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "archive_bytes": self.archive,
+            "extracted_bytes_estimate": self.extracted,
+            "checkpoint_bytes_estimate": self.checkpoints,
+            "margin": DISK_MARGIN,
+            "required_bytes": self.required,
+            "recommended_disk_gb": self.recommended_gb,
+        }
+
+
+def unpacked_estimate(archive_name: str, archive_bytes: int) -> int:
+    kind = "gz" if archive_name.endswith((".gz", ".tgz")) else "tar"
+    return math.ceil(archive_bytes * _UNPACKED_PER_BYTE[kind])
+
+
+def checkpoint_estimate(args: RunArgs) -> int:
+    """Bytes of the checkpoints a run keeps: last.pt, best.pt, one epoch_N.pt per save_period, upload copies."""
+    model = args.get("model") or _DEFAULT_MODEL
+    stem = Path(model).name.lower().removesuffix(".pt").removesuffix(".yaml")
+    letter = stem[-1:] if "yolo" in stem or "detr" in stem else ""
+    each = _CHECKPOINT_MB.get(letter, _UNKNOWN_CHECKPOINT_MB) * 1e6
+    epochs = _int_arg(args, "epochs", _DEFAULT_EPOCHS)
+    period = _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
+    kept = 2 + (epochs // period if period > 0 else 0) + 3  # + copies staged for upload
+    return math.ceil(each * kept)
+
+
+def _int_arg(args: RunArgs, key: str, default: int) -> int:
+    try:
+        return int(args.get(key) or default)
+    except ValueError:
+        return default
+
+
+def free_bytes(path: Path) -> int:
+    """Free space for us on the filesystem holding ``path`` (or its nearest existing parent)."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_disk(workdir: Path, need: DiskNeed) -> int:
+    """Stop before downloading when WORKDIR's disk is too small; return its free bytes."""
+    free = free_bytes(workdir)
+    if free < need.required:
+        raise DiskSpaceError(
+            f"WORKDIR has {free / GB:.1f} GB free, this dataset and run need {need.required / GB:.1f} GB"
+            f" ({need.breakdown()})",
+            f"rent a disk of at least {need.recommended_gb} GB, or free space in {workdir}",
+        )
+    return free
+
+
+# -- extracted archives, cached on the volume ---------------------------------------------------
+Fill = Callable[[Path], extract.ExtractReport]
+
+
+def read_ready_marker(entry: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The marker of a complete entry for exactly this archive, or None."""
+    try:
+        marker = json.loads((entry / READY_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if marker.get("identity") != identity or not (entry / "tree").is_dir():
+        return None
+    return marker
+
+
+def install_archive(
+    settings: Settings, entry: Path, identity: dict[str, Any], fill: Fill, description: str
+) -> tuple[PreparedDataset, dict[str, Any]]:
+    """Extract an archive into ``entry/tree`` through a staging folder; check it; mark it ready.
+
+    ``fill(folder)`` extracts into ``folder`` (which must not exist yet). Nothing is left behind
+    on failure; ``entry`` appears only once the data passed the check.
+    """
+    staging = entry.with_name(f".{entry.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt that was cut short
+    shutil.rmtree(entry, ignore_errors=True)  # present without its marker: incomplete
+    staging.mkdir(parents=True)
+    try:
+        started = time.monotonic()
+        report = fill(staging / "tree")
+        timings = {"transfer": round(time.monotonic() - started, 3)}
+        logger.info(
+            "dataset: %d files, %.2f GB extracted in %.1f s", report.files, report.bytes / GB, timings["transfer"]
+        )
+        started = time.monotonic()
+        _checked_yaml(settings, staging, report.data_yamls, identity)
+        timings["check"] = round(time.monotonic() - started, 3)
+        os.rename(staging, entry)
+    except BaseException as error:
+        if not isinstance(error, extract.STOP_REQUESTS):
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    prepared = _checked_yaml(settings, entry, report.data_yamls, identity, description)
+    marker = {
+        "identity": identity,
+        "files": report.files,
+        "bytes": report.bytes,
+        "data_yamls": report.data_yamls,
+        "created_at": now_iso(),
+    }
+    write_json_atomic(entry / READY_MARKER, marker)
+    return replace(prepared, timings=timings), marker
+
+
+def use_ready_archive(settings: Settings, entry: Path, marker: dict[str, Any], description: str) -> PreparedDataset:
+    return _checked_yaml(settings, entry, marker.get("data_yamls"), marker["identity"], description)
+
+
+def _checked_yaml(
+    settings: Settings,
+    entry: Path,
+    data_yamls: Sequence[str] | None,
+    identity: dict[str, Any],
+    description: str = "",
+) -> PreparedDataset:
+    root = entry / "tree"
+    source = locate_data_yaml(root, settings.data_yaml, data_yamls)
+    resolved = write_resolved_yaml(source, entry / "data.yaml")
+    chosen = source.relative_to(root).as_posix()
+    fingerprint = hashlib.sha256(json.dumps([identity, chosen], sort_keys=True).encode()).hexdigest()
+    doctor(resolved, imgsz=_imgsz(settings), fingerprint=fingerprint)
+    return PreparedDataset(data_yaml=resolved, root=root, description=description)
+
+
+def _prepare_local_tar(settings: Settings) -> PreparedDataset:
+    assert settings.dataset_repo is not None
+    tar = Path(settings.dataset_repo)
+    try:
+        info = tar.stat()
+    except OSError:
+        raise DatasetNotFoundError(f"dataset tar {tar} does not exist", "fix DATASET_REPO") from None
+    identity = {"source": "local_tar", "path": str(tar), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    entry = data_dir(settings) / "local" / f"{_path_key(tar)}-{_safe_name(tar.name)}"
+    marker = read_ready_marker(entry, identity)
+    if marker is not None:
+        logger.info("dataset: %s already extracted (%d files), not repeated", tar.name, marker.get("files", 0))
+        return use_ready_archive(settings, entry, marker, str(tar))
+    need = DiskNeed(0, unpacked_estimate(tar.name, info.st_size), checkpoint_estimate(settings.run_args))
+    free = check_disk(settings.workdir, need)
+    logger.info("dataset: extracting %s (%.2f GB)", tar, info.st_size / GB)
+
+    def fill(folder: Path) -> extract.ExtractReport:
+        return extract.extract(extract.read_file(tar), folder, max_bytes=free - need.checkpoints)
+
+    prepared, _ = install_archive(settings, entry, identity, fill, str(tar))
+    return prepared
+
+
+def _safe_name(name: str) -> str:
+    """A file-system-friendly form of a name from elsewhere (repo ids, file names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:80] or "x"
+
+
+# -- `trainbox plan`: the disk to rent ---------------------------------------------------------------
+def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """The disk WORKDIR needs for this job (JSON fields, text lines): from the tar's size, on the Hub
+    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep."""
+    checkpoints = checkpoint_estimate(settings.run_args)
+    kind = settings.dataset_kind
+    if kind is DatasetKind.HUB:
+        from . import dataset_hub
+
+        remote = dataset_hub.remote_archive(settings)
+        size = remote.size or 0
+        need = DiskNeed(size, unpacked_estimate(remote.path, size), checkpoints)
+        source = f"{settings.dataset_repo}:{remote.path} at {remote.revision[:12]}"
+    elif kind is DatasetKind.LOCAL_TAR:
+        assert settings.dataset_repo is not None
+        size = Path(settings.dataset_repo).stat().st_size
+        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, size), checkpoints)
+        source = settings.dataset_repo
+    else:  # a local folder is already in place; the demo is a few MB
+        need = DiskNeed(0, 0, checkpoints)
+        source = settings.dataset_repo or "the bundled demo"
+    args = settings.run_args
+    model = args.get("model") or _DEFAULT_MODEL
+    epochs, period = _int_arg(args, "epochs", _DEFAULT_EPOCHS), _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
+    fields = {"dataset": source, "model": model, "epochs": epochs, "save_period": period, **need.as_dict()}
+    lines = [
+        f"disk: {need.breakdown()} = {need.required / GB:.1f} GB",
+        f"  dataset {source}; checkpoints of {model}, {epochs} epochs, one kept every {period}",
+        f"  rent at least {need.recommended_gb} GB for WORKDIR (a disk cannot shrink later, and bills while stopped)",
+    ]
+    return fields, lines

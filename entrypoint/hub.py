@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +19,17 @@ from typing import Any, TypeVar
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-from .errors import AccessError, AgentError, SyncError
+from .errors import (
+    AccessError,
+    AgentError,
+    CorruptArchiveError,
+    DatasetAccessError,
+    DatasetError,
+    DatasetNotFoundError,
+    NoArchiveError,
+    RevisionNotFoundError,
+    SyncError,
+)
 from .log import logger
 
 T = TypeVar("T")
@@ -217,6 +227,13 @@ class Hub:
         )
         return Path(path)
 
+    def remote_ids(self, repo_id: str) -> dict[str, str]:
+        """``path → id`` of a model repo's files: sha256 for LFS files, the git blob id for others."""
+        return {
+            entry.path: entry.lfs.sha256 if getattr(entry, "lfs", None) else entry.blob_id
+            for entry in self.list_files(repo_id)
+        }
+
     def list_files(self, repo_id: str, revision: str | None = None) -> list[Any]:
         """The files of a model repo (``RepoFile`` entries with size and LFS sha256)."""
         return with_retries(
@@ -235,4 +252,217 @@ def agent_error(error: BaseException) -> AgentError | None:
         return error
     if isinstance(error, (HfHubHTTPError, *NETWORK_ERRORS)):
         return SyncError(f"the Hub failed: {_describe(error)}", "check the network and HF_ENDPOINT")
+    return None
+
+
+# == Dataset repos: the read side of the dataset stage ======================================
+# Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
+# (resuming with Range after a dropped connection) or, for xet-backed files, via hf_hub_download.
+DATASET = "dataset"
+STREAM_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a dataset repo at a pinned commit."""
+
+    repo_id: str
+    path: str
+    revision: str  # commit sha
+    size: int | None
+    etag: str | None  # sha256 for LFS/xet files, git blob sha1 for regular ones
+    xet: bool  # stored on xet (the plain stream is not used for it)
+    url: str
+
+
+def dataset_revision(hub: Hub, repo_id: str, revision: str, *, sleep: Callable[[float], None] = time.sleep) -> str:
+    """The commit sha that ``revision`` (branch, tag or sha) of dataset ``repo_id`` points at."""
+    with _DatasetErrors(hub, repo_id, revision):
+        info = with_retries(
+            lambda: hub.api.dataset_info(repo_id, revision=revision),
+            f"reading dataset {repo_id}@{revision}",
+            sleep=sleep,
+        )
+    if not info.sha:
+        raise RevisionNotFoundError(f"the Hub gave no commit for {repo_id}@{revision}", "set DATASET_REVISION")
+    return info.sha
+
+
+def dataset_root_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
+    """Path → size of the files at the root of the dataset repo at commit ``sha``."""
+    from huggingface_hub.hf_api import RepoFile
+
+    with _DatasetErrors(hub, repo_id, sha):
+        entries = with_retries(
+            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=False)),
+            f"listing dataset {repo_id}",
+        )
+    return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
+
+
+def dataset_file(hub: Hub, repo_id: str, path: str, sha: str) -> RemoteFile:
+    """Size, ETag and storage of one file (a HEAD request; nothing is downloaded)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, path, repo_type=DATASET, revision=sha, endpoint=hub.endpoint)
+    with _DatasetErrors(hub, repo_id, sha, path):
+        meta = with_retries(
+            lambda: get_hf_file_metadata(url, token=hub.token or False, endpoint=hub.endpoint),
+            f"reading {path} of {repo_id}",
+        )
+    return RemoteFile(
+        repo_id=repo_id,
+        path=path,
+        revision=sha,
+        size=meta.size,
+        etag=meta.etag,
+        xet=meta.xet_file_data is not None and _xet_enabled(),
+        url=url,
+    )
+
+
+def stream_dataset_file(
+    hub: Hub, remote: RemoteFile, start: int = 0, *, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[bytes]:
+    """The bytes of ``remote`` from offset ``start``, as they arrive.
+
+    A dropped connection or a retryable status is retried with ``Range`` from the last byte
+    received: at once after progress, with capped exponential backoff when nothing arrives.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers(token=hub.token or False)
+    headers["Accept-Encoding"] = "identity"  # the bytes of the file, not a re-compressed body
+    offset, failures, wait = start, 0, BASE_WAIT
+    while remote.size is None or offset < remote.size:
+        progressed = False
+        try:
+            with _DatasetErrors(hub, remote.repo_id, remote.revision, remote.path):
+                wanted = {**headers, "Range": f"bytes={offset}-"} if offset else headers
+                # Redirects (LFS → CDN) are followed; httpx drops the Authorization header when the host changes.
+                with get_session().stream(
+                    "GET", remote.url, headers=wanted, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT, follow_redirects=True
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        hf_raise_for_status(response)
+                    # A server that ignores Range sends the whole file again: skip what we already have.
+                    skip = offset if offset and response.status_code == 200 else 0
+                    for chunk in response.iter_bytes():
+                        if skip:
+                            cut, skip = min(skip, len(chunk)), max(0, skip - len(chunk))
+                            chunk = chunk[cut:]
+                        if chunk:
+                            offset += len(chunk)
+                            progressed = True
+                            yield chunk
+            if remote.size is None:
+                return
+            if offset < remote.size:
+                raise ConnectionError(f"the Hub closed the download at byte {offset} of {remote.size}")
+        except Exception as error:
+            failures = 0 if progressed else failures + 1
+            wait = BASE_WAIT if progressed else wait
+            if not is_retryable(error) or failures >= STREAM_ATTEMPTS:
+                if isinstance(error, AgentError):
+                    raise
+                raise DatasetError(
+                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {_describe(error)}",
+                    "check the network; the next start resumes from the bytes already on disk",
+                ) from None
+            if not progressed:
+                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, _describe(error), wait)
+                sleep(wait)
+                wait = min(MAX_WAIT, wait * 2)
+            else:
+                logger.warning("download of %s: %s; resuming at byte %d", remote.path, _describe(error), offset)
+    if remote.size is not None and offset > remote.size:
+        raise CorruptArchiveError(
+            f"the Hub sent {offset} bytes of {remote.path}, expected {remote.size}", "try again later"
+        )
+
+
+def download_dataset_file(hub: Hub, remote: RemoteFile, local_dir: Path) -> Path:
+    """``remote`` into ``local_dir`` with hf_hub_download (xet-aware; its own progress bar and retries)."""
+    with _DatasetErrors(hub, remote.repo_id, remote.revision, remote.path):
+        path = with_retries(
+            lambda: hub.api.hf_hub_download(
+                remote.repo_id, remote.path, repo_type=DATASET, revision=remote.revision, local_dir=str(local_dir)
+            ),
+            f"downloading {remote.path} from {remote.repo_id}",
+        )
+    return Path(path)
+
+
+def _xet_enabled() -> bool:
+    """What hf_hub_download decides: xet when hf_xet is installed and not disabled."""
+    import importlib.util
+
+    from huggingface_hub import constants
+
+    return not constants.HF_HUB_DISABLE_XET and importlib.util.find_spec("hf_xet") is not None
+
+
+class _DatasetErrors:
+    """Turn huggingface_hub's errors about a dataset repo into the agent's dataset errors."""
+
+    def __init__(self, hub: Hub, repo_id: str, revision: str, path: str | None = None) -> None:
+        self.hub, self.repo_id, self.revision, self.path = hub, repo_id, revision, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> bool:
+        if error is None or not isinstance(error, Exception) or isinstance(error, AgentError):
+            return False
+        mapped = dataset_error(error, self.repo_id, self.revision, path=self.path, token=bool(self.hub.token))
+        if mapped is None:
+            return False
+        raise mapped from None
+
+
+def dataset_error(
+    error: BaseException, repo_id: str, revision: str, *, path: str | None = None, token: bool
+) -> AgentError | None:
+    """The agent's error for a failed read of dataset ``repo_id`` (None: not a Hub answer)."""
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError
+    from huggingface_hub.errors import RevisionNotFoundError as HubRevisionNotFoundError
+
+    status = status_of(error)
+    server_says = str(getattr(getattr(error, "response", None), "headers", {}).get("X-Error-Message") or "")
+    if status == 401 and "invalid credentials" in server_says.lower():
+        return DatasetAccessError(
+            f"the Hub refused HF_TOKEN while reading dataset {repo_id}: invalid or expired",
+            "set HF_TOKEN to a valid token with read access (huggingface.co/settings/tokens)",
+        )
+    if isinstance(error, GatedRepoError):
+        return DatasetAccessError(
+            f"dataset {repo_id} is gated and HF_TOKEN's account has not been granted access",
+            "accept its conditions on the Hub with that account, or use another HF_TOKEN",
+        )
+    if isinstance(error, RepositoryNotFoundError):
+        if not token:
+            return DatasetAccessError(
+                f"dataset {repo_id} is private or does not exist, and HF_TOKEN is not set",
+                "set HF_TOKEN to a token that can read it, or check DATASET_REPO (org/name of a dataset repo)",
+            )
+        return DatasetNotFoundError(
+            f"dataset repo {repo_id} not found (or HF_TOKEN's account cannot see it)",
+            "check DATASET_REPO: org/name of a dataset repo (not a model repo), readable with HF_TOKEN",
+        )
+    if isinstance(error, HubRevisionNotFoundError):
+        return RevisionNotFoundError(
+            f"revision {revision!r} not found in dataset {repo_id}",
+            "set DATASET_REVISION to a branch, tag or commit of that repo (default: main)",
+        )
+    if isinstance(error, EntryNotFoundError):
+        return NoArchiveError(
+            f"{path or 'the file'} is not in dataset {repo_id} at {revision[:12]}",
+            "set DATASET_FILE to a file of the repo, e.g. data.tar",
+        )
+    if status in (401, 403):
+        return DatasetAccessError(
+            f"the Hub refused access to dataset {repo_id} (HTTP {status})", "check that HF_TOKEN may read it"
+        )
     return None

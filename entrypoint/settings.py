@@ -170,6 +170,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
     workdir = Path(env.get("WORKDIR", DEFAULT_WORKDIR)).expanduser()
     if not workdir.is_absolute():
         workdir = Path.cwd() / workdir
+    hf_home = Path(env.get("HF_HOME", str(workdir / ".cache" / "huggingface")))
     on_exit = _choice(env, "ON_EXIT", ExitAction, ExitAction.EXIT)
     settings = Settings(
         hf_token=hf_token,
@@ -183,7 +184,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         run_args=effective,
         gpus=parse_gpus(env.get("GPUS", "all")),
         workdir=workdir,
-        hf_home=Path(env.get("HF_HOME", str(workdir / ".cache" / "huggingface"))),
+        hf_home=hf_home,
         run_name=_run_name(env, dataset_repo, output_repo, user_args),
         max_runtime=_optional_duration(env, "MAX_RUNTIME", None),
         stall_timeout=_optional_duration(env, "STALL_TIMEOUT", DEFAULT_STALL_TIMEOUT),
@@ -194,7 +195,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         monitor=_flag(env, "MONITOR"),
         monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
-        env=child_env(env),
+        env=child_env(env) | {"HF_HOME": str(hf_home)},
     )
     if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
         raise ConfigError(
