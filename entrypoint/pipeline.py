@@ -95,10 +95,9 @@ class Job:
         try:
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
-            gpus = preflight.check_gpus(self.settings)
+            gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
             if gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
-            self.state.update(gpus=gpus.details)
             release.check_access(self.settings)  # a wrong instance id or key fails now, not at the end
             self._connect_hub()
 
