@@ -1,0 +1,92 @@
+# Trainbox: the training agent on an official PyTorch CUDA runtime image.
+#
+#   docker build -t trainbox .                                   # CUDA 12.6: NVIDIA driver >= 560 (>= 525
+#                                                                # through CUDA minor-version compatibility)
+#   docker build --build-arg BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime -t trainbox:cu130 .
+#                                                                # CUDA 13.0: driver >= 580; Blackwell GPUs need it
+#   docker build --build-arg LIBREYOLO_EXTRAS=rfdetr,lora -t trainbox:rfdetr-lora .
+#
+# Builds with BuildKit and with the legacy builder alike: no `# syntax=` line, no heredocs, no RUN --mount.
+# The base's torch and torchvision are kept as they are: pip is constrained to them, and the build fails if
+# they changed anyway (a CPU wheel or another CUDA build swapped in would only fail on the GPU, at run time).
+
+ARG BASE_IMAGE=pytorch/pytorch:2.14.1-cuda12.6-cudnn9-runtime
+FROM ${BASE_IMAGE}
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    TINI_SUBREAPER=1 \
+    MONITOR_HOST=0.0.0.0
+
+# tini: PID 1 that forwards SIGTERM (preemption) to the agent and reaps the training's children.
+# libgl1, libglib2.0-0: OpenCV's system libraries (libreyolo needs opencv-python, not the headless build).
+# Versions come from the base's distribution release; pinning them would break every other base.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini libgl1 libglib2.0-0 \
+ && rm -rf /var/lib/apt/lists/*
+
+# The base's torch/torchvision, as pip constraints: every later pip install (ours, and a user's in a derived
+# image or a shell) fails with ResolutionImpossible instead of replacing them.
+RUN mkdir -p /etc/trainbox \
+ && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /etc/trainbox/base-torch.txt \
+ && if [ "$(wc -l < /etc/trainbox/base-torch.txt)" != 2 ]; then \
+      echo "BASE_IMAGE must carry torch and torchvision (a pytorch/pytorch runtime image)" >&2; exit 1; \
+    fi
+ENV PIP_CONSTRAINT=/etc/trainbox/base-torch.txt
+
+# Dependencies before the code, so a code change rebuilds one small layer. Only pyproject.toml is needed here:
+# its build requirements and dependencies, plus libreyolo's extras for this variant. `pip check` reports
+# conflicts without failing: a base's own packages may already disagree with one another.
+COPY pyproject.toml /opt/trainbox/
+ARG LIBREYOLO_EXTRAS=""
+RUN python3 -c 'import tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]))' > /opt/trainbox/requirements.txt \
+ && if [ -n "$LIBREYOLO_EXTRAS" ]; then echo "libreyolo[$LIBREYOLO_EXTRAS]" >> /opt/trainbox/requirements.txt; fi \
+ && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -r /opt/trainbox/requirements.txt \
+ && if ! python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort | cmp -s - /etc/trainbox/base-torch.txt; then \
+      echo "pip replaced the base image's torch/torchvision" >&2; exit 1; \
+    fi \
+ && { python3 -m pip check || true; }
+
+COPY README.md /opt/trainbox/
+COPY entrypoint /opt/trainbox/entrypoint
+# pip refuses a base whose Python is outside the project's requires-python. Smoke test: the agent, torch,
+# torchvision's compiled ops and libreyolo import, and the console script is on PATH.
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isolation /opt/trainbox \
+ && python3 -c "import torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" \
+ && trainbox --version
+
+# The persistent volume: data, runs, the Hugging Face cache and downloaded weights all live under it.
+WORKDIR /workspace
+# `libreyolo monitor` (MONITOR=1); it listens on all of the container's interfaces (MONITOR_HOST above), so
+# publish it to the host's loopback only: -p 127.0.0.1:8420:8420.
+EXPOSE 8420
+
+# Unhealthy once the agent's own state (trainbox.json) says the run failed, stalled or timed out.
+HEALTHCHECK --interval=1m --timeout=30s --start-period=5m --retries=2 \
+  CMD ["python3", "-c", "import json, subprocess, sys; s = subprocess.run(['trainbox', 'status', '--json'], capture_output=True); sys.exit(s.returncode or json.loads(s.stdout)['phase'] in ('failed', 'stalled', 'timed_out'))"]
+
+ENTRYPOINT ["tini", "--", "trainbox"]
+CMD ["run"]
+
+# Last, so that new values (every commit) do not invalidate the layers above.
+ARG BASE_IMAGE
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=https://github.com/libreyolo/trainbox
+LABEL org.opencontainers.image.title="trainbox" \
+      org.opencontainers.image.description="Turns a rented GPU into a finished LibreYOLO model, then stops the bill." \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      trainbox.libreyolo-extras="${LIBREYOLO_EXTRAS}"

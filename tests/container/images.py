@@ -1,0 +1,102 @@
+"""The Docker engine and the images the container tests (and bench/image_layers.py) run.
+
+The project image is built once per content: its tag is a hash of everything the build reads (Dockerfile,
+.dockerignore, pyproject.toml, README.md, entrypoint/) and of the base image's id, so an unchanged tree reuses
+it and a changed one rebuilds only the layers after the change (Docker's layer cache).
+
+The base is ``TRAINBOX_TEST_BASE_IMAGE`` where a registry is reachable (e.g. the real PyTorch image on GitHub
+Actions), else the stand-in built by ``standin_base.py`` (no registry needed; built once, then reused).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.container import standin_base
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_NAME = "trainbox-test"
+# What the build context holds (see .dockerignore), and the Dockerfile itself.
+BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
+BUILD_TIMEOUT = 1800
+
+Unavailable = standin_base.StandinUnavailable
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def docker(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``docker ARGS``, output captured as text."""
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+@functools.cache
+def engine_unavailable() -> str | None:
+    """Why no container can run here, or None."""
+    if shutil.which("docker") is None:
+        return "no docker CLI (bash .ci/docker.sh installs the engine)"
+    try:
+        info = docker("info", "--format", "{{.ServerVersion}}", timeout=60)
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 60 s"
+    if info.returncode != 0:
+        last = (info.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"no Docker engine answers ({last}); bash .ci/docker.sh starts one"
+    return None
+
+
+def image_id(tag: str) -> str | None:
+    found = docker("image", "inspect", "--format", "{{.Id}}", tag)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def base_image() -> str:
+    """The image the Dockerfile builds on; raises ``Unavailable`` where none can be had."""
+    named = os.environ.get("TRAINBOX_TEST_BASE_IMAGE")
+    if not named:
+        return standin_base.ensure()
+    if image_id(named) is None:
+        pulled = docker("pull", named, timeout=BUILD_TIMEOUT)
+        if pulled.returncode != 0:
+            raise BuildError(f"cannot pull {named}: {pulled.stderr.strip()[-500:]}")
+    return named
+
+
+def build_inputs_digest(base_id: str) -> str:
+    digest = hashlib.sha256(base_id.encode())
+    files = [REPO / name for name in BUILD_INPUTS]
+    files += sorted(p for p in (REPO / "entrypoint").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in files:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def project_image(base: str, log: Path) -> str:
+    """The project's image on ``base``, built from the working tree unless this exact content was built before."""
+    base_id = image_id(base)
+    if base_id is None:
+        raise BuildError(f"no image {base}")
+    tag = f"{IMAGE_NAME}:{build_inputs_digest(base_id)}"
+    if image_id(tag) is None:
+        argv = ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test", "-t", tag]
+        with log.open("w") as out:
+            built = subprocess.run([*argv, str(REPO)], stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
+        if built.returncode != 0:
+            raise BuildError(f"docker build failed ({built.returncode}):\n{log.read_text()[-4000:]}")
+        remove_older_builds(keep=tag)
+    return tag
+
+
+def remove_older_builds(keep: str) -> None:
+    """Untag earlier builds, so repeated runs on one machine do not fill its disk (shared layers stay)."""
+    listed = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_NAME)
+    for tag in listed.stdout.split():
+        if tag != keep:
+            docker("image", "rm", tag)  # refused while a container uses it: fine, next time
