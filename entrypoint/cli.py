@@ -17,9 +17,13 @@ from .settings import DEFAULT_WORKDIR, Settings
 from .state import STATE_FILE, read_state
 
 
-def load_settings() -> Settings:
+def load_settings(*, quiet_transfers: bool = False) -> Settings:
+    """Settings from the environment. ``quiet_transfers``: the uploader works beside training, where
+    huggingface_hub's progress bars would only interleave with the training log (and JSON logs)."""
     from . import settings
 
+    if quiet_transfers:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     loaded = settings.from_env(os.environ)
     # huggingface_hub reads HF_HOME when it is imported: point it at the volume first.
     os.environ.setdefault("HF_HOME", str(loaded.hf_home))
@@ -40,7 +44,7 @@ def run() -> None:
     """The whole job: preflight, dataset, training with live upload, release."""
     from . import pipeline
 
-    code = pipeline.run(load_settings())
+    code = pipeline.run(load_settings(quiet_transfers=True))
     sys.exit(code)
 
 
@@ -85,10 +89,11 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     import signal
     import threading
 
+    settings = load_settings(quiet_transfers=True)
+
     from . import sync
     from .hub import Hub
 
-    settings = load_settings()
     if settings.output_repo is None:
         raise ConfigError("OUTPUT_REPO is not set", "set OUTPUT_REPO=org/name")
     run_dir = run_dir.resolve()
@@ -156,13 +161,19 @@ def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float
 
     report: dict[str, Any] = {}
     lines: list[str] = []
-    # Disk sizing from the dataset (--dataset: recommended --disk-gb from the tar's size) goes here,
-    # before the stop-vs-destroy arithmetic, which then uses the recommended size when --disk-gb is absent.
-    if disk_gb is None or storage_price is None:
-        raise ConfigError(
-            "plan needs --disk-gb and --storage-price",
-            "e.g. trainbox plan --disk-gb 250 --storage-price 0.20 --rebuild-cost 1.00",
-        )
+    if disk_gb is None or os.environ.get("DATASET_REPO"):
+        # The disk this job needs, from the dataset tar's size on the Hub (nothing is downloaded).
+        from . import dataset
+
+        disk, disk_lines = dataset.disk_report(load_settings())
+        report["disk"] = disk
+        lines += disk_lines
+        if disk_gb is None:
+            disk_gb = float(disk["recommended_disk_gb"])
+    if storage_price is None:
+        lines.append("add --storage-price ($/GB-month) to see when stopping beats destroying")
+        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
+        return
     stop_or_destroy = cost.StopOrDestroy(disk_gb=disk_gb, storage_price=storage_price, rebuild_cost=rebuild_cost)
     report["stop_or_destroy"] = stop_or_destroy.as_dict()
     lines += stop_or_destroy.lines()

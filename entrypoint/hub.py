@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,7 +124,7 @@ def _describe(error: BaseException) -> str:
 class Hub:
     """One authenticated client. ``token`` is the secret value; it never leaves this object."""
 
-    token: str | None
+    token: str | None = field(repr=False)
     endpoint: str | None = None
 
     @property
@@ -349,7 +349,7 @@ def stream_dataset_file(
                         hf_raise_for_status(response)
                     # A server that ignores Range sends the whole file again: skip what we already have.
                     skip = offset if offset and response.status_code == 200 else 0
-                    for chunk in response.iter_bytes():
+                    for chunk in response.iter_bytes():  # as received: a reset loses no byte already here
                         if skip:
                             cut, skip = min(skip, len(chunk)), max(0, skip - len(chunk))
                             chunk = chunk[cut:]

@@ -49,6 +49,16 @@ def redact_bytes(data: bytes) -> bytes:
     return data
 
 
+def contains_secret(data: bytes) -> bool:
+    with _secrets_lock:
+        return any(secret.encode() in data for secret in _secrets)
+
+
+def longest_secret() -> int:
+    with _secrets_lock:
+        return max((len(secret.encode()) for secret in _secrets), default=0)
+
+
 class _RedactingFormatter(logging.Formatter):
     def __init__(self, json_lines: bool) -> None:
         super().__init__()

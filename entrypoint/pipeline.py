@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -48,6 +49,7 @@ class Job:
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
         self._status_mtime = 0
+        self._progress_lock = threading.Lock()
         self._stop: AgentError | None = None
         self._finishing = False
 
@@ -141,9 +143,11 @@ class Job:
         remote = resume.remote_state(self.hub, repo, self._scratch())
         resume.check_same_run(remote, self.settings.run_name, repo)
         self.state.adopt_history(remote)
-        self.uploader = sync.Uploader(self.hub, repo, self.settings.run_dir, self._work_dir() / "sync")
+        self.uploader = sync.Uploader(
+            self.hub, repo, self.settings.run_dir, self._work_dir() / "sync", before_snapshot=self._report_progress
+        )
         self.uploader.start()
-        self.state.on_save(self.uploader.notify)
+        self.state.on_phase(self.uploader.notify)
         logger.info("sync: every epoch of this run goes to %s", repo)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.attempts)
@@ -210,6 +214,8 @@ class Job:
             self._stop_trainer()
             raise self._stop
         self._report_progress()
+        if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / "status.json").exists():
+            self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         limit = self.settings.stall_timeout
         if limit and time.monotonic() - self._last_progress() > limit:
             self.request_stop(
@@ -220,16 +226,15 @@ class Job:
         """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
         counts only this invocation's epochs after a resume)."""
         status_path = self.settings.run_dir / "status.json"
-        try:
-            mtime = status_path.stat().st_mtime_ns
-            if mtime == self._status_mtime:
+        with self._progress_lock:  # called by the training loop and by the uploader's thread
+            try:
+                mtime = status_path.stat().st_mtime_ns
+                if mtime == self._status_mtime:
+                    return
+                self._status_mtime = mtime
+                status = json.loads(status_path.read_text())
+            except (OSError, ValueError):
                 return
-            self._status_mtime = mtime
-            status = json.loads(status_path.read_text())
-        except (OSError, ValueError):
-            return
-        if self.settings.monitor and self.dashboard is None:
-            self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         done = resume.epochs_done(self.settings.run_dir)
         if done is not None:
             self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})

@@ -16,6 +16,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ class RunState:
         self.path = run_dir / STATE_FILE
         self._lock = threading.Lock()
         self._phase_started = time.monotonic()
-        self._listeners: list[Any] = []
+        self._listeners: list[Callable[[], None]] = []
         self.previous = previous  # the file as the last attempt left it
         attempts = list((previous or {}).get("attempts", [])) + _lost_attempt(previous)
         self._data: dict[str, Any] = {
@@ -152,8 +153,9 @@ class RunState:
         with self._lock:
             return copy.deepcopy(self._data)
 
-    def on_save(self, listener: Any) -> None:
-        """Call ``listener()`` after each save (the uploader uses it to notice new state)."""
+    def on_phase(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after each change of phase (the uploader publishes those at once;
+        other updates travel with the next epoch boundary)."""
         self._listeners.append(listener)
 
     @property
@@ -181,6 +183,7 @@ class RunState:
                 self._data["phases"][phase.value] = {"started_at": now_iso(), "seconds": None}
                 self._phase_started = time.monotonic()
         self.save()
+        self._phase_changed()
 
     def update(self, **fields: Any) -> None:
         with self._lock:
@@ -209,11 +212,14 @@ class RunState:
                 }
             )
         self.save()
+        self._phase_changed()
 
     def save(self) -> None:
         with self._lock:
             self._data["updated_at"] = now_iso()
             write_json_atomic(self.path, self._data)
+
+    def _phase_changed(self) -> None:
         for listener in self._listeners:
             listener()
 

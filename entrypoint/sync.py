@@ -33,7 +33,7 @@ from watchdog.observers import Observer
 from . import checkpoint
 from .errors import AgentError, SyncError
 from .hub import Hub
-from .log import logger, redact_bytes
+from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
 
 BOUNDARY_FILE = "status.json"
@@ -159,6 +159,7 @@ class Uploader:
         budget: CommitBudget | None = None,
         poll_interval: float = POLL_INTERVAL,
         on_commit: Callable[[str, list[str]], None] | None = None,
+        before_snapshot: Callable[[], None] | None = None,
     ) -> None:
         self.hub = hub
         self.repo_id = repo_id
@@ -168,6 +169,9 @@ class Uploader:
         self.budget = budget or CommitBudget(recent=self.ledger.commit_times)
         self.poll_interval = poll_interval
         self.on_commit = on_commit
+        # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
+        self.before_snapshot = before_snapshot
+        self._in_flight: set[int] = set()  # ids of the staged files a commit is reading now
         self._seen: dict[str, _Signature] = {}
         self._pending: dict[str, StagedFile] = {}
         self._lock = threading.Lock()
@@ -266,6 +270,11 @@ class Uploader:
 
     def snapshot(self) -> list[str]:
         """Stage every file changed since the last snapshot; return their relative paths."""
+        if self.before_snapshot is not None:
+            try:
+                self.before_snapshot()
+            except Exception as error:  # the hook is a courtesy; the snapshot matters
+                logger.debug("sync: before-snapshot hook failed: %s", error)
         with self._snapshot_lock:
             seen_at = time.monotonic()
             with contextlib.suppress(OSError):
@@ -288,7 +297,8 @@ class Uploader:
                 with self._lock:
                     for item in staged:
                         replaced = self._pending.get(item.relative)
-                        if replaced is not None:
+                        # A copy a commit is reading stays; the committer removes it afterwards.
+                        if replaced is not None and id(replaced) not in self._in_flight:
                             with contextlib.suppress(OSError):
                                 replaced.path.unlink()
                         self._pending[item.relative] = item
@@ -301,14 +311,20 @@ class Uploader:
         digest = hashlib.sha256()
         git = hashlib.sha1()
         is_checkpoint = path.suffix == ".pt"
+        holds_secret = False
         try:
             with path.open("rb") as source, target.open("wb") as copy:
                 if is_checkpoint:
                     git.update(b"blob %d\0" % signature.size)
+                    # A binary cannot be scrubbed without breaking it: look for secrets while copying
+                    # (chunks overlap by a secret's length, so none hides across a boundary).
+                    overlap, tail = max(0, longest_secret() - 1), b""
                     while chunk := source.read(_COPY_CHUNK):
                         digest.update(chunk)
                         git.update(chunk)
                         copy.write(chunk)
+                        holds_secret = holds_secret or contains_secret(tail + chunk)
+                        tail = chunk[-overlap:] if overlap else b""
                 else:
                     data = redact_bytes(source.read())  # text files may echo a secret
                     digest.update(data)
@@ -325,8 +341,9 @@ class Uploader:
             return None
         if is_checkpoint:
             try:
+                if holds_secret:
+                    raise checkpoint.InvalidCheckpoint("it contains a secret value")
                 checkpoint.inspect(target)
-                _refuse_secrets(target)
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
                 self.refused.append(relative)
@@ -372,6 +389,7 @@ class Uploader:
     def _commit_pending(self, *, final: bool, deadline: float | None) -> bool:
         with self._lock:
             batch = list(self._pending.values())
+            self._in_flight = {id(item) for item in batch}
             boundary_at = self._boundary_seen_at
             self._boundary_seen_at = None
         if not batch:
@@ -380,21 +398,17 @@ class Uploader:
         message = f"{'Final state' if final else 'Epoch boundary'}: {', '.join(names[:6])}"
         if len(names) > 6:
             message += f" and {len(names) - 6} more"
+        sha: str | None = None
         try:
             sha = self.hub.commit(
                 self.repo_id, [(item.relative, item.path) for item in batch], message, deadline=deadline
             )
-        except AgentError as error:
-            self.last_error = str(error)
-            logger.warning("sync: %s (kept for the next try)", error)
-            with self._lock:
-                self._boundary_seen_at = self._boundary_seen_at or boundary_at
-            return False
-        except Exception as error:
-            self.last_error = f"{type(error).__name__}: {error}"
+        except Exception as error:  # kept pending: the next try carries it, with anything newer
+            self.last_error = str(error) if isinstance(error, AgentError) else f"{type(error).__name__}: {error}"
             logger.warning("sync: commit failed: %s (kept for the next try)", self.last_error)
-            with self._lock:
-                self._boundary_seen_at = self._boundary_seen_at or boundary_at
+        finally:
+            self._settle(batch, committed=sha is not None, boundary_at=boundary_at)
+        if sha is None:
             return False
         self.budget.spend()
         self.ledger.record(batch, sha)
@@ -402,17 +416,24 @@ class Uploader:
         self.last_error = None
         if boundary_at is not None:
             self.latencies.append(time.monotonic() - boundary_at)
-        with self._lock:
-            for item in batch:
-                # A newer copy staged meanwhile stays pending; this one is done.
-                if self._pending.get(item.relative) is item:
-                    del self._pending[item.relative]
-                with contextlib.suppress(OSError):
-                    item.path.unlink()
         logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), self.repo_id, sha[:8])
         if self.on_commit is not None:
             self.on_commit(sha, names)
         return True
+
+    def _settle(self, batch: list[StagedFile], *, committed: bool, boundary_at: float | None) -> None:
+        """After a commit attempt: drop what it delivered and the copies superseded meanwhile."""
+        with self._lock:
+            self._in_flight = set()
+            if not committed:
+                self._boundary_seen_at = self._boundary_seen_at or boundary_at
+            for item in batch:
+                current = self._pending.get(item.relative) is item
+                if current and committed:
+                    del self._pending[item.relative]
+                if committed or not current:
+                    with contextlib.suppress(OSError):
+                        item.path.unlink()
 
     def _check_ledger(self) -> None:
         """Trust the ledger only if the Hub is still where we left it; else relearn it from the Hub."""
@@ -452,13 +473,6 @@ def training_finished(run_dir: Path) -> bool:
         except PermissionError:
             pass
     return False
-
-
-def _refuse_secrets(path: Path) -> None:
-    """A binary cannot be scrubbed without breaking it: refuse one that holds a secret."""
-    data = path.read_bytes()
-    if redact_bytes(data) != data:
-        raise checkpoint.InvalidCheckpoint("it contains a secret value")
 
 
 def sync_error(uploader: Uploader) -> SyncError:

@@ -1,0 +1,305 @@
+"""Benchmark: getting a dataset tar from the Hub onto the volume, the guide's way and Trainbox's way.
+
+A tar of about 1 GiB holding about 20k small files (JPEG-valid images padded with random bytes,
+and their label files) is served by the local Hub (tests/hubserver.py) on loopback. Measured in
+one run, each as a separate process, in rounds (so background load hits every measure alike):
+
+  a  guide      hf_hub_download, then tarfile.extractall (LibreYOLO's "Training on a rented GPU")
+  b  download   hf_hub_download alone
+  c  extract    tarfile.extractall alone, from the local file
+  d  curl|tar   curl … | tar -x: streaming, the practical limit
+  e  fetch      `trainbox fetch`, cold: until the data is extracted and verified (libreyolo doctor,
+                which `fetch` runs next, is reported apart: it is not part of the transfer)
+  f  warm       `trainbox fetch` again on the same volume (bytes of the tar downloaded: must be 0)
+
+Goals: e ≤ 0.5 × a; stretch e ≤ 1.5 × d; f ≤ 2 s with no bytes downloaded; the agent's own peak
+RSS ≤ 150 MB. Writes bench/results/dataset.json and prints a Markdown table for docs/benchmarks.md.
+Run from the repository root: ``python bench/dataset.py [--rounds 5] [--files 20000] [--mib 1024]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test Hub lives in tests/
+
+from tests.hubserver import HubServer  # noqa: E402
+
+TOKEN = "hf_bench_dataset_token_0123456789"
+REPO = "bench/dataset"
+NAME = "bench.tar"
+SETTLE_S = 1.0  # after cleaning up and syncing, so the previous measure's writeback does not land on the next
+
+GUIDE = """\
+import sys, tarfile
+from huggingface_hub import hf_hub_download
+path = hf_hub_download(sys.argv[1], sys.argv[2], repo_type="dataset")
+if len(sys.argv) > 3:
+    with tarfile.open(path) as archive:
+        archive.extractall(sys.argv[3])
+"""
+EXTRACT = """\
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as archive:
+    archive.extractall(sys.argv[2])
+"""
+
+
+# -- the dataset ------------------------------------------------------------------------------------
+def tiny_jpeg() -> bytes:
+    """A valid 8x8 baseline JPEG (grey), made once with Pillow (a libreyolo dependency)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (120, 120, 120)).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def padded_jpeg(base: bytes, size: int) -> bytes:
+    """``base`` with APP15 segments of random bytes after SOI: a valid JPEG of ``size`` bytes."""
+    parts, room = [base[:2]], size - len(base)
+    while room > 4:
+        length = min(room - 4, 65531)
+        parts.append(b"\xff\xef" + struct.pack(">H", length + 2) + os.urandom(length))
+        room -= length + 4
+    parts.append(base[2:])
+    return b"".join(parts)
+
+
+def make_tar(path: Path, files: int, total_bytes: int) -> None:
+    images = files // 2
+    image_size = max(1024, (total_bytes - files * 1024) // images)
+    base = tiny_jpeg()
+
+    def add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+        member = tarfile.TarInfo(name)
+        member.size, member.mode, member.mtime = len(data), 0o644, 1_700_000_000
+        archive.addfile(member, io.BytesIO(data))
+
+    tmp = path.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as archive:
+        add(archive, "bench/data.yaml", b"train: images/train\nval: images/val\nnames:\n  0: box\n")
+        for index in range(images):
+            split = "val" if index % 5 == 0 else "train"
+            add(archive, f"bench/images/{split}/{index:06d}.jpg", padded_jpeg(base, image_size))
+            box = f"0 {0.2 + (index % 7) / 10:.3f} 0.5 0.2 0.3\n".encode()
+            add(archive, f"bench/labels/{split}/{index:06d}.txt", box)
+    tmp.rename(path)
+
+
+# -- measuring --------------------------------------------------------------------------------------
+def settle(*paths: Path) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+    os.sync()
+    time.sleep(SETTLE_S)
+
+
+class PeakRss(threading.Thread):
+    """The peak resident memory (VmHWM) of one process, read from /proc until it exits."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_kb = pid, 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.02)
+
+    def stop(self) -> float:
+        self._done.set()
+        self.join()
+        return self.peak_kb / 1024
+
+
+def timed(argv: list[str], env: dict[str, str], *, shell: bool = False) -> tuple[float, str, float]:
+    """Run a child; (wall seconds, stdout, peak RSS MB of the child itself)."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        argv if not shell else argv[0], env=env, shell=shell, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    rss = PeakRss(process.pid)
+    rss.start()
+    out, err = process.communicate()
+    wall = time.monotonic() - started
+    peak = rss.stop()
+    if process.returncode != 0:
+        raise RuntimeError(f"{argv[0] if shell else ' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
+    return wall, out, peak
+
+
+def one_round(hub: HubServer, tar: Path, scratch: Path, env: dict[str, str]) -> dict[str, Any]:
+    python = sys.executable
+    out, hf_home, work = scratch / "out", scratch / "hf", scratch / "work"
+    guide_env = {**env, "HF_HOME": str(hf_home)}
+    row: dict[str, Any] = {}
+
+    settle(out, hf_home)
+    row["a_guide_s"], _, _ = timed([python, "-c", GUIDE, REPO, NAME, str(out)], guide_env)
+    settle(out, hf_home)
+    row["b_download_s"], _, _ = timed([python, "-c", GUIDE, REPO, NAME], guide_env)
+    settle(out)
+    row["c_extract_s"], _, _ = timed([python, "-c", EXTRACT, str(tar), str(out)], env)
+    settle(out, hf_home)
+    out.mkdir()
+    url = f"{hub.url}/datasets/{REPO}/resolve/main/{NAME}"
+    curl = f"curl -sSf -H 'authorization: Bearer {TOKEN}' '{url}' | tar -x -C '{out}'"
+    row["d_curl_tar_s"], _, _ = timed([curl], env, shell=True)
+    settle(out, work)
+
+    fetch_env = {**env, "WORKDIR": str(work), "DATASET_REPO": REPO, "RUN_ARGS": "imgsz=640"}
+    hub.reset_log()
+    wall, stdout, peak = timed([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+    seconds = json.loads(stdout)["seconds"]
+    row["e_fetch_s"] = wall - seconds["check"]  # start of the process → data extracted and verified
+    row["e_fetch_total_s"] = wall
+    row["e_doctor_s"] = seconds["check"]
+    row["e_agent_peak_rss_mb"] = peak
+    row["e_downloaded_bytes"] = hub.bytes_served("/resolve/")
+    hub.reset_log()
+    row["f_warm_s"], _, _ = timed([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+    row["f_downloaded_bytes"] = hub.bytes_served("/resolve/")
+    settle(work)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--files", type=int, default=20_000, help="files in the tar (half images, half labels)")
+    parser.add_argument("--mib", type=int, default=1024, help="tar size in MiB")
+    parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir); e.g. /dev/shm for RAM")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dataset.json", help="results file")
+    args = parser.parse_args(argv)
+    if shutil.which("curl") is None or shutil.which("tar") is None:
+        parser.error("needs curl and tar on PATH")
+
+    scratch = Path(tempfile.mkdtemp(prefix="trainbox-bench-", dir=args.scratch))
+    try:
+        tar = scratch / NAME
+        print(f"building a {args.mib} MiB tar of {args.files} files…", file=sys.stderr)
+        make_tar(tar, args.files, args.mib * 1024 * 1024)
+        with HubServer(scratch / "hub") as hub:
+            hub.add_token(TOKEN, REPO.split("/")[0], "write")
+            hub.create_repo(REPO, repo_type="dataset")
+            hub.upload_file(REPO, NAME, tar, repo_type="dataset")
+            env = {
+                **os.environ,
+                "HF_ENDPOINT": hub.url,
+                "HF_HUB_DISABLE_XET": "1",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_TOKEN": TOKEN,
+                "GPUS": "cpu",
+                "PYTHONPATH": str(ROOT),
+            }
+            load_before = os.getloadavg()[0]
+            rounds = []
+            for index in range(args.rounds):
+                print(f"round {index + 1}/{args.rounds}…", file=sys.stderr)
+                rounds.append(one_round(hub, tar, scratch, env))
+            load_after = os.getloadavg()[0]
+        report = summarize(rounds, args, tar.stat().st_size, (load_before, load_after))
+        report["filesystem"] = filesystem(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    return 0
+
+
+def filesystem(path: Path) -> str:
+    """The type of the filesystem holding ``path`` (ext4, tmpfs, …), from /proc/mounts."""
+    best, kind = "", "unknown"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and str(path).startswith(fields[1]) and len(fields[1]) > len(best):
+            best, kind = fields[1], fields[2]
+    return kind
+
+
+def summarize(rounds: list[dict[str, Any]], args: argparse.Namespace, size: int, load: tuple[float, float]) -> dict:
+    median = {key: statistics.median(row[key] for row in rounds) for key in rounds[0]}
+    best = {key: min(row[key] for row in rounds) for key in rounds[0]}
+    ratios = {
+        "e_over_a": median["e_fetch_s"] / median["a_guide_s"],
+        "e_over_d": median["e_fetch_s"] / median["d_curl_tar_s"],
+    }
+    goals = {
+        "e <= 0.5 a": ratios["e_over_a"] <= 0.5,
+        "e <= 1.5 d (stretch)": ratios["e_over_d"] <= 1.5,
+        "f <= 2 s, 0 bytes": median["f_warm_s"] <= 2.0 and max(row["f_downloaded_bytes"] for row in rounds) == 0,
+        "agent RSS <= 150 MB": max(row["e_agent_peak_rss_mb"] for row in rounds) <= 150,
+    }
+    return {
+        "benchmark": "dataset",
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "load_average_1m": {"before": round(load[0], 2), "after": round(load[1], 2)},
+        "tar": {"bytes": size, "files": args.files},
+        "rounds": [{key: round(value, 3) for key, value in row.items()} for row in rounds],
+        "median": {key: round(value, 3) for key, value in median.items()},
+        "best": {key: round(value, 3) for key, value in best.items()},
+        "ratios": {key: round(value, 3) for key, value in ratios.items()},
+        "goals": goals,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    median, best = report["median"], report["best"]
+    rows = [
+        ("a  guide: hf_hub_download, then extractall", "a_guide_s", ""),
+        ("b  download only (hf_hub_download)", "b_download_s", ""),
+        ("c  extraction only (tarfile, local file)", "c_extract_s", ""),
+        ("d  curl … \\| tar -x", "d_curl_tar_s", ""),
+        ("e  `trainbox fetch`, cold (to data ready)", "e_fetch_s", "≤ 0.5 × a; stretch ≤ 1.5 × d"),
+        ("f  `trainbox fetch`, warm", "f_warm_s", "≤ 2 s, 0 bytes"),
+        ("   libreyolo doctor, after e", "e_doctor_s", ""),
+    ]
+    lines = ["| measure | median | best | goal |", "|---|---|---|---|"]
+    lines += [f"| {label} | {median[key]:.2f} s | {best[key]:.2f} s | {goal} |" for label, key, goal in rows]
+    ratios, goals = report["ratios"], report["goals"]
+    lines += [
+        "",
+        f"e / a = {ratios['e_over_a']:.2f}, e / d = {ratios['e_over_d']:.2f}; warm fetch downloaded "
+        f"{max(row['f_downloaded_bytes'] for row in report['rounds'])} bytes of the tar; the agent's peak RSS "
+        f"{max(row['e_agent_peak_rss_mb'] for row in report['rounds']):.0f} MB.",
+        "Goals: " + ", ".join(f"{name}: {'met' if met else 'NOT met'}" for name, met in goals.items()) + ".",
+        f"{report['date']}, {report['machine']}, on {report.get('filesystem', '?')}, "
+        f"{report['tar']['bytes'] / 2**30:.2f} GiB tar of "
+        f"{report['tar']['files']} files, {len(report['rounds'])} rounds, 1-minute load average "
+        f"{report['load_average_1m']['before']} → {report['load_average_1m']['after']}.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

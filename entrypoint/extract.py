@@ -1,0 +1,543 @@
+"""Safe, streaming tar extraction: bytes in (as they arrive), a checked folder out.
+
+The archive comes from someone else: every member is checked before anything is written. Refused:
+absolute names, ``..``, members inside a symlink, symlinks whose target leaves the folder,
+hardlinks to anything but a regular file already extracted, device files, FIFOs, sparse and
+unknown member types. setuid/setgid/sticky bits and group/other write bits are dropped; owners are
+never set. The extracted total is capped (disk space, gzip bombs). A failure removes the folder,
+so a refused archive leaves nothing behind (a stop request leaves it to the next start).
+
+Members are parsed from a forward-only stream (``tarfile`` only parses the headers), so the
+archive is never held in memory or re-read, and extraction runs while the download is still
+going; file contents are written by a few threads while the next headers are parsed.
+``tarfile``'s extraction filters (Python ≥ 3.11.4) are not used: Debian bookworm ships 3.11.2.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import shutil
+import stat
+import tarfile
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import (
+    CorruptArchiveError,
+    DatasetError,
+    DeadlineError,
+    DiskSpaceError,
+    PreemptedError,
+    StallError,
+    UnsafeArchiveError,
+    UserInterruptError,
+)
+
+GZIP_MAGIC = b"\x1f\x8b"
+_OUT_CHUNK = 1 << 20  # bound on one piece of gunzipped output (a gzip bomb never sits in memory)
+_REGULAR_TYPES = frozenset({tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE})
+_DATA_YAML_NAMES = frozenset({"data.yaml", "dataset.yaml"})
+# Files up to this size are handed to writer threads; bigger ones are streamed to disk from here.
+_SMALL_FILE = 8 << 20
+_PENDING_BYTES = 32 << 20  # file contents waiting for a writer thread: the memory this may take
+_WRITERS = max(1, min(4, os.cpu_count() or 1))
+GB = 1e9
+# A stop request (preemption, Ctrl-C, deadline) must not spend its short grace period deleting a
+# half-extracted folder: it is left as it is, and the next start removes it before extracting again.
+STOP_REQUESTS = (KeyboardInterrupt, PreemptedError, UserInterruptError, DeadlineError, StallError)
+
+
+@dataclass
+class ExtractReport:
+    files: int = 0
+    directories: int = 0
+    links: int = 0
+    bytes: int = 0  # content bytes of the regular files
+    data_yamls: list[str] = field(default_factory=list)  # data.yaml/dataset.yaml paths, relative to the root
+
+
+class ChunkReader:
+    """A forward-only file object over an iterator of byte chunks (what ``tarfile`` needs: read, seek, tell)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buf = memoryview(b"")
+        self._at = 0  # read position inside _buf
+        self._pos = 0  # absolute position of the stream
+
+    def _fill(self) -> bool:
+        for chunk in self._chunks:
+            if chunk:
+                self._buf, self._at = memoryview(chunk), 0
+                return True
+        return False
+
+    def pieces(self, size: int) -> Iterator[memoryview]:
+        """The next ``size`` bytes as views on the chunks (no copy); fewer at the end of the stream."""
+        while size > 0:
+            if self._at >= len(self._buf) and not self._fill():
+                return
+            piece = self._buf[self._at : self._at + size]
+            self._at += len(piece)
+            self._pos += len(piece)
+            size -= len(piece)
+            yield piece
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return b"".join(bytes(piece) for piece in self.pieces(1 << 62))
+        if self._at + size <= len(self._buf):  # the common case: a header inside the current chunk
+            data = self._buf[self._at : self._at + size].tobytes()
+            self._at += size
+            self._pos += size
+            return data
+        return b"".join(bytes(piece) for piece in self.pieces(size))
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        target = offset if whence == os.SEEK_SET else self._pos + offset
+        if whence not in (os.SEEK_SET, os.SEEK_CUR) or target < self._pos:
+            raise OSError("a streamed archive can only be read forward")
+        for _ in self.pieces(target - self._pos):
+            pass
+        return self._pos
+
+    def seekable(self) -> bool:
+        return False
+
+
+def gunzip_if_needed(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Pass a tar through; decompress it on the fly when it starts like gzip."""
+    source = iter(chunks)
+    head = b""
+    for chunk in source:
+        head += chunk
+        if len(head) >= len(GZIP_MAGIC):
+            break
+    if not head.startswith(GZIP_MAGIC):
+        if head:
+            yield head
+        yield from source
+        return
+    yield from _gunzip(head, source)
+
+
+def _gunzip(head: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
+    decompressor = zlib.decompressobj(wbits=31)
+    pending = head
+    try:
+        while True:
+            while pending:
+                out = decompressor.decompress(pending, _OUT_CHUNK)
+                if out:
+                    yield out
+                if decompressor.eof:
+                    # Another gzip member may follow (concatenated files); zero padding may too.
+                    pending = decompressor.unused_data
+                    if not pending.strip(b"\0"):
+                        pending = b""
+                        break
+                    decompressor = zlib.decompressobj(wbits=31)
+                else:
+                    pending = decompressor.unconsumed_tail
+            chunk = next(source, None)
+            if chunk is None:
+                break
+            if decompressor.eof and not chunk.strip(b"\0"):
+                continue
+            if decompressor.eof:
+                decompressor = zlib.decompressobj(wbits=31)
+            pending = chunk
+    except zlib.error as error:
+        raise CorruptArchiveError(f"the archive is not valid gzip: {error}", _REUPLOAD) from None
+    if not decompressor.eof:
+        raise CorruptArchiveError("the gzip stream ends early: the archive is truncated", _REUPLOAD)
+
+
+def extract(
+    chunks: Iterable[bytes],
+    target: Path,
+    *,
+    max_bytes: int | None = None,
+    on_member: Callable[[ExtractReport], None] | None = None,
+) -> ExtractReport:
+    """Extract the tar (or tar.gz) streamed by ``chunks`` into ``target``, which must not exist yet.
+
+    ``max_bytes`` caps the extracted total. On a failure ``target`` is removed and the error
+    raised: ``UnsafeArchiveError`` (naming the member), ``CorruptArchiveError``, ``DiskSpaceError``.
+    """
+    target.mkdir(parents=True)
+    try:
+        return _Extractor(target, max_bytes, on_member).run(ChunkReader(gunzip_if_needed(chunks)))
+    except BaseException as error:
+        if not isinstance(error, STOP_REQUESTS):
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def read_file(path: Path, chunk_size: int = _OUT_CHUNK) -> Iterator[bytes]:
+    """A local file as chunks, for ``extract``."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            yield chunk
+
+
+class _Extractor:
+    def __init__(self, root: Path, max_bytes: int | None, on_member: Callable[[ExtractReport], None] | None) -> None:
+        self.root = str(root)
+        self.max_bytes = max_bytes
+        self.on_member = on_member
+        self.report = ExtractReport()
+        self.symlinks: set[str] = set()  # relative paths of the symlinks made so far
+        self.made_dirs: set[str] = {""}
+        self.writers = _Writers(_WRITERS)
+
+    def run(self, reader: ChunkReader) -> ExtractReport:
+        try:
+            archive = tarfile.TarFile(fileobj=reader, mode="r")  # type: ignore[arg-type]
+        except tarfile.ReadError as error:
+            raise CorruptArchiveError(f"the file is not a tar archive ({error})", "upload a .tar or .tar.gz") from None
+        member = archive.firstmember
+        archive.firstmember = None
+        archive.members = []  # headers are not kept: a million-file archive stays small in memory
+        try:
+            while member is not None:
+                self._one(member, reader)
+                if self.on_member is not None:
+                    self.on_member(self.report)
+                member = self._next(archive, reader)
+            self.writers.flush()
+        except BaseException:
+            self.writers.cancel()  # what is still queued is dropped: the folder is going away
+            raise
+        finally:
+            self.writers.close()  # every write has ended before the caller removes the folder
+        self._check_symlink_targets()
+        return self.report
+
+    @staticmethod
+    def _next(archive: tarfile.TarFile, reader: ChunkReader) -> tarfile.TarInfo | None:
+        """The next header, telling a proper end of archive from a truncated or damaged one."""
+        try:
+            reader.seek(archive.offset)
+            return archive.tarinfo.fromtarfile(archive)
+        except tarfile.EOFHeaderError:
+            return None  # the end-of-archive zero block
+        except tarfile.EmptyHeaderError:
+            raise CorruptArchiveError(
+                "the tar ends without its end-of-archive marker: it is truncated", _REUPLOAD
+            ) from None
+        except (tarfile.HeaderError, tarfile.ReadError, OSError) as error:
+            raise CorruptArchiveError(
+                f"the tar is truncated or damaged at byte {archive.offset}: {error}", _REUPLOAD
+            ) from None
+
+    # -- one member ------------------------------------------------------------------------
+    def _one(self, member: tarfile.TarInfo, reader: ChunkReader) -> None:
+        relative = self._safe_name(member)
+        if relative is None:
+            return  # the archive's own root ("." or "./")
+        if member.type in _REGULAR_TYPES and not member.issparse():
+            self._file(member, relative, reader)
+        elif member.type == tarfile.DIRTYPE:
+            self._directory(relative, member.name)
+        elif member.type == tarfile.SYMTYPE:
+            self._symlink(member, relative)
+        elif member.type == tarfile.LNKTYPE:
+            self._hardlink(member, relative)
+        else:
+            raise UnsafeArchiveError(
+                f"the tar holds {member.name!r}, a {_kind(member)}: refused", "repack the dataset with files only"
+            )
+
+    def _safe_name(self, member: tarfile.TarInfo) -> str | None:
+        name = member.name
+        if name.startswith("/"):
+            raise UnsafeArchiveError(f"the tar holds {name!r}, an absolute path: refused", _REPACK)
+        parts = [part for part in name.split("/") if part not in ("", ".")]
+        if ".." in parts:
+            raise UnsafeArchiveError(f"the tar holds {name!r}, which climbs out with '..': refused", _REPACK)
+        if not parts:
+            return None
+        relative = "/".join(parts)
+        if self.symlinks:
+            for depth in range(1, len(parts)):
+                if "/".join(parts[:depth]) in self.symlinks:
+                    raise UnsafeArchiveError(f"the tar puts {name!r} inside a symlink: refused", _REPACK)
+        return relative
+
+    def _path(self, relative: str) -> str:
+        return os.path.join(self.root, relative)
+
+    def _parent(self, relative: str) -> None:
+        parent = relative.rpartition("/")[0]
+        if parent not in self.made_dirs:
+            try:
+                os.makedirs(self._path(parent), mode=0o755, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UnsafeArchiveError(
+                    f"the tar holds {parent!r} both as a file and as a folder: refused", _REPACK
+                ) from None
+            except OSError as error:
+                raise _disk_error(error, parent) from None
+            while parent and parent not in self.made_dirs:
+                self.made_dirs.add(parent)
+                parent = parent.rpartition("/")[0]
+
+    def _file(self, member: tarfile.TarInfo, relative: str, reader: ChunkReader) -> None:
+        self.report.bytes += member.size
+        if self.max_bytes is not None and self.report.bytes > self.max_bytes:
+            raise DiskSpaceError(
+                f"the dataset unpacks to more than the {self.max_bytes / GB:.1f} GB of disk left for it",
+                "use a bigger disk (see `trainbox plan`)",
+            )
+        self._parent(relative)
+        path = self._path(relative)
+        # Owner read/write always; exec bits kept; setuid/setgid/sticky and group/other write dropped.
+        mode = (member.mode & 0o755) | 0o600
+        if relative in self.symlinks:  # a file replacing a symlink of the same name from earlier in the tar
+            self.writers.flush()
+            os.unlink(path)
+            self.symlinks.discard(relative)
+        reader.seek(member.offset_data)
+        if member.size <= _SMALL_FILE:
+            data = b"".join(reader.pieces(member.size))
+            if len(data) < member.size:
+                raise CorruptArchiveError(f"the tar ends inside {member.name!r}: it is truncated", _REUPLOAD)
+            self.writers.submit(path, relative, mode, data)
+        else:
+            self.writers.flush()  # same-name members are written in tar order
+            try:
+                fd = _create_file(path, relative, mode)
+            except OSError as error:
+                raise _disk_error(error, relative) from None
+            try:
+                left = member.size
+                for piece in reader.pieces(member.size):
+                    while piece:
+                        written = os.write(fd, piece)
+                        piece = piece[written:]
+                        left -= written
+            except OSError as error:
+                raise _disk_error(error, relative) from None
+            finally:
+                os.close(fd)
+            if left:
+                raise CorruptArchiveError(f"the tar ends inside {member.name!r}: it is truncated", _REUPLOAD)
+        self.report.files += 1
+        if relative.rpartition("/")[2] in _DATA_YAML_NAMES:
+            self.report.data_yamls.append(relative)
+
+    def _create(self, path: str, relative: str, make: Callable[[], int]) -> int:
+        """Run ``make``; a file or link of the same name from earlier in the tar is replaced, as tar does."""
+        try:
+            return make()
+        except FileExistsError:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                raise UnsafeArchiveError(
+                    f"the tar holds {relative!r} both as a folder and as a file: refused", _REPACK
+                ) from None
+            os.unlink(path)
+            self.symlinks.discard(relative)
+            return make()
+        except OSError as error:
+            raise _disk_error(error, relative) from None
+
+    def _directory(self, relative: str, name: str) -> None:
+        path = self._path(relative)
+        if relative not in self.made_dirs:
+            self._parent(relative)
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    raise UnsafeArchiveError(
+                        f"the tar holds {name!r} both as a file and as a folder: refused", _REPACK
+                    ) from None
+            except OSError as error:
+                raise _disk_error(error, relative) from None
+            self.made_dirs.add(relative)
+        self.report.directories += 1
+
+    def _symlink(self, member: tarfile.TarInfo, relative: str) -> None:
+        target = member.linkname
+        parent = relative.rpartition("/")[0]
+        resolved = os.path.normpath(os.path.join(parent, target)) if target else ""
+        if not target or target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            raise UnsafeArchiveError(
+                f"the tar holds {member.name!r}, a symlink to {target!r} outside the dataset: refused", _REPACK
+            )
+        self.writers.flush()  # a pending file of the same name must not land after the link
+        self._parent(relative)
+        path = self._path(relative)
+
+        def make() -> int:
+            os.symlink(target, path)
+            return 0
+
+        self._create(path, relative, make)
+        self.symlinks.add(relative)
+        self.report.links += 1
+
+    def _hardlink(self, member: tarfile.TarInfo, relative: str) -> None:
+        source = member.linkname
+        parts = [part for part in source.split("/") if part not in ("", ".")]
+        source_relative = "/".join(parts)
+        # Only to a regular file this archive already wrote: inside the folder, not through a symlink.
+        refused = (
+            source.startswith("/")
+            or ".." in parts
+            or source_relative in ("", relative)
+            or any("/".join(parts[:depth]) in self.symlinks for depth in range(1, len(parts) + 1))
+        )
+        if not refused:
+            self.writers.flush()  # the source may still be on its way to disk
+            try:
+                refused = not stat.S_ISREG(os.lstat(self._path(source_relative)).st_mode)
+            except OSError:
+                refused = True
+        if refused:
+            raise UnsafeArchiveError(
+                f"the tar holds {member.name!r}, a hardlink to {source!r}, which is not a file of the dataset: refused",
+                _REPACK,
+            )
+        self._parent(relative)
+        path = self._path(relative)
+        source_path = self._path(source_relative)
+
+        def make() -> int:
+            os.link(source_path, path, follow_symlinks=False)
+            return 0
+
+        self._create(path, relative, make)
+        self.report.links += 1
+
+    def _check_symlink_targets(self) -> None:
+        """Symlinks can point through each other (``a -> .``, ``b -> a/..``): resolve them all on disk."""
+        root = os.path.realpath(self.root)
+        for relative in sorted(self.symlinks):
+            resolved = os.path.realpath(self._path(relative))
+            if resolved != root and not resolved.startswith(root + os.sep):
+                raise UnsafeArchiveError(
+                    f"the tar holds {relative!r}, a symlink that resolves outside the dataset: refused", _REPACK
+                )
+
+
+_REPACK = "repack the dataset with relative paths inside one folder (tar -C DIR -cf data.tar .)"
+_REUPLOAD = "upload the tar again"
+
+
+def _create_file(path: str, relative: str, mode: int) -> int:
+    """A new file; one of the same name from earlier in the tar is replaced, as tar does."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, mode)
+    except FileExistsError:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise UnsafeArchiveError(
+                f"the tar holds {relative!r} both as a folder and as a file: refused", _REPACK
+            ) from None
+        os.unlink(path)
+        return os.open(path, flags, mode)
+
+
+class _Writers:
+    """A few threads that create and fill the files (os calls release the GIL), so the kernel's
+    work runs on every core while the main thread parses the next headers. A path always goes to
+    the same thread, so two members of the same name are written in tar order. The first error
+    is raised in the main thread at its next call."""
+
+    _STOP = object()
+
+    def __init__(self, count: int) -> None:
+        self.queues: list[queue.SimpleQueue[object]] = [queue.SimpleQueue() for _ in range(count)]
+        self.pending = 0  # bytes submitted and not yet written
+        self.jobs = 0
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.done = threading.Condition()
+        self.threads = [
+            threading.Thread(target=self._work, args=(jobs,), name=f"extract-writer-{index}", daemon=True)
+            for index, jobs in enumerate(self.queues)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def submit(self, path: str, relative: str, mode: int, data: bytes) -> None:
+        with self.done:
+            while self.pending > _PENDING_BYTES and self.error is None:
+                self.done.wait()
+            self._raise()
+            self.pending += len(data)
+            self.jobs += 1
+        self.queues[hash(path) % len(self.queues)].put((path, relative, mode, data))
+
+    def flush(self) -> None:
+        with self.done:
+            while self.jobs and self.error is None:
+                self.done.wait()
+            self._raise()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def close(self) -> None:
+        for jobs in self.queues:
+            jobs.put(self._STOP)
+        for thread in self.threads:
+            thread.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _work(self, jobs: queue.SimpleQueue[object]) -> None:
+        while (job := jobs.get()) is not self._STOP:
+            path, relative, mode, data = job  # type: ignore[misc]
+            try:
+                if self.error is None and not self.cancelled:  # after a failure the rest is dropped
+                    fd = _create_file(path, relative, mode)
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                    finally:
+                        os.close(fd)
+            except OSError as error:
+                self._fail(_disk_error(error, relative))
+            except Exception as error:
+                self._fail(error)
+            with self.done:
+                self.pending -= len(data)
+                self.jobs -= 1
+                self.done.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self.done:
+            if self.error is None:
+                self.error = error
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.ischr():
+        return "character device"
+    if member.isblk():
+        return "block device"
+    if member.isfifo():
+        return "FIFO"
+    if member.issparse():
+        return "sparse file"
+    return f"member of unsupported type {member.type!r}"
+
+
+def _disk_error(error: OSError, relative: str) -> Exception:
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskSpaceError(f"the disk filled up while extracting {relative!r}", "use a bigger disk")
+    return DatasetError(f"cannot write {relative!r} of the dataset: {error.strerror}", "check that WORKDIR is writable")

@@ -1,0 +1,407 @@
+"""The dataset stage against the local Hub, with the real client and the real `trainbox` process.
+
+Every error of the stage, public and private repos, a pinned revision, the cache, a connection reset
+mid-download and a restart mid-download, both transports, and one `trainbox run` that trains on a Hub
+dataset end to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoint import errors
+from tests.hubfixtures import HubContext
+from tests.support import Result, make_dataset, run_trainbox, start_trainbox, trainbox_env
+
+FAST_ARGS = "imgsz=64"  # what the dataset check uses; nothing is trained in `fetch`
+TRAIN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=2 workers=0"
+
+
+def pack(source: Path, target: Path, *, extra: dict[str, bytes] | None = None, gz: bool = False) -> Path:
+    """``source`` as one tar (the guide's `tar cf my-dataset.tar my-dataset/`), plus ``extra`` members."""
+    with tarfile.open(target, "w:gz" if gz else "w") as archive:
+        archive.add(source, arcname=source.name)
+        for name, data in (extra or {}).items():
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return target
+
+
+def dataset_tar(tmp_path: Path, name: str = "cones", **kwargs: object) -> Path:
+    root = tmp_path / "src" / name
+    make_dataset(root)
+    return pack(root, tmp_path / "src" / f"{name}.tar", **kwargs)  # type: ignore[arg-type]
+
+
+def publish(ctx: HubContext, files: dict[str, Path | bytes], *, private: bool = False, repo: str | None = None) -> str:
+    repo = repo or ctx.repo_id("data")
+    if not ctx.hub.repo_exists(repo, repo_type="dataset"):
+        ctx.hub.create_repo(repo, repo_type="dataset", private=private)
+    ctx.hub.commit(repo, files, repo_type="dataset", message="dataset")  # type: ignore[arg-type]
+    return repo
+
+
+def fetch(workdir: Path, repo: str, **env: str) -> Result:
+    return run_trainbox("fetch", "--json", env=trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, **env))
+
+
+def left_behind(workdir: Path) -> list[str]:
+    """What a failed fetch left in the dataset area: nothing but the repo's ref notes may remain."""
+    hub_data = workdir / "data" / "hub"
+    if not hub_data.exists():
+        return []
+    found = []
+    for path in hub_data.rglob("*"):
+        relative = path.relative_to(hub_data)
+        if path.is_file() and "refs" in relative.parts:
+            continue
+        if path.is_file() or (path.is_dir() and not any(path.iterdir())):
+            found.append(str(relative))
+    return found
+
+
+def assert_ready(result: Result, token: str | None = None) -> dict:
+    assert result.returncode == 0, result.output[-3000:]
+    if token:
+        assert token not in result.output
+    found = json.loads(result.stdout)
+    data_yaml = Path(found["data_yaml"])
+    config = data_yaml.read_text()
+    assert f"path: {Path(found['root']) / 'cones'}" in config  # the data.yaml points at the extracted folder
+    assert (Path(found["root"]) / "cones" / "images" / "train" / "000.png").is_file()
+    return found
+
+
+# -- success paths ------------------------------------------------------------------------------
+def test_public_dataset_is_fetched_then_served_from_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path), "README.md": b"# cones\n"})
+    workdir = tmp_path / "work"
+
+    found = assert_ready(fetch(workdir, repo))
+    assert found["revision"] == hub_ctx.hub.head(repo, repo_type="dataset")
+    entry = Path(found["data_yaml"]).parent
+    assert entry.name.startswith(found["revision"])
+    assert not list((workdir / "data" / "hub").rglob("*.staging")) and not list((workdir / "data").rglob("*.part"))
+    assert hub_ctx.hub.bytes_served("/resolve/") == (tmp_path / "src" / "cones.tar").stat().st_size
+
+    # A restart on the same volume: the marker is trusted, not one byte of the tar is downloaded.
+    hub_ctx.hub.reset_log()
+    again = fetch(workdir, repo)
+    assert assert_ready(again)["data_yaml"] == found["data_yaml"]
+    assert hub_ctx.hub.find_requests(path="/resolve/") == []
+    assert "nothing downloaded" in again.stderr and "doctor" not in again.stderr
+
+    # A dataset whose marker is gone (a restart cut the last step short) is fetched again, not trusted.
+    (entry / ".trainbox-ready.json").unlink()
+    hub_ctx.hub.reset_log()
+    assert_ready(fetch(workdir, repo))
+    assert hub_ctx.hub.bytes_served("/resolve/") > 0
+
+
+def test_private_dataset_at_a_pinned_tag(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
+    hub_ctx.hub.create_tag(repo, "v1", repo_type="dataset")
+    tagged = hub_ctx.hub.head(repo, repo_type="dataset", revision="v1")
+    # main moves on to different data; the run asks for v1.
+    publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path / "v2", extra={"cones/v2.txt": b"v2"})}, repo=repo)
+    workdir = tmp_path / "work"
+
+    result = fetch(workdir, repo, HF_TOKEN=hub_ctx.read_token, DATASET_REVISION="v1")
+    found = assert_ready(result, hub_ctx.read_token)
+    assert found["revision"] == tagged != hub_ctx.hub.head(repo, repo_type="dataset")
+    assert not (Path(found["root"]) / "cones" / "v2.txt").exists()
+    assert f"@v1 is commit {tagged}" in result.stderr
+    for path in workdir.rglob("*"):
+        if path.is_file() and path.stat().st_size < 1_000_000:
+            assert hub_ctx.read_token.encode() not in path.read_bytes(), path
+
+
+def test_gzipped_tar_chosen_by_dataset_file_and_the_download_then_extract_path(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    from entrypoint import dataset_hub, settings
+
+    gz = dataset_tar(tmp_path, gz=True)
+    repo = publish(hub_ctx, {"packed/cones.tar.gz": gz, "old.tar": b"not even a tar"})
+    workdir = tmp_path / "work"
+    # The transport xet-backed files take (hf_hub_download, then the same safe extraction).
+    env = trainbox_env(workdir, DATASET_REPO=repo, DATASET_FILE="packed/cones.tar.gz", RUN_ARGS=FAST_ARGS)
+    prepared = dataset_hub.prepare(settings.from_env(env), stream=False)
+    assert prepared.revision == hub_ctx.hub.head(repo, repo_type="dataset")
+    assert (prepared.root / "cones" / "labels" / "val" / "000.txt").is_file()
+    assert f"path: {prepared.root / 'cones'}" in prepared.data_yaml.read_text()
+    assert not (workdir / "data" / "hub" / ".downloads").exists() or not any(
+        (workdir / "data" / "hub" / ".downloads").iterdir()
+    )
+    assert hub_ctx.hub.bytes_served("/resolve/") == gz.stat().st_size
+
+
+def test_several_data_yamls_need_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
+    extra = {"cones/copy/data.yaml": b"train: x\nval: x\nnames: [a]\n"}
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path, extra=extra)})
+    workdir = tmp_path / "work"
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.AmbiguousDataYamlError.exit_code, result.output[-2000:]
+    assert "cones/copy/data.yaml" in result.stderr and "DATA_YAML" in result.stderr
+    assert left_behind(workdir) == []
+    assert_ready(fetch(workdir, repo, DATA_YAML="cones/data.yaml"))
+
+
+def test_plan_sizes_the_disk_from_the_hub_without_downloading(hub_ctx: HubContext, tmp_path: Path) -> None:
+    from entrypoint import dataset, settings
+
+    tar = dataset_tar(tmp_path)
+    repo = publish(hub_ctx, {"cones.tar": tar}, private=True)
+    env = trainbox_env(
+        tmp_path / "work", DATASET_REPO=repo, HF_TOKEN=hub_ctx.read_token, RUN_ARGS="model=LibreYOLO9s.pt epochs=100"
+    )
+    fields, lines = dataset.disk_report(settings.from_env(env))
+    assert fields["archive_bytes"] == tar.stat().st_size
+    # tar + extracted + 12 checkpoints of YOLO9-s (last, best, every 10th epoch, upload copies), +30 %
+    assert fields["recommended_disk_gb"] == 3 and fields["model"] == "LibreYOLO9s.pt"
+    assert "rent at least 3 GB" in "\n".join(lines)
+    assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
+
+
+def test_an_unreachable_hub_falls_back_to_the_commit_already_on_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
+    from entrypoint import dataset_hub
+    from entrypoint.errors import DatasetError
+    from entrypoint.hub import Hub
+
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
+    workdir = tmp_path / "work"
+    found = assert_ready(fetch(workdir, repo))
+    store = workdir / "data" / "hub" / repo.replace("/", "--")
+    waits: list[float] = []
+    # Nothing listens on port 9 of this host: every attempt is refused, as in a Hub outage.
+    offline = Hub(token=None, endpoint="http://127.0.0.1:9")
+    sha = dataset_hub.resolve_revision(offline, repo, "main", store, sleep=waits.append)
+    assert sha == found["revision"] and len(waits) > 1  # retried first, then fell back
+    with pytest.raises(DatasetError, match="cannot reach the Hub"):
+        dataset_hub.resolve_revision(offline, repo, "other-branch", store, sleep=waits.append)
+
+
+# -- interrupted downloads ------------------------------------------------------------------------
+def big_dataset(tmp_path: Path) -> Path:
+    """A dataset tar of a few MB (random padding), so a download can be cut in the middle."""
+    return dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(6 * 1024 * 1024)})
+
+
+def test_connection_reset_mid_download_resumes_with_range(hub_ctx: HubContext, tmp_path: Path) -> None:
+    tar = big_dataset(tmp_path)
+    size = tar.stat().st_size
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    cut = size // 3
+    hub_ctx.hub.inject("reset-body", method="GET", path="/resolve/", times=1, after_bytes=cut)
+
+    result = fetch(tmp_path / "work", repo)
+    assert_ready(result)
+    gets = hub_ctx.hub.find_requests(method="GET", path="/resolve/")
+    assert [request.range for request in gets] == [None, f"bytes={cut}-"]
+    assert hub_ctx.hub.bytes_served("/resolve/") == size  # not one byte twice
+    assert f"resuming at byte {cut}" in result.stderr
+
+
+def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_ctx: HubContext, tmp_path: Path) -> None:
+    tar = big_dataset(tmp_path)
+    size = tar.stat().st_size
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    slow = hub_ctx.hub.inject("slow", method="GET", path="/resolve/", rate=2 * 1024 * 1024)
+
+    process = start_trainbox("fetch", env=env)
+    downloads = workdir / "data" / "hub" / ".downloads"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        parts = list(downloads.glob("*.part")) if downloads.exists() else []
+        if parts and parts[0].stat().st_size >= size // 4:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # the machine goes away mid-download
+    process.wait(timeout=30)
+    (partial,) = downloads.glob("*.part")
+    kept = partial.stat().st_size
+    assert 0 < kept < size
+    assert not list((workdir / "data" / "hub").glob("*/*--cones.tar"))  # no half dataset looks ready
+
+    slow.remove()
+    hub_ctx.hub.reset_log()
+    result = run_trainbox("fetch", "--json", env=env)
+    assert_ready(result)
+    (get,) = hub_ctx.hub.find_requests(method="GET", path="/resolve/")
+    assert get.range == f"bytes={kept}-"
+    assert hub_ctx.hub.bytes_served("/resolve/") == size - kept
+    assert not partial.exists()
+
+
+def test_a_corrupt_partial_file_fails_the_checksum_and_is_not_reused(hub_ctx: HubContext, tmp_path: Path) -> None:
+    tar = big_dataset(tmp_path)
+    data = tar.read_bytes()
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    workdir = tmp_path / "work"
+    # What an earlier, interrupted run left: the first half of the tar, one byte of the padding flipped
+    # (a damaged disk block: the tar structure still parses, only the checksum can tell).
+    kept = bytearray(data[: len(data) // 2])
+    kept[-1000] ^= 0xFF
+    downloads = workdir / "data" / "hub" / ".downloads"
+    downloads.mkdir(parents=True)
+    partial = downloads / f"{hashlib.sha256(data).hexdigest()}.part"
+    partial.write_bytes(kept)
+
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.CorruptArchiveError.exit_code, result.output[-2000:]
+    assert "checksum" in result.stderr
+    assert not partial.exists() and left_behind(workdir) == []
+    assert_ready(fetch(workdir, repo))  # the next start downloads it whole
+
+
+# -- every error, each with its own message and exit code -----------------------------------------
+def test_repo_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
+    result = fetch(tmp_path / "work", f"{hub_ctx.user}/no-such-data", HF_TOKEN=hub_ctx.token)
+    assert result.returncode == errors.DatasetNotFoundError.exit_code, result.output[-2000:]
+    assert "not found" in result.stderr and "DATASET_REPO" in result.stderr
+    assert hub_ctx.token not in result.output
+
+
+def test_private_repo_without_a_token_or_with_a_bad_one(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
+    anonymous = fetch(tmp_path / "work", repo)
+    assert anonymous.returncode == errors.DatasetAccessError.exit_code, anonymous.output[-2000:]
+    assert "HF_TOKEN is not set" in anonymous.stderr
+
+    bad = "hf_" + "x" * 30
+    refused = fetch(tmp_path / "work", repo, HF_TOKEN=bad)
+    assert refused.returncode == errors.DatasetAccessError.exit_code, refused.output[-2000:]
+    assert "refused HF_TOKEN" in refused.stderr and bad not in refused.output
+
+    _, stranger = hub_ctx.new_user()  # a valid token of someone who cannot see the repo
+    hidden = fetch(tmp_path / "work", repo, HF_TOKEN=stranger)
+    assert hidden.returncode == errors.DatasetNotFoundError.exit_code, hidden.output[-2000:]
+    assert left_behind(tmp_path / "work") == []
+
+
+def test_revision_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
+    result = fetch(tmp_path / "work", repo, DATASET_REVISION="v9")
+    assert result.returncode == errors.RevisionNotFoundError.exit_code, result.output[-2000:]
+    assert "'v9'" in result.stderr and "DATASET_REVISION" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("files", "env", "code", "words"),
+    [
+        ({"README.md": b"# none\n"}, {}, errors.NoArchiveError.exit_code, "no .tar or .tar.gz"),
+        ({"a.tar": b"a", "b.tar.gz": b"b"}, {}, errors.AmbiguousArchiveError.exit_code, "a.tar, b.tar.gz"),
+        ({"a.tar": b"a"}, {"DATASET_FILE": "c.tar"}, errors.NoArchiveError.exit_code, "c.tar is not in"),
+    ],
+    ids=["no-tar", "several-tars", "missing-dataset-file"],
+)
+def test_archive_choice_errors(
+    hub_ctx: HubContext, tmp_path: Path, files: dict[str, bytes], env: dict[str, str], code: int, words: str
+) -> None:
+    repo = publish(hub_ctx, files)  # type: ignore[arg-type]
+    result = fetch(tmp_path / "work", repo, **env)
+    assert result.returncode == code, result.output[-2000:]
+    assert words in result.stderr
+    assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
+
+
+def test_truncated_tar(hub_ctx: HubContext, tmp_path: Path) -> None:
+    whole = dataset_tar(tmp_path).read_bytes()
+    repo = publish(hub_ctx, {"cones.tar": whole[: len(whole) // 2]})
+    workdir = tmp_path / "work"
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.CorruptArchiveError.exit_code, result.output[-2000:]
+    assert "truncated" in result.stderr
+    assert left_behind(workdir) == []
+
+
+def test_refused_member_is_named_and_nothing_is_left(hub_ctx: HubContext, tmp_path: Path) -> None:
+    tar = dataset_tar(tmp_path, extra={"../../escaped.txt": b"pwned"})
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    workdir = tmp_path / "work"
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.UnsafeArchiveError.exit_code, result.output[-2000:]
+    assert "'../../escaped.txt'" in result.stderr
+    assert left_behind(workdir) == []
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+def test_disk_too_small_stops_before_downloading(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
+    # A run that keeps a checkpoint of the biggest model every epoch for a million epochs needs petabytes.
+    huge = "model=LibreYOLO9x.pt epochs=1000000 save_period=1"
+    result = run_trainbox("fetch", env=trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=huge))
+    assert result.returncode == errors.DiskSpaceError.exit_code, result.output[-2000:]
+    assert "GB free" in result.stderr and "rent a disk of at least" in result.stderr
+    assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
+
+
+def test_no_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
+    root = tmp_path / "src" / "cones"
+    make_dataset(root).unlink()
+    repo = publish(hub_ctx, {"cones.tar": pack(root, tmp_path / "src" / "cones.tar")})
+    workdir = tmp_path / "work"
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.DataYamlNotFoundError.exit_code, result.output[-2000:]
+    assert "no data.yaml" in result.stderr
+    assert left_behind(workdir) == []
+
+
+def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> None:
+    root = tmp_path / "src" / "cones"
+    make_dataset(root)
+    (root / "labels" / "train" / "000.txt").write_text("9 0.5 0.5 0.2 0.2\n")  # a class the data.yaml lacks
+    repo = publish(hub_ctx, {"cones.tar": pack(root, tmp_path / "src" / "cones.tar")})
+    workdir = tmp_path / "work"
+    result = fetch(workdir, repo)
+    assert result.returncode == errors.DatasetInvalidError.exit_code, result.output[-2000:]
+    assert "class ids outside" in result.stderr
+    assert left_behind(workdir) == []
+
+
+# -- the whole job ----------------------------------------------------------------------------------
+def test_run_trains_on_a_private_hub_dataset(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, DATASET_REPO=repo, HF_TOKEN=hub_ctx.read_token, GPUS="cpu", RUN_ARGS=TRAIN_ARGS)
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    assert hub_ctx.read_token not in result.output
+
+    (state_file,) = (workdir / "runs").glob("*/trainbox.json")
+    state = json.loads(state_file.read_text())
+    assert state["phase"] == "done"
+    assert state["dataset"]["revision"] == hub_ctx.hub.head(repo, repo_type="dataset")
+    assert state["dataset"]["source"].startswith(f"{repo}@")
+    weights = state_file.parent / "weights"
+    assert (weights / "best.pt").stat().st_size > 0 and (weights / "last.pt").stat().st_size > 0
+    assert hub_ctx.read_token not in state_file.read_text()
+
+
+# -- a local tar goes through the same safe extraction and cache -----------------------------------
+def test_local_tar_is_extracted_safely_and_cached(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, DATASET_REPO=str(dataset_tar(tmp_path)), RUN_ARGS=FAST_ARGS)
+    assert_ready(run_trainbox("fetch", "--json", env=env))
+    again = run_trainbox("fetch", "--json", env=env)
+    assert_ready(again)
+    assert "already extracted" in again.stderr and "doctor" not in again.stderr
+
+    evil = tmp_path / "evil.txt"
+    hostile = dataset_tar(tmp_path / "hostile", extra={str(evil): b"pwned"})
+    result = run_trainbox("fetch", env=trainbox_env(workdir, DATASET_REPO=str(hostile), RUN_ARGS=FAST_ARGS))
+    assert result.returncode == errors.UnsafeArchiveError.exit_code, result.output[-2000:]
+    assert f"'{evil}'" in result.stderr and "absolute" in result.stderr
+    assert not evil.exists() and not list((workdir / "data" / "local").glob(".*staging"))
