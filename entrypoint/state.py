@@ -1,7 +1,7 @@
 """trainbox.json: what the agent is doing and did, written atomically into the run folder.
 
-Phases in order: ``starting → preflight → resume → dataset → training → finishing → releasing``; then
-one terminal phase: ``done`` (trained, or already complete), ``failed``, ``preempted``
+Phases in order: ``starting → preflight → resume → dataset → training → finishing``; then one
+terminal phase: ``done`` (trained, or already complete), ``failed``, ``preempted``
 (SIGTERM), ``stalled`` (no progress for STALL_TIMEOUT) or ``timed_out`` (MAX_RUNTIME).
 """
 
@@ -35,7 +35,6 @@ class Phase(enum.StrEnum):
     DATASET = "dataset"
     TRAINING = "training"
     FINISHING = "finishing"
-    RELEASING = "releasing"
     DONE = "done"
     FAILED = "failed"
     PREEMPTED = "preempted"

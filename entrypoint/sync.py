@@ -55,12 +55,12 @@ class StagedFile:
     relative: str
     path: Path  # the private copy that gets uploaded
     sha256: str
-    git_oid: str  # the id the Hub shows for a file it stores in git rather than LFS
+    git_oid: str | None  # the id the Hub shows for a file it keeps in git (checkpoints go to LFS)
     size: int
 
     @property
     def ids(self) -> list[str]:
-        return [self.sha256, self.git_oid]
+        return [self.sha256] if self.git_oid is None else [self.sha256, self.git_oid]
 
 
 @dataclass(frozen=True)
@@ -309,19 +309,17 @@ class Uploader:
     def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
         target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
         digest = hashlib.sha256()
-        git = hashlib.sha1()
+        git = hashlib.sha1()  # git's blob id, for text files the Hub keeps in git
         is_checkpoint = path.suffix == ".pt"
         holds_secret = False
         try:
             with path.open("rb") as source, target.open("wb") as copy:
                 if is_checkpoint:
-                    git.update(b"blob %d\0" % signature.size)
                     # A binary cannot be scrubbed without breaking it: look for secrets while copying
                     # (chunks overlap by a secret's length, so none hides across a boundary).
                     overlap, tail = max(0, longest_secret() - 1), b""
                     while chunk := source.read(_COPY_CHUNK):
                         digest.update(chunk)
-                        git.update(chunk)
                         copy.write(chunk)
                         holds_secret = holds_secret or contains_secret(tail + chunk)
                         tail = chunk[-overlap:] if overlap else b""
@@ -354,7 +352,7 @@ class Uploader:
             relative=relative,
             path=target,
             sha256=digest.hexdigest(),
-            git_oid=git.hexdigest(),
+            git_oid=None if is_checkpoint else git.hexdigest(),
             size=target.stat().st_size,
         )
         if self.ledger.has(relative, staged.ids):

@@ -255,3 +255,34 @@ def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path, data
         if path.is_file() and path != run_dir / "notes.txt":
             assert canary.encode() not in path.read_bytes(), f"the token leaked into {path}"
     shutil.rmtree(workdir)
+
+
+class _SlowHub(Hub):
+    """The real client, with time for the run folder to change while a commit is in flight."""
+
+    def commit(self, *args, **kwargs):
+        time.sleep(0.8)
+        return super().commit(*args, **kwargs)
+
+
+def test_a_file_changing_during_a_commit_does_not_break_it(hub_ctx: HubContext, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    repo = hub_ctx.repo_id("inflight")
+    hub = _SlowHub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    uploader = Uploader(hub, repo, run_dir, tmp_path / "sync", poll_interval=0.05)
+    uploader.start()
+    failures: list[str] = []
+    try:
+        for version in range(6):
+            (run_dir / "console.log").write_text(f"line {version}\n" * (version + 1))
+            uploader.snapshot()  # stages a newer copy while the previous commit still reads the old one
+            time.sleep(0.3)
+            if uploader.last_error:
+                failures.append(uploader.last_error)
+        assert uploader.flush(60)
+    finally:
+        uploader.stop()
+    assert failures == []
+    assert hub_ctx.hub.file_bytes(repo, "console.log") == b"line 5\n" * 6
