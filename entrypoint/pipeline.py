@@ -100,6 +100,7 @@ class Job:
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
             if gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
+            preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
             release.check_access(self.settings)  # a wrong instance id or key fails now, not at the end
             self._connect_hub()
 

@@ -31,6 +31,7 @@ from .gpu_causes import Facts
 from .gpu_probe import PREFIX
 from .log import logger, redact, step
 from .procs import Child
+from .run_args import RunArgs
 from .settings import GpuSelection, Settings
 
 # No step of the check (importing torch, one card's context and matmul) takes this long on a
@@ -418,3 +419,28 @@ def render(report: GpuReport) -> str:
 
 def as_json(report: GpuReport) -> dict[str, Any]:
     return {"ok": report.problem is None, "indices": list(report.indices) if report.indices else None, **report.details}
+
+
+SHM_PATH = Path("/dev/shm")
+MIN_SHM_BYTES = 1 << 30
+
+
+def shared_memory_bytes(path: Path = SHM_PATH) -> int | None:
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    return stat.f_blocks * stat.f_frsize
+
+
+def check_shared_memory(run_args: RunArgs, shm_bytes: int | None) -> None:
+    """DataLoader workers pass batches through /dev/shm; on Docker's 64 MB default they die and the
+    training hangs instead of failing (it would bill until the stall guard fires). Refuse up front."""
+    workers = run_args.get("workers")
+    if workers == "0" or shm_bytes is None or shm_bytes >= MIN_SHM_BYTES:
+        return
+    raise ConfigError(
+        f"/dev/shm is only {shm_bytes / 2**20:.0f} MB and DataLoader workers (workers={workers or 'default'}) "
+        "would hang once it fills",
+        "run the container with --shm-size 8g (or --ipc=host), or set workers=0 in RUN_ARGS",
+    )

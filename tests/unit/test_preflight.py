@@ -289,3 +289,19 @@ def test_summary_lines_for_the_run_log() -> None:
     lines = preflight.summary_lines(passing_report(2))
     assert lines[0] == "GPU 0: NVIDIA H100 80GB HBM3, sm_90, 78.6/79.1 GiB free, matmul ok, 48.3 TFLOP/s fp32"
     assert lines[-1] == "NCCL all-reduce across GPUs 0,1: ok, 181.5 GB/s bus bandwidth"
+
+
+def test_small_shared_memory_with_workers_is_refused() -> None:
+    from entrypoint.errors import ConfigError
+    from entrypoint.preflight import check_shared_memory, shared_memory_bytes
+    from entrypoint.run_args import parse
+
+    docker_default = 64 * 2**20
+    with pytest.raises(ConfigError, match="64 MB") as caught:
+        check_shared_memory(parse("workers=8"), docker_default)
+    assert "--shm-size" in caught.value.hint and "workers=0" in caught.value.hint
+    with pytest.raises(ConfigError):
+        check_shared_memory(parse("epochs=3"), docker_default)  # libreyolo's default uses workers
+    check_shared_memory(parse("workers=0"), docker_default)  # no workers, no shared memory
+    check_shared_memory(parse("workers=8"), 8 * 2**30)
+    assert shared_memory_bytes() is None or shared_memory_bytes() > 0  # read from the real /dev/shm
