@@ -100,7 +100,9 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     hub = Hub(token=settings.hf_token.reveal() if settings.hf_token else None)
     hub.ensure_writable_repo(settings.output_repo)
     key = hashlib.sha256(f"{run_dir}:{settings.output_repo}".encode()).hexdigest()[:12]
-    uploader = sync.Uploader(hub, settings.output_repo, run_dir, settings.workdir / ".trainbox" / "sync" / key)
+    # Staging and ledger on the run's own volume unless WORKDIR says where (e.g. outside a container).
+    base = settings.workdir if os.environ.get("WORKDIR") else run_dir.parent
+    uploader = sync.Uploader(hub, settings.output_repo, run_dir, base / ".trainbox" / "sync" / key)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
