@@ -338,17 +338,11 @@ class _Extractor:
     def _create(self, path: str, relative: str, make: Callable[[], int]) -> int:
         """Run ``make``; a file or link of the same name from earlier in the tar is replaced, as tar does."""
         try:
-            return make()
-        except FileExistsError:
-            if stat.S_ISDIR(os.lstat(path).st_mode):
-                raise UnsafeArchiveError(
-                    f"the tar holds {relative!r} both as a folder and as a file: refused", _REPACK
-                ) from None
-            os.unlink(path)
-            self.symlinks.discard(relative)
-            return make()
+            created = _replacing(path, relative, make)
         except OSError as error:
             raise _disk_error(error, relative) from None
+        self.symlinks.discard(relative)  # whatever stood here is gone; a new symlink is added by its caller
+        return created
 
     def _directory(self, relative: str, name: str) -> None:
         path = self._path(relative)
@@ -434,18 +428,23 @@ _REPACK = "repack the dataset with relative paths inside one folder (tar -C DIR 
 _REUPLOAD = "upload the tar again"
 
 
-def _create_file(path: str, relative: str, mode: int) -> int:
-    """A new file; one of the same name from earlier in the tar is replaced, as tar does."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+def _replacing(path: str, relative: str, make: Callable[[], int]) -> int:
+    """Run ``make``; a file or link of the same name from earlier in the tar is replaced, as tar does."""
     try:
-        return os.open(path, flags, mode)
+        return make()
     except FileExistsError:
         if stat.S_ISDIR(os.lstat(path).st_mode):
             raise UnsafeArchiveError(
                 f"the tar holds {relative!r} both as a folder and as a file: refused", _REPACK
             ) from None
         os.unlink(path)
-        return os.open(path, flags, mode)
+        return make()
+
+
+def _create_file(path: str, relative: str, mode: int) -> int:
+    """A new file (never through a symlink), replacing one of the same name from earlier in the tar."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return _replacing(path, relative, lambda: os.open(path, flags, mode))
 
 
 class _Writers:

@@ -344,14 +344,8 @@ def summary_lines(details: dict[str, Any]) -> list[str]:
         if gpu.get("missing"):
             lines.append(f"GPU {gpu['index']}: not on this machine")
             continue
-        matmul = gpu.get("matmul") or {}
         arch = "" if gpu.get("arch_supported", True) else " (no kernels in this torch)"
-        if gpu.get("error"):
-            verdict = "FAILED: " + gpu_causes.first_line(gpu["error"], 100)
-        elif matmul.get("ok"):
-            verdict = f"matmul ok, {matmul.get('tflops_fp32')} TFLOP/s fp32"
-        else:
-            verdict = f"matmul WRONG (relative error {matmul.get('max_rel_error')})"
+        verdict = _verdict(gpu, 100)
         lines.append(
             f"GPU {gpu['index']}: {gpu.get('name', '?')}, {gpu.get('sm', '?')}{arch}, "
             f"{_gib(gpu.get('free_gib'))}/{_gib(gpu.get('total_gib'))} GiB free, {verdict}"
@@ -368,18 +362,19 @@ def summary_lines(details: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _verdict(gpu: dict[str, Any], width: int) -> str:
+    matmul = gpu.get("matmul") or {}
+    if gpu.get("error"):
+        return "FAILED: " + gpu_causes.first_line(gpu["error"], width)
+    if matmul.get("ok"):
+        return f"matmul ok, {matmul.get('tflops_fp32')} TFLOP/s fp32"
+    return f"matmul WRONG (relative error {matmul.get('max_rel_error')})"
+
+
 def _gpu_table(gpus: list[dict[str, Any]]) -> list[str]:
     rows = [("GPU", "name", "arch", "free/total GiB", "check")]
     for gpu in gpus:
-        matmul = gpu.get("matmul") or {}
-        if gpu.get("missing"):
-            verdict = "not on this machine"
-        elif gpu.get("error"):
-            verdict = "FAILED: " + gpu_causes.first_line(gpu["error"], 70)
-        elif matmul.get("ok"):
-            verdict = f"matmul ok ({matmul.get('tflops_fp32')} TFLOP/s fp32)"
-        else:
-            verdict = f"matmul WRONG (error {matmul.get('max_rel_error')})"
+        verdict = "not on this machine" if gpu.get("missing") else _verdict(gpu, 70)
         arch = gpu.get("sm", "?") + (" NO KERNELS" if gpu.get("arch_supported") is False else "")
         free = f"{_gib(gpu.get('free_gib'))}/{_gib(gpu.get('total_gib'))}"
         rows.append((str(gpu["index"]), gpu.get("name", "?"), arch, free, verdict))

@@ -270,7 +270,7 @@ def test_render_a_passing_check() -> None:
     assert "torch     2.14.1+cu130 (built for CUDA 13.0; kernels for sm_75" in text
     assert "driver    580.95.05" in text
     rows = [line for line in text.splitlines() if line.startswith(("0 ", "1 "))]
-    assert len(rows) == 2 and all("NVIDIA H100 80GB HBM3" in row and "matmul ok (48.3 TFLOP/s" in row for row in rows)
+    assert len(rows) == 2 and all("NVIDIA H100 80GB HBM3" in row and "matmul ok, 48.3 TFLOP/s" in row for row in rows)
     assert "NCCL all-reduce across GPUs 0,1: ok, 181.5 GB/s bus bandwidth" in text
     assert text.endswith("result    ok: training would use GPUs 0,1")
 
