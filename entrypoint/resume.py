@@ -158,10 +158,9 @@ def _same_as_local(entry: Any, local: Path | None) -> bool:
 
 
 def newest_on_hub(
-    hub: Hub, repo_id: str, scratch: Path, better_than: int, local: Path | None = None
+    hub: Hub, repo_id: str, files: dict[str, Any], scratch: Path, better_than: int, local: Path | None = None
 ) -> tuple[Path, checkpoint.CheckpointInfo] | None:
-    """Download OUTPUT_REPO's newest valid checkpoint, if it is newer than ``better_than`` epochs."""
-    files = {entry.path: entry for entry in hub.list_files(repo_id)}
+    """Download OUTPUT_REPO's newest valid checkpoint (``files``: its listing), if newer than ``better_than``."""
     candidates = (
         ["weights/last.pt"]
         if "weights/last.pt" in files and not _same_as_local(files["weights/last.pt"], local)
@@ -193,11 +192,12 @@ def find(
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
         if hub is not None and repo_id is not None and hub.head(repo_id):
+            files = {entry.path: entry for entry in hub.list_files(repo_id)}
             local_last = run_dir / "weights" / "last.pt"
-            remote = newest_on_hub(hub, repo_id, scratch, better_than=local_epochs or 0, local=local_last)
+            remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
             if remote is not None:
                 chosen, source = remote, "hub"
-                _restore_history(hub, repo_id, run_dir, scratch)
+                _restore_history(hub, repo_id, set(files), run_dir, scratch)
         if chosen is None:
             return None
         path, info = chosen
@@ -224,9 +224,8 @@ def _requested_epochs(args: RunArgs, info: checkpoint.CheckpointInfo) -> int:
     return info.total_epochs or LIBREYOLO_DEFAULT_EPOCHS
 
 
-def _restore_history(hub: Hub, repo_id: str, run_dir: Path, scratch: Path) -> None:
+def _restore_history(hub: Hub, repo_id: str, names: set[str], run_dir: Path, scratch: Path) -> None:
     """The Hub's checkpoint won: bring its run history along, so metrics keep every epoch."""
-    names = {entry.path for entry in hub.list_files(repo_id)}
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in _HISTORY_FILES:
         if name in names:
