@@ -436,34 +436,54 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--epochs", type=int, default=12)
+def training_options(parser: argparse.ArgumentParser, *, rounds: int, epochs: int, sequential_help: str) -> None:
+    """The options both benchmarks share: the tiny training, and how rounds are laid out on the CPUs."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--epochs", type=int, default=epochs)
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--probes", type=int, default=3, help="launch probes, cold and warm each")
-    parser.add_argument(
-        "--sequential", action="store_true", help="bare and trainbox one after the other on every CPU (a quiet machine)"
-    )
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
-    args = parser.parse_args()
+    parser.add_argument("--sequential", action="store_true", help=sequential_help)
+
+
+def round_cpus(args: argparse.Namespace) -> list[int] | None:
+    """Two CPUs for side-by-side rounds (None: one after the other, unpinned)."""
     cpus = None if args.sequential else sorted(os.sched_getaffinity(0))[:2]
     if cpus is not None and len(cpus) < 2:
         raise SystemExit("side-by-side rounds need 2 CPUs: use --sequential")
+    return cpus
+
+
+def prepare_workspace(root: Path, args: argparse.Namespace) -> tuple[Path, Path, list[str], dict[str, str]]:
+    """The dataset, an empty workspace, the training arguments and trainbox's env, dataset checked once
+    (so that both sides of every round start training at once). Returns (data.yaml, workdir, args, env)."""
+    dataset = root / "dataset"
+    data_yaml = bench_dataset(dataset)
+    workdir = root / "work"
+    workdir.mkdir()
+    targs = train_args(args.epochs, args.imgsz, args.batch)
+    env = trainbox_env(workdir, GPUS="cpu", DATASET_REPO=str(dataset), RUN_ARGS=" ".join(targs))
+    subprocess.run([command("trainbox"), "fetch"], env=env, check=True, capture_output=True)
+    return data_yaml, workdir, targs, env
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    training_options(
+        parser,
+        rounds=6,
+        epochs=12,
+        sequential_help="bare and trainbox one after the other on every CPU (a quiet machine)",
+    )
+    parser.add_argument("--probes", type=int, default=3, help="launch probes, cold and warm each")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
+    args = parser.parse_args()
+    cpus = round_cpus(args)
     started = time.time()
     loads = [os.getloadavg()]
     runs: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="trainbox-bench-") as tmp:
-        dataset = Path(tmp) / "dataset"
-        data_yaml = bench_dataset(dataset)
-        workdir = Path(tmp) / "work"
-        workdir.mkdir()
-        targs = train_args(args.epochs, args.imgsz, args.batch)
-        env = trainbox_env(workdir, GPUS="cpu", DATASET_REPO=str(dataset), RUN_ARGS=" ".join(targs))
-        # The dataset check once, so that both sides of every round start training at once.
-        subprocess.run([command("trainbox"), "fetch"], env=env, check=True, capture_output=True)
+        data_yaml, workdir, targs, env = prepare_workspace(Path(tmp), args)
         for index in range(args.rounds):
             for run in one_round(index, env, workdir, data_yaml, targs, cpus):
                 runs.append({"round": index, **run})
@@ -479,7 +499,6 @@ def main() -> None:
                 print(f"probe {probe['name']}: start → child {probe['launch_s']:.2f} s", flush=True)
     loads.append(os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "overhead", "runs": runs, "launch_probes": probes}, indent=2) + "\n")
     summary = summarize(runs, probes)
     report = {
         "benchmark": "overhead",

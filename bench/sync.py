@@ -47,10 +47,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test servers and bench/overhead.py's helpers
 
-from bench.overhead import bench_dataset, command, epoch_stats, pinned, stop, train_args, wait_with_cpu  # noqa: E402
+from bench.overhead import (  # noqa: E402
+    command,
+    epoch_stats,
+    pinned,
+    prepare_workspace,
+    round_cpus,
+    stop,
+    train_args,
+    training_options,
+    wait_with_cpu,
+)
 from entrypoint.sync import COMMIT_BURST  # noqa: E402
 from tests.hubserver import HubError, HubServer  # noqa: E402
-from tests.support import trainbox_env  # noqa: E402
 
 LATENCY_P95_GOAL_S = 2.0
 THROUGHPUT_GOAL = 0.97
@@ -417,34 +426,21 @@ def table(summary: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--imgsz", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=4)
+    training_options(
+        parser, rounds=4, epochs=10, sequential_help="with and without sync one after the other on every CPU"
+    )
     parser.add_argument("--latency-runs", type=int, default=2, help="sync runs alone on the machine, for latency")
     parser.add_argument("--sigterm-runs", type=int, default=3)
     parser.add_argument("--preempt-after", type=int, default=2, help="epochs on the Hub before the SIGTERM")
-    parser.add_argument(
-        "--sequential", action="store_true", help="with and without sync one after the other on every CPU"
-    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sync.json")
     args = parser.parse_args()
-    cpus = None if args.sequential else sorted(os.sched_getaffinity(0))[:2]
-    if cpus is not None and len(cpus) < 2:
-        raise SystemExit("side-by-side rounds need 2 CPUs: use --sequential")
+    cpus = round_cpus(args)
     started = time.time()
     loads = [os.getloadavg()]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="trainbox-bench-") as tmp:
         root = Path(tmp)
-        dataset = root / "dataset"
-        bench_dataset(dataset)
-        workdir = root / "work"
-        workdir.mkdir()
-        targs = train_args(args.epochs, args.imgsz, args.batch)
-        env = trainbox_env(workdir, GPUS="cpu", DATASET_REPO=str(dataset), RUN_ARGS=" ".join(targs))
-        # The dataset check once, so that both sides of every round start training at once.
-        subprocess.run([command("trainbox"), "fetch"], env=env, check=True, capture_output=True)
+        _, workdir, _, env = prepare_workspace(root, args)
         for index in range(args.rounds):
             for run in one_round(index, env, workdir, root, cpus):
                 runs.append({"round": index, **run})
