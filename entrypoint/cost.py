@@ -1,4 +1,8 @@
-"""What a run cost, and the stop-versus-destroy arithmetic of LibreYOLO's rented-GPU guide.
+"""What a run costs: the price, the spend, MAX_COST, and the stop-versus-destroy arithmetic of
+LibreYOLO's rented-GPU guide.
+
+The price is ``PRICE_PER_HOUR`` when set, else what the provider reports for this instance at
+start (RunPod's pod ``cost``, Vast.ai's ``dph_total``); ``price_source`` in trainbox.json says which.
 
 A stopped instance still bills its allocated disk: allocated_GB × price_per_GB_month / 730
 (730 = 8760 h / 12, the hours of an average month). Stopping beats destroying and rebuilding
@@ -8,23 +12,61 @@ when you come back within rebuild_cost / stopped_price hours.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .providers import Observed
 
 HOURS_PER_MONTH = 730.0
 
 
-def spend(seconds: float, price_per_hour: float | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Price:
+    per_hour: float | None
+    source: str | None  # "PRICE_PER_HOUR", or the provider's field, e.g. "runpod:cost"
+
+
+def configured_price(price_per_hour: float | None) -> Price:
+    return Price(price_per_hour, None if price_per_hour is None else "PRICE_PER_HOUR")
+
+
+def choose_price(price_per_hour: float | None, seen: Observed | None) -> Price:
+    """``PRICE_PER_HOUR`` wins; else the provider's price read at start, when it gave one."""
+    if price_per_hour is not None or seen is None or seen.price_per_hour is None:
+        return configured_price(price_per_hour)
+    return Price(seen.price_per_hour, seen.price_source)
+
+
+def budget_seconds(max_cost: float | None, price: Price) -> float | None:
+    """How long the instance may bill before MAX_COST is spent; None without MAX_COST (or at $0/h).
+
+    Without a price MAX_COST cannot be kept, so it is refused rather than silently ignored."""
+    if max_cost is None:
+        return None
+    if price.per_hour is None:
+        raise ConfigError(
+            f"MAX_COST=${max_cost:g} needs the instance's price, and the provider reported none",
+            "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
+        )
+    return None if price.per_hour == 0 else max_cost / price.per_hour * 3600
+
+
+def spend(seconds: float, price_per_hour: float | None, source: str | None = None) -> dict[str, Any]:
     """The ``cost`` block of trainbox.json: hours, and dollars when the price is known."""
     hours = max(0.0, seconds) / 3600
     dollars = None if price_per_hour is None else round(hours * price_per_hour, 4)
-    return {"hours": round(hours, 4), "price_per_hour": price_per_hour, "dollars": dollars}
+    return {"hours": round(hours, 4), "price_per_hour": price_per_hour, "price_source": source, "dollars": dollars}
 
 
 def describe_spend(cost: dict[str, Any]) -> str:
-    """One line for the final summary, e.g. ``0.51 h, $1.27 at $2.49/h``."""
+    """One line for the final summary, e.g. ``0.51 h, $1.27 at $2.49/h (runpod:cost)``."""
     text = f"{cost['hours']:.2f} h"
     if cost.get("dollars") is not None:
         text += f", ${cost['dollars']:.2f} at ${cost['price_per_hour']:.2f}/h"
+        if cost.get("price_source"):
+            text += f" ({cost['price_source']})"
     return text
 
 

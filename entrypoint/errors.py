@@ -174,6 +174,13 @@ class StallError(AgentError):
     reason = "stalled"
 
 
+class CostLimitError(AgentError):
+    """MAX_COST spent at the instance's price: wrapped up like MAX_RUNTIME."""
+
+    exit_code = 82
+    reason = "max_cost"
+
+
 class ReleaseError(AgentError):
     exit_code = 90
     reason = "release_failed"

@@ -1,6 +1,6 @@
 """``trainbox run``: the stages in order, one shutdown path, and an honest final state.
 
-SIGTERM (preemption), SIGINT, MAX_RUNTIME (SIGALRM) and the stall guard all end the job the
+SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
 same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
 uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, monitor, preflight, profiling, release, resume, sync, training
-from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from . import cost, dataset, monitor, preflight, profiling, providers, release, resume, sync, training
+from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .log import logger
 from .settings import Settings
@@ -34,6 +34,7 @@ _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
     StallError: Phase.STALLED,
     DeadlineError: Phase.TIMED_OUT,
+    CostLimitError: Phase.TIMED_OUT,
 }
 
 
@@ -52,6 +53,8 @@ class Job:
         self._progress_lock = threading.Lock()
         self._stop: AgentError | None = None
         self._finishing = False
+        self.price = cost.configured_price(settings.price_per_hour)
+        self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -71,6 +74,13 @@ class Job:
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
+        elif signum == signal.SIGALRM and self._alarm_is_budget:
+            spent = cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source)
+            self.request_stop(
+                CostLimitError(
+                    f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}", "raise MAX_COST"
+                )
+            )
         elif signum == signal.SIGALRM:
             self.request_stop(
                 DeadlineError(f"MAX_RUNTIME ({self.settings.max_runtime:.0f} s) expired", "raise MAX_RUNTIME")
@@ -101,7 +111,8 @@ class Job:
             if gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
-            release.check_access(self.settings)  # a wrong instance id or key fails now, not at the end
+            # A wrong instance id or key fails now, not at the end; the read also gives the price.
+            self._arm_budget(release.check_access(self.settings))
             self._connect_hub()
 
             self.state.set_phase(Phase.RESUME)
@@ -131,6 +142,27 @@ class Job:
             self._finishing = True
             signal.setitimer(signal.ITIMER_REAL, 0)
         return self._finish(outcome)
+
+    def _arm_budget(self, seen: providers.Observed | None) -> None:
+        """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
+        on the MAX_RUNTIME timer, whichever comes first, so it ends the job the same way."""
+        self.price = cost.choose_price(self.settings.price_per_hour, seen)
+        self.state.update(
+            cost={
+                "price_per_hour": self.price.per_hour,
+                "price_source": self.price.source,
+                "max_cost": self.settings.max_cost,
+            }
+        )
+        budget = cost.budget_seconds(self.settings.max_cost, self.price)
+        if budget is None:
+            return
+        left = budget - (time.monotonic() - self.started)
+        runtime_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0 without MAX_RUNTIME
+        if runtime_left and runtime_left <= left:
+            return
+        self._alarm_is_budget = True
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))  # 0 would disarm it
 
     def _connect_hub(self) -> None:
         """Check write access to OUTPUT_REPO, take over its history, then mirror the run folder there."""
@@ -270,8 +302,8 @@ class Job:
             code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
         if self.uploader is not None:
             self.state.update(sync=self._sync_report())
-        # Billed time runs from when the agent started (≈ the container); dollars with PRICE_PER_HOUR.
-        self.state.update(cost=cost.spend(time.monotonic() - self.started, self.settings.price_per_hour))
+        # Billed time runs from when the agent started (≈ the container); dollars with a known price.
+        self.state.update(cost=cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source))
         self.state.finish(phase, code, reason, message)
         code = self._final_sync(phase, code)
         self._summary(phase, outcome)

@@ -9,9 +9,16 @@ Endpoints (checked against the providers' API references):
   show-instance): ``DELETE /api/v0/instances/{id}/``; ``PUT`` the same URL with
   ``{"state": "stopped"}``; ``GET`` it for ``{"instances": {actual_status, intended_status,
   cur_state}}``, where ``cur_state`` becomes ``unloaded`` on destroy.
-- RunPod https://docs.runpod.io/api-reference/pods/ (REST v1): ``DELETE /v1/pods/{podId}``,
-  ``POST /v1/pods/{podId}/stop``, ``GET /v1/pods/{podId}`` with ``desiredStatus`` one of
-  ``RUNNING``, ``EXITED``, ``TERMINATED``.
+  The record's ``dph_total`` is the instance's price in $/h. A 200 without an instance record is
+  no answer at all: it is retried and never read as "gone".
+- RunPod REST v2, base ``https://api.runpod.io`` (OpenAPI ``/v2/openapi.json``, version 2.0.0;
+  REST v1 at rest.runpod.io was retired on 2026-12-01): ``GET /v2/pods/{id}`` answers a ``Pod``
+  with ``status`` (``PROVISIONING``, ``STARTING``, ``RUNNING``, ``EXITED``, ``ERROR``,
+  ``TERMINATED``), ``cost`` ($/h, 0 when stopped), ``locked`` (prevents stopping) and ``cluster``
+  (Instant Cluster members, ended only through ``/v2/clusters/{id}``); ``POST /v2/pods/{id}/action``
+  with ``{"action": "stop"}`` answers 200 and the Pod, 409 when the action is not valid now;
+  ``DELETE /v2/pods/{id}`` answers 204 with no body. Errors are RFC 9457 problem objects
+  (``title``, ``status``, ``detail``); a 429 carries ``Retry-After`` and ``RateLimit``.
 Both take ``Authorization: Bearer <key>``.
 """
 
@@ -41,15 +48,18 @@ _REFUSED_STATUS = frozenset({401, 403})
 
 
 class InstanceState(enum.StrEnum):
-    RUNNING = "running"  # anything that still bills compute: loading, running, rebooting, …
+    RUNNING = "running"  # anything that still bills compute: provisioning, loading, running, rebooting, …
     STOPPED = "stopped"
     GONE = "gone"
+    ERROR = "error"  # RunPod's ERROR: neither stopped nor gone, so never a confirmation
 
 
 @dataclass(frozen=True)
 class Observed:
     state: InstanceState
     detail: str  # the provider's own words, e.g. "actual_status=running intended_status=stopped"
+    price_per_hour: float | None = None  # what the provider bills now ($/h), when it says
+    price_source: str | None = None  # the field it came from, e.g. "runpod:cost"
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,9 @@ class RetryPolicy:
     attempts: int = 6  # per call
     first_wait: float = 1.0
     max_wait: float = 16.0
+    # A provider's own wait (Retry-After, RateLimit) is honoured up to a minute, RunPod's shortest
+    # rate window; a longer one is cut so the release still ends, or fails loudly, within minutes.
+    max_retry_after: float = 60.0
     confirm_for: float = 90.0  # how long to keep reading the state before calling it a failure
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
@@ -83,8 +96,21 @@ class ProviderHttpError(Exception):
         return self.status is None or self.status in RETRY_STATUS
 
 
+class UnclearAnswer(ProviderHttpError):
+    """A 200 that says nothing about the instance (no record, an empty object, not JSON).
+
+    It proves neither "gone" nor "stopped": it is retried like a 503 and never confirms a release."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(what, 200, detail)
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
 def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
-    """Run ``call``; on a network error or a retryable status wait (``Retry-After`` wins) and run it again."""
+    """Run ``call``; on a network error or a retryable status wait (the provider's wait wins) and run it again."""
     waits = policy.waits()
     for attempt in range(policy.attempts):
         try:
@@ -92,7 +118,7 @@ def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
         except ProviderHttpError as error:
             if not error.retryable or attempt == len(waits):
                 raise
-            pause = min(policy.max_wait, error.retry_after) if error.retry_after is not None else waits[attempt]
+            pause = waits[attempt] if error.retry_after is None else min(policy.max_retry_after, error.retry_after)
             logger.warning("%s; retrying in %.1f s (%d/%d)", redact(str(error)), pause, attempt + 1, len(waits))
             policy.sleep(pause)
     raise AssertionError("unreachable")
@@ -125,7 +151,7 @@ class _Api:
             data=None if body is None else json.dumps(body).encode(),
             headers={
                 "Authorization": f"Bearer {self._key}",
-                "Accept": "application/json",
+                "Accept": "application/json, application/problem+json",
                 "User-Agent": f"trainbox/{__version__}",
                 **({} if body is None else {"Content-Type": "application/json"}),
             },
@@ -136,7 +162,10 @@ class _Api:
         except urllib.error.HTTPError as error:
             payload = _json(error.read())
             detail = _message(payload) or error.reason or "no message"
-            raise ProviderHttpError(what, error.code, str(detail)[:200], _retry_after(error.headers)) from None
+            wait = _retry_after(error.headers)
+            if wait is None and error.code == 429:
+                wait = _rate_limit_wait(error.headers.get("RateLimit") if error.headers is not None else None)
+            raise ProviderHttpError(what, error.code, str(detail)[:200], wait) from None
         except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out, DNS
             reason = getattr(error, "reason", None) or error
             raise ProviderHttpError(what, None, f"{type(error).__name__}: {reason}"[:200]) from None
@@ -159,13 +188,14 @@ class VastInstance:
         _check_success(body, f"destroying {self.label}")
 
     def observe(self) -> Observed:
+        what = f"reading {self.label}"
         try:
-            _, body = self._api.call("GET", self._path, f"reading {self.label}")
+            _, body = self._api.call("GET", self._path, what)
         except ProviderHttpError as error:
             if error.status == 404:
                 return Observed(InstanceState.GONE, "not found (HTTP 404)")
             raise
-        return vast_state(body)
+        return vast_state(body, what)
 
 
 class RunPodInstance:
@@ -174,50 +204,101 @@ class RunPodInstance:
     def __init__(self, api_url: str, pod_id: str, key: str) -> None:
         self.label = f"RunPod pod {pod_id}"
         self._api = _Api(api_url, key)
-        self._path = f"/v1/pods/{urllib.parse.quote(pod_id, safe='')}"
+        self._path = f"/v2/pods/{urllib.parse.quote(pod_id, safe='')}"
+        self._pod: dict[str, Any] = {}  # the last Pod read, to explain a refusal
 
     def stop(self) -> None:
-        self._api.call("POST", self._path + "/stop", f"stopping {self.label}")
+        try:
+            self._api.call("POST", self._path + "/action", f"stopping {self.label}", {"action": "stop"})
+        except ProviderHttpError as error:
+            if error.status != 409:
+                raise
+            # 409 on a retried stop whose first attempt landed: the pod is EXITED already.
+            if self.observe().state in {InstanceState.STOPPED, InstanceState.GONE}:
+                return
+            raise self._refusal(error, "stop") from None
 
     def destroy(self) -> None:
-        self._api.call("DELETE", self._path, f"destroying {self.label}")
+        try:
+            self._api.call("DELETE", self._path, f"terminating {self.label}")
+        except ProviderHttpError as error:
+            if error.status != 409:
+                raise
+            if self.observe().state is InstanceState.GONE:
+                return
+            raise self._refusal(error, "terminate") from None
 
     def observe(self) -> Observed:
+        what = f"reading {self.label}"
         try:
-            _, body = self._api.call("GET", self._path, f"reading {self.label}")
+            _, body = self._api.call("GET", self._path, what)
         except ProviderHttpError as error:
             if error.status == 404:
                 return Observed(InstanceState.GONE, "not found (HTTP 404)")
             raise
-        return runpod_state(body)
+        if isinstance(body, dict):
+            self._pod = body
+        return runpod_state(body, what)
+
+    def _refusal(self, error: ProviderHttpError, action: str) -> ReleaseError:
+        """A 409, explained by the pod as just read: an Instant Cluster member, locked, or in a
+        status that does not allow ``action``."""
+        refused = f"RunPod refused to {action} {self.label} ({error.answer})"
+        cluster = self._pod.get("cluster")
+        if isinstance(cluster, dict) and cluster.get("id"):
+            return ReleaseError(
+                f"{refused}: it belongs to Instant Cluster {cluster['id']}, which RunPod ends only as a whole",
+                f"terminate cluster {cluster['id']} from the RunPod console; this pod may still be billing",
+            )
+        if action == "stop" and self._pod.get("locked") is True:
+            return ReleaseError(
+                f"{refused}: the pod is locked (locked: true prevents stopping)",
+                "unlock it in the RunPod console and stop it there, or use ON_EXIT=destroy; it may still be billing",
+            )
+        allowed = ", ".join(map(str, self._pod.get("actions") or [])) or "none"
+        return ReleaseError(
+            f"{refused}: not valid in status {self._pod.get('status', 'unknown')} (valid now: {allowed})",
+            f"{action} the pod from the RunPod console; it may still be billing",
+        )
 
 
-def vast_state(body: Any) -> Observed:
-    """Vast.ai's show-instance answer → our state. The record sits under ``instances`` (one object)."""
+def vast_state(body: Any, what: str = "reading the instance") -> Observed:
+    """Vast.ai's show-instance answer → our state. The record sits under ``instances`` (one object).
+
+    Only a 404 or a record that says so means gone or stopped; an answer without a record is
+    ``UnclearAnswer``, never "gone": taking silence for a destroy would end the job with the bill running."""
     record = body.get("instances") if isinstance(body, dict) else None
     if isinstance(record, list):
-        record = record[0] if record else None
+        record = record[0] if len(record) == 1 else None
     if not isinstance(record, dict) or not record:
-        return Observed(InstanceState.GONE, "no instance record")
+        raise UnclearAnswer(what, "an answer without an instance record" if body is not None else "not JSON")
     actual, intended, contract = record.get("actual_status"), record.get("intended_status"), record.get("cur_state")
     detail = f"actual_status={actual} intended_status={intended} cur_state={contract}"
+    price = _price(record.get("dph_total"))
+    source = "vast:dph_total" if price is not None else None
     if contract == "unloaded":  # the machine contract is released on destroy
-        return Observed(InstanceState.GONE, detail)
+        return Observed(InstanceState.GONE, detail, price, source)
     # The agent runs inside the instance, so the container can only read "stopped" once the agent
     # is gone: the provider having taken "stopped" as its target is the confirmation we can see.
     if "stopped" in (actual, intended):
-        return Observed(InstanceState.STOPPED, detail)
-    return Observed(InstanceState.RUNNING, detail)
+        return Observed(InstanceState.STOPPED, detail, price, source)
+    if actual is None and intended is None and contract is None:
+        raise UnclearAnswer(what, "an instance record without a status")
+    return Observed(InstanceState.RUNNING, detail, price, source)
 
 
-def runpod_state(body: Any) -> Observed:
-    status = body.get("desiredStatus") if isinstance(body, dict) else None
-    detail = f"desiredStatus={status}"
-    if status == "TERMINATED":
-        return Observed(InstanceState.GONE, detail)
-    if status == "EXITED":
-        return Observed(InstanceState.STOPPED, detail)
-    return Observed(InstanceState.RUNNING, detail)
+def runpod_state(body: Any, what: str = "reading the pod") -> Observed:
+    """RunPod v2's ``Pod`` → our state. ``ERROR`` is reported as it is; an unknown status still bills."""
+    status = body.get("status") if isinstance(body, dict) else None
+    if not isinstance(status, str) or not status:
+        raise UnclearAnswer(what, "an answer without a pod status" if body is not None else "not JSON")
+    detail = f"status={status}" + (" locked" if body.get("locked") is True else "")
+    price = _price(body.get("cost"))  # 0.0 once EXITED or TERMINATED: no price
+    source = "runpod:cost" if price is not None else None
+    state = {"TERMINATED": InstanceState.GONE, "EXITED": InstanceState.STOPPED, "ERROR": InstanceState.ERROR}.get(
+        status, InstanceState.RUNNING
+    )
+    return Observed(state, detail, price, source)
 
 
 def instance_for(access: ProviderAccess) -> Instance:
@@ -296,11 +377,26 @@ def _json(raw: bytes) -> Any:
 
 
 def _message(payload: Any) -> str | None:
-    if isinstance(payload, dict):
-        for key in ("msg", "message", "error", "detail"):
-            if payload.get(key):
-                return str(payload[key])
+    """The error text of an answer: an RFC 9457 problem's ``title: detail`` (RunPod v2), else Vast.ai's ``msg``."""
+    if not isinstance(payload, dict):
+        return None
+    if payload.get("title") or payload.get("detail"):
+        text = ": ".join(str(payload[key]) for key in ("title", "detail") if payload.get(key))
+        errors = payload.get("errors")
+        if isinstance(errors, list) and errors:
+            text += " (" + "; ".join(map(str, errors[:3])) + ")"
+        return text
+    for key in ("msg", "message", "error"):
+        if payload.get(key):
+            return str(payload[key])
     return None
+
+
+def _price(value: Any) -> float | None:
+    """A provider's $/h; 0 (a stopped instance) and anything that is not a number mean no price."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value > 0 else None
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -309,3 +405,21 @@ def _retry_after(headers: Any) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None  # an HTTP date: fall back to our own backoff
+
+
+def _rate_limit_wait(value: str | None) -> float | None:
+    """Seconds until an exhausted window of a ``RateLimit`` header resets.
+
+    The header (IETF ratelimit-headers, as RunPod sends it) lists one member per window, e.g.
+    ``"minute";r=0;t=12, "hour";r=2800;t=1812``: ``r`` requests remain, ``t`` seconds to the reset."""
+    if not value:
+        return None
+    waits: list[float] = []
+    for member in value.split(","):
+        params = dict(part.strip().split("=", 1) for part in member.split(";")[1:] if "=" in part)
+        try:
+            if int(params.get("r", "1")) <= 0:
+                waits.append(max(0.0, float(params["t"])))
+        except (KeyError, ValueError):
+            continue
+    return max(waits) if waits else None

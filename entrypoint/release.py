@@ -16,7 +16,7 @@ from typing import Any
 
 from . import providers
 from .errors import AccessError, ConfigError, ReleaseError
-from .log import logger
+from .log import logger, redact
 from .providers import InstanceState, ProviderHttpError, RetryPolicy
 from .settings import ExitAction, Provider, ProviderAccess, Settings
 from .state import RunState, now_iso, read_state, write_json_atomic
@@ -90,25 +90,30 @@ def release(access: ProviderAccess, action: ExitAction, policy: RetryPolicy | No
 
 
 def check_access(settings: Settings, policy: RetryPolicy | None = None) -> providers.Observed | None:
-    """At start: prove the key can read this instance, so a wrong id or key fails now, not at the end.
+    """At start: read this instance once, for its price and to prove the key can read it, so a
+    wrong id or key fails now, not at the end.
 
-    Only when ON_EXIT or ON_FAILURE needs the provider. An unreachable API is only a warning
-    (it may be back by the end); a refused key or an unknown instance is an error.
+    Strict only when ON_EXIT or ON_FAILURE needs the provider: then a refused key or an unknown
+    instance is an error. An unreachable API is only a warning (it may be back by the end).
     """
-    if {settings.on_exit, settings.on_failure} == {ExitAction.EXIT}:
+    if settings.provider.provider is Provider.NONE:
         return None
+    needed = {settings.on_exit, settings.on_failure} != {ExitAction.EXIT}
     instance = providers.instance_for(settings.provider)
     try:
         seen = providers.with_retries(instance.observe, f"reading {instance.label}", policy or RetryPolicy(attempts=3))
     except ProviderHttpError as error:
-        if error.status in {401, 403}:
+        if needed and error.status in {401, 403}:
             raise AccessError(
-                f"the provider refused {instance.key_name} when reading {instance.label} (HTTP {error.status})",
+                f"the provider refused {instance.key_name} when reading {instance.label} ({redact(error.answer)})",
                 f"fix {instance.key_name}, or set ON_EXIT=exit and release the machine yourself",
             ) from None
-        logger.warning("cannot reach the provider API yet (%s): the release at the end will try again", error)
+        logger.warning("cannot read %s from the provider API yet: %s", instance.label, redact(error.answer))
         return None
     if seen.state is InstanceState.GONE:
+        if not needed:
+            logger.warning("the provider does not know %s (%s)", instance.label, seen.detail)
+            return None
         raise ConfigError(
             f"the provider does not know {instance.label} ({seen.detail})",
             "check the instance id the provider gave this machine, or set PROVIDER=none and ON_EXIT=exit",

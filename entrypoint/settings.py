@@ -23,7 +23,7 @@ from .run_args import RunArgs
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
 VAST_API_URL = "https://console.vast.ai"
-RUNPOD_API_URL = "https://rest.runpod.io"
+RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # Provider variables whose values are secrets.
 SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -124,6 +124,7 @@ class Settings:
     on_failure: ExitAction
     provider: ProviderAccess
     price_per_hour: float | None
+    max_cost: float | None = None  # dollars; the job is wrapped up once the spend reaches it
     monitor: bool
     monitor_host: str
     profile: bool
@@ -192,6 +193,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         on_failure=_choice(env, "ON_FAILURE", ExitAction, on_exit),
         provider=_provider(env),
         price_per_hour=_price(env.get("PRICE_PER_HOUR")),
+        max_cost=_max_cost(env.get("MAX_COST")),
         monitor=_flag(env, "MONITOR"),
         monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
@@ -201,6 +203,12 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         raise ConfigError(
             "ON_EXIT/ON_FAILURE=destroy without OUTPUT_REPO would delete the weights with the machine",
             "set OUTPUT_REPO=org/name, or use ON_EXIT=stop",
+        )
+    unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
+    if settings.max_cost is not None and unpriced:  # with a provider, its price is read at start
+        raise ConfigError(
+            f"MAX_COST={env['MAX_COST']} needs the instance's price, and no provider here reports one",
+            "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
         )
     for action in {settings.on_exit, settings.on_failure} - {ExitAction.EXIT}:
         if settings.provider.provider is Provider.NONE:
@@ -330,6 +338,18 @@ def _price(value: str | None) -> float | None:
     if price < 0:
         raise ConfigError(f"PRICE_PER_HOUR={value!r} is not a price", "give dollars per hour, e.g. PRICE_PER_HOUR=2.49")
     return price
+
+
+def _max_cost(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        dollars = float(value.strip().lstrip("$"))
+    except ValueError:
+        dollars = 0.0
+    if not dollars > 0 or dollars == float("inf"):
+        raise ConfigError(f"MAX_COST={value!r} is not an amount of dollars", "give dollars, e.g. MAX_COST=25")
+    return dollars
 
 
 def _provider(env: Mapping[str, str]) -> ProviderAccess:

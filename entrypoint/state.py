@@ -2,7 +2,8 @@
 
 Phases in order: ``starting → preflight → resume → dataset → training → finishing``; then one
 terminal phase: ``done`` (trained, or already complete), ``failed``, ``preempted``
-(SIGTERM), ``stalled`` (no progress for STALL_TIMEOUT) or ``timed_out`` (MAX_RUNTIME).
+(SIGTERM), ``stalled`` (no progress for STALL_TIMEOUT) or ``timed_out`` (MAX_RUNTIME, or
+MAX_COST: ``exit.reason`` tells them apart).
 """
 
 from __future__ import annotations

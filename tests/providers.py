@@ -4,9 +4,12 @@ Each server implements the documented endpoints for one instance, checks the Bea
 records every call and can be told to fail:
 
 - ``FakeVast``: ``GET``/``PUT {"state": "stopped"}``/``DELETE`` on ``/api/v0/instances/{id}/``;
-  the state reads as ``{"instances": {actual_status, intended_status, cur_state}}``, 404 once destroyed.
-- ``FakeRunPod``: ``GET``/``DELETE`` on ``/v1/pods/{id}``, ``POST /v1/pods/{id}/stop``;
-  the state reads as ``{"id", "desiredStatus": RUNNING|EXITED}``, 404 once deleted.
+  the state reads as ``{"instances": {actual_status, intended_status, cur_state, dph_total}}``,
+  404 once destroyed (or ``gone_answer``, to play a provider that answers something unclear).
+- ``FakeRunPod``: RunPod REST v2 as its OpenAPI document describes it (the operations used here
+  are tabled in ``runpod_v2_reference.json`` beside this file): ``GET /v2/pods/{id}`` → a ``Pod``,
+  ``POST /v2/pods/{id}/action`` ``{"action": …}`` (409 when not valid now), ``DELETE /v2/pods/{id}``
+  → 204; RFC 9457 problem errors, ``RateLimit`` headers; every other path, v1's included, is 404.
 
 Point the agent at them with ``VAST_API_URL`` / ``RUNPOD_API_URL`` (``server.env()``).
 """
@@ -18,8 +21,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+RUNPOD_V2_REFERENCE = Path(__file__).with_name("runpod_v2_reference.json")
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,9 @@ class Call:
     body: Any
     status: int
     at: float  # time.time() when the request arrived
+    content_type: str | None = None  # of the request
+    answer: Any = None  # the body answered
+    answer_headers: dict[str, str] | None = None
 
 
 @dataclass
@@ -38,7 +48,7 @@ class Fault:
     method: str | None = None  # None: every method
     times: int | None = None  # None: for ever
     retry_after: float | None = None
-    body: Any = None
+    body: Any = None  # bytes go out as they are (a body that is not JSON)
 
 
 class FakeProvider:
@@ -102,22 +112,31 @@ class FakeProvider:
         raise NotImplementedError
 
     # -- request handling ------------------------------------------------------------------
-    def handle(self, method: str, path: str, authorization: str | None, body: Any) -> tuple[int, Any, dict[str, str]]:
+    def handle(
+        self, method: str, path: str, authorization: str | None, body: Any, content_type: str | None = None
+    ) -> tuple[int, Any, dict[str, str]]:
         with self._lock:
-            answer = self._answer(method, path, authorization, body)
-            self.calls.append(Call(method, path, authorization, body, answer[0], time.time()))
-            return answer
+            status, answer, headers = self._answer(method, path, authorization, body)
+            self.calls.append(
+                Call(method, path, authorization, body, status, time.time(), content_type, answer, headers)
+            )
+            return status, answer, headers
 
     def _answer(self, method: str, path: str, authorization: str | None, body: Any) -> tuple[int, Any, dict[str, str]]:
         if authorization != f"Bearer {self.key}":
-            return 401, {"error": "invalid api key"}, {}
+            return self._error(401, "invalid api key")
         for fault in self._faults:
             if fault.times != 0 and (fault.method is None or fault.method == method):
                 if fault.times is not None:
                     fault.times -= 1
-                headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
-                return fault.status, fault.body if fault.body is not None else {"error": "injected"}, headers
+                status, payload, headers = self._error(fault.status, "injected")
+                if fault.retry_after is not None:
+                    headers["Retry-After"] = f"{fault.retry_after:g}"
+                return status, fault.body if fault.body is not None else payload, headers
         return self._route(method, path, body)
+
+    def _error(self, status: int, message: str) -> tuple[int, Any, dict[str, str]]:
+        return status, {"error": message}, {}
 
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:  # pragma: no cover
         raise NotImplementedError
@@ -132,6 +151,9 @@ class FakeProvider:
 
 class FakeVast(FakeProvider):
     kind = "vast"
+    price: float | None = 0.35  # dph_total, $/h
+    # What a state read answers once destroyed; a test may make it something that proves nothing.
+    gone_answer: tuple[int, Any] | None = None
 
     def env(self) -> dict[str, str]:
         return {"CONTAINER_ID": self.instance_id, "CONTAINER_API_KEY": self.key, "VAST_API_URL": self.url}
@@ -144,13 +166,15 @@ class FakeVast(FakeProvider):
         if method == "GET":
             shown = self._visible_state()
             if shown == "destroyed":
-                return not_found
-            record = {
+                return not_found if self.gone_answer is None else (*self.gone_answer, {})
+            record: dict[str, Any] = {
                 "id": int(self.instance_id) if self.instance_id.isdigit() else self.instance_id,
                 "actual_status": "running",  # the container runs until the host acts on the request
                 "intended_status": "stopped" if shown == "stopped" else "running",
                 "cur_state": "running",
             }
+            if self.price is not None:
+                record["dph_total"] = self.price
             return 200, {"instances": record}, {}
         if self.state == "destroyed":
             return not_found
@@ -164,34 +188,149 @@ class FakeVast(FakeProvider):
             return 200, {"success": True, "msg": "Instance destroyed successfully"}, {}
         return 405, {"error": "method not allowed"}, {}
 
+    def _error(self, status: int, message: str) -> tuple[int, Any, dict[str, str]]:
+        return status, {"success": False, "error": message, "msg": message}, {}
+
 
 class FakeRunPod(FakeProvider):
+    """One pod behind RunPod REST v2. Tests set ``price``, ``locked``, ``cluster``, ``status``
+    (``ERROR``), ``forbidden`` (a key without access) or ``terminated_reads`` (reads that show
+    ``TERMINATED`` before the deleted pod answers 404)."""
+
     kind = "runpod"
+    price = 0.74  # the pod's cost, $/h, while it runs
+    locked = False
+    cluster: str | None = None
+    status: str | None = None  # overrides RUNNING while the pod runs, e.g. "ERROR"
+    forbidden = False
+    terminated_reads = 0
+    _POD = re.compile(r"/v2/pods/([^/]+)(/action)?")
 
     def env(self) -> dict[str, str]:
         return {"RUNPOD_POD_ID": self.instance_id, "RUNPOD_API_KEY": self.key, "RUNPOD_API_URL": self.url}
 
-    def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
-        match = re.fullmatch(r"/v1/pods/([^/]+)(/stop)?", path)
-        if match is None or match.group(1) != self.instance_id:
-            return 404, {"error": "pod not found"}, {}
-        if method == "GET" and not match.group(2):
-            shown = self._visible_state()
-            return (404, {"error": "pod not found"}, {}) if shown == "destroyed" else (200, self._pod(shown), {})
-        if self.state == "destroyed":
-            return 404, {"error": "pod not found"}, {}
-        if match.group(2):
-            if method != "POST":
-                return 405, {"error": "method not allowed"}, {}
-            self.state = "stopped"
-            return 200, self._pod("stopped"), {}
-        if method == "DELETE":
-            self.state = "destroyed"
-            return 204, None, {}
-        return 405, {"error": "method not allowed"}, {}
+    def _error(self, status: int, message: str, errors: list[str] | None = None) -> tuple[int, Any, dict[str, str]]:
+        problem: dict[str, Any] = {"title": HTTPStatus(status).phrase, "status": status, "detail": message}
+        if errors:
+            problem["errors"] = errors
+        headers = {"Content-Type": "application/problem+json"}
+        if status != 401:  # RateLimit travels with every authenticated answer
+            headers |= self._rate_limit(exhausted=status == 429)
+        return status, problem, headers
 
-    def _pod(self, state: str) -> dict[str, Any]:
-        return {"id": self.instance_id, "desiredStatus": {"stopped": "EXITED"}.get(state, "RUNNING"), "costPerHr": 0.74}
+    @staticmethod
+    def _rate_limit(*, exhausted: bool = False) -> dict[str, str]:
+        minute = "r=0;t=12" if exhausted else "r=59;t=60"
+        return {
+            "RateLimit": f'"minute";{minute}, "hour";r=2999;t=3600, "day";r=49999;t=86400',
+            "RateLimit-Policy": '"minute";q=60;w=60, "hour";q=3000;w=3600, "day";q=50000;w=86400',
+        }
+
+    def _ok(self, status: int, payload: Any) -> tuple[int, Any, dict[str, str]]:
+        return status, payload, self._rate_limit()
+
+    def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+        match = self._POD.fullmatch(path)  # anything else, /v1/... included, is not found
+        if match is None:
+            return self._error(404, "resource not found")
+        action_path = match.group(2) is not None
+        allowed = ["POST"] if action_path else ["GET", "DELETE"]
+        if method not in allowed:
+            status, problem, headers = self._error(405, "The requested method is not allowed for this path.")
+            return status, problem, headers | {"Allow": ", ".join(allowed)}
+        if self.forbidden:
+            return self._error(403, "access denied")
+        if match.group(1) != self.instance_id:
+            return self._error(404, "pod not found")
+        if method == "GET":
+            shown = self._visible_state()
+            if shown == "destroyed":
+                if self.terminated_reads > 0:
+                    self.terminated_reads -= 1
+                    return self._ok(200, self._pod("TERMINATED"))
+                return self._error(404, "pod not found")
+            return self._ok(200, self._pod(self._status(shown)))
+        if self.state == "destroyed":
+            return self._error(404, "pod not found")
+        if method == "DELETE":
+            return self._terminate()
+        return self._action(body)
+
+    def _action(self, body: Any) -> tuple[int, Any, dict[str, str]]:
+        if not isinstance(body, dict):
+            return self._error(400, "request body must be a JSON object")
+        problems = [f"$: additional properties '{key}' not allowed" for key in body if key != "action"]
+        if "action" not in body:
+            problems.append("$: missing property 'action'")
+        elif body["action"] not in {"start", "stop", "restart", "terminate"}:
+            problems.append("$.action: value must be one of 'start', 'stop', 'restart', 'terminate'")
+        if problems:
+            return self._error(422, "Request validation failed.", problems)
+        action = body["action"]
+        status = self._status(self.state)
+        if self.cluster is not None:
+            return self._error(409, f"pod belongs to cluster {self.cluster}; manage it through /v2/clusters/{{id}}")
+        if action not in self._actions(status):
+            return self._error(409, f"action {action} is not valid for a pod in status {status}")
+        if action == "terminate":
+            return self._terminate()
+        self.state = {"stop": "stopped", "start": "running", "restart": "running"}[action]
+        return self._ok(200, self._pod(self._status(self.state)))
+
+    def _terminate(self) -> tuple[int, Any, dict[str, str]]:
+        if self.cluster is not None:
+            return self._error(409, "Pod belongs to a cluster and cannot be terminated via the pod endpoints.")
+        self.state = "destroyed"
+        return self._ok(204, None)
+
+    def _status(self, state: str) -> str:
+        if state == "running":
+            return self.status or "RUNNING"
+        return {"stopped": "EXITED", "destroyed": "TERMINATED"}[state]
+
+    def _actions(self, status: str) -> list[str]:
+        actions = {
+            "RUNNING": ["stop", "restart", "terminate"],
+            "EXITED": ["start", "terminate"],
+            "ERROR": ["start", "terminate"],
+            "PROVISIONING": ["stop", "terminate"],
+            "STARTING": ["stop", "terminate"],
+        }.get(status, [])
+        if self.locked:  # locked prevents stopping or resetting
+            actions = [action for action in actions if action not in {"stop", "restart"}]
+        return actions
+
+    def _pod(self, status: str) -> dict[str, Any]:
+        """A ``Pod`` with every field the schema requires."""
+        running = status in {"RUNNING", "PROVISIONING", "STARTING"}
+        pod: dict[str, Any] = {
+            "id": self.instance_id,
+            "name": "trainbox",
+            "status": status,
+            "actions": self._actions(status),
+            "image": "ghcr.io/libreyolo/trainbox:latest",
+            "args": "",
+            "disk": 30,
+            "mounts": {"persistent": {"size": 100, "path": "/workspace"}},
+            "ports": [],
+            "env": {},
+            "registry": None,
+            "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1},
+            "cloud": "SECURE",
+            "dataCenterId": "US-KS-2",
+            "cudaVersion": "12.8",
+            "ssh": {},
+            "template": None,
+            "cost": self.price if running else 0.0,
+            "locked": self.locked,
+            "globalNetworking": {"enabled": False},
+            "runtime": {"uptime": 60, "ports": []} if status == "RUNNING" else None,
+            "createdAt": "2026-12-01T12:00:00Z",
+            "startedAt": "2026-12-01T12:02:00Z",
+        }
+        if self.cluster is not None:
+            pod["cluster"] = {"id": self.cluster, "rank": 0}
+        return pod
 
 
 def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
@@ -206,19 +345,29 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw.decode(errors="replace")
             status, payload, headers = provider.handle(
-                self.command, self.path.split("?")[0], self.headers.get("Authorization"), body
+                self.command,
+                self.path.split("?")[0],
+                self.headers.get("Authorization"),
+                body,
+                self.headers.get("Content-Type"),
             )
-            data = b"" if payload is None or status == 204 else json.dumps(payload).encode()
+            headers = dict(headers)
+            if isinstance(payload, bytes):
+                data = payload
+                headers.setdefault("Content-Type", "text/html")
+            else:
+                data = b"" if payload is None or status == 204 else json.dumps(payload).encode()
+            content_type = headers.pop("Content-Type", "application/json")
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)
             if data:
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_PUT = do_POST = do_DELETE = _serve
+        do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _serve
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from entrypoint import release, settings
-from entrypoint.errors import AccessError, ConfigError, ReleaseError
-from entrypoint.providers import RetryPolicy
+from entrypoint import providers, release, settings
+from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseError
+from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
 from tests.hubfixtures import HubContext
-from tests.providers import FakeProvider, FakeRunPod, FakeVast
+from tests.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
 
 VAST_KEY = "vast-canary-key-5f1c0a9e77d2"
 RUNPOD_KEY = "runpod-canary-key-c3b8e41d90aa"
@@ -169,7 +172,7 @@ def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRun
 
     assert result.returncode == 60, result.stderr  # the training failure, not hidden by the release
     (stop,) = runpod.actions()
-    assert (stop.method, stop.path) == ("POST", "/v1/pods/pod-7xq2/stop")
+    assert (stop.method, stop.path, stop.body) == ("POST", "/v2/pods/pod-7xq2/action", {"action": "stop"})
     assert stop.authorization == f"Bearer {RUNPOD_KEY}"
     state = agent.state()
     assert state["phase"] == Phase.FAILED
@@ -264,6 +267,128 @@ def test_sigterm_during_the_release_does_not_cut_it_short(agent: Agent, vast: Fa
     assert agent.state()["release"]["status"] == "confirmed"
 
 
+# -- RunPod REST v2, end to end ---------------------------------------------------------------
+def hub_state(agent: Agent) -> dict[str, Any]:
+    return json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))
+
+
+def test_runpod_destroy_terminates_the_pod_and_reads_it_until_gone(agent: Agent, runpod: FakeRunPod) -> None:
+    runpod.lag_reads = 2  # RunPod takes a few reads to show the termination
+    runpod.terminated_reads = 1  # then shows TERMINATED once before answering 404
+
+    result = agent.run("run", env=agent.env(runpod, ON_EXIT="destroy"))
+
+    assert result.returncode == 0, result.stderr
+    (delete,) = runpod.actions()
+    assert (delete.method, delete.path, delete.body) == ("DELETE", "/v2/pods/pod-7xq2", None)
+    assert delete.authorization == f"Bearer {RUNPOD_KEY}" and delete.status == 204
+    reads_after = [call for call in runpod.calls if call.at >= delete.at and call.method == "GET"]
+    assert [call.status for call in reads_after][-1] in {200, 404} and len(reads_after) >= 3
+    assert all(call.path.startswith("/v2/pods/") for call in runpod.calls), "a v1 path was requested"
+    state = agent.state()
+    assert state["release"]["status"] == "confirmed" and state["release"]["observed"] == "gone"
+    # No PRICE_PER_HOUR: the pod's own cost prices the run, in trainbox.json and in the final log line.
+    assert state["cost"]["price_per_hour"] == runpod.price and state["cost"]["price_source"] == "runpod:cost"
+    assert state["cost"]["dollars"] is not None
+    assert re.search(r"cost: [\d.]+ h, \$[\d.]+ at \$0\.74/h \(runpod:cost\)", result.stderr)
+    assert hub_state(agent)["cost"]["price_source"] == "runpod:cost"
+    assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
+
+
+def test_runpod_stop_is_one_action_and_confirmed_by_exited(agent: Agent, runpod: FakeRunPod) -> None:
+    result = agent.run("run", env=agent.env(runpod, ON_EXIT="stop", PRICE_PER_HOUR="2.5"))
+
+    assert result.returncode == 0, result.stderr
+    (stop,) = runpod.actions()
+    assert (stop.method, stop.path, stop.body) == ("POST", "/v2/pods/pod-7xq2/action", {"action": "stop"})
+    assert stop.content_type == "application/json"
+    assert all(call.path.startswith("/v2/pods/") for call in runpod.calls), "a v1 path was requested"
+    state = agent.state()
+    assert state["release"]["status"] == "confirmed" and state["release"]["detail"] == "status=EXITED"
+    assert runpod.state == "stopped"
+    # PRICE_PER_HOUR wins over the pod's cost.
+    assert (state["cost"]["price_per_hour"], state["cost"]["price_source"]) == (2.5, "PRICE_PER_HOUR")
+
+
+def _in_cluster(server: FakeRunPod) -> None:
+    server.cluster = "cl-9a7b"
+
+
+def _locked(server: FakeRunPod) -> None:
+    server.locked = True
+
+
+def _forbidden_terminate(server: FakeRunPod) -> None:
+    server.fail(403, method="DELETE", body={"title": "Forbidden", "status": 403, "detail": "access denied"})
+
+
+def _always_500(server: FakeRunPod) -> None:
+    server.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
+
+
+@pytest.mark.parametrize(
+    ("on_exit", "setup", "says"),
+    [
+        ("destroy", _in_cluster, "Instant Cluster cl-9a7b"),
+        ("stop", _locked, "locked: true prevents stopping"),
+        ("destroy", _forbidden_terminate, "refused RUNPOD_API_KEY"),
+        ("destroy", _always_500, "may still be billing"),
+    ],
+    ids=["409-cluster", "locked", "403-key", "500-forever"],
+)
+def test_a_runpod_refusal_is_an_honest_failure(
+    agent: Agent, runpod: FakeRunPod, on_exit: str, setup: Any, says: str
+) -> None:
+    setup(runpod)
+
+    result = agent.run("run", env=agent.env(runpod, ON_EXIT=on_exit))
+
+    assert result.returncode == ReleaseError.exit_code, result.stderr
+    assert says in result.stderr
+    assert "confirmed by the provider" not in result.stderr
+    assert runpod.state == "running"
+    for state in (agent.state(), hub_state(agent)):
+        assert state["release"]["status"] == "failed" and says in state["release"]["error"]
+        assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
+    assert all(call.path.startswith("/v2/pods/") for call in runpod.calls)
+    assert_no_key(result.stdout + result.stderr + agent.hub_text(), RUNPOD_KEY)
+
+
+# -- MAX_COST --------------------------------------------------------------------------------
+def test_max_cost_wraps_up_at_the_spend_priced_by_the_provider(agent: Agent, runpod: FakeRunPod) -> None:
+    runpod.price = 3600.0  # $1 a second, so $4 is spent within seconds
+    env = agent.env(runpod, ON_EXIT="destroy", MAX_COST="4", FAKE_TRAIN_MODE="forever")
+
+    result = agent.run("run", env=env)
+
+    assert result.returncode == CostLimitError.exit_code == 82, result.stderr
+    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, like MAX_RUNTIME
+    state = agent.state()
+    assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == "max_cost"
+    assert "MAX_COST ($4.00) reached" in state["exit"]["message"]
+    assert state["cost"]["dollars"] >= 4.0 and state["cost"]["max_cost"] == 4.0
+    assert state["cost"]["price_source"] == "runpod:cost"
+    epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
+    published = hub_state(agent)
+    assert published["phase"] == Phase.TIMED_OUT and published["exit"]["code"] == 82
+    assert agent.hub_ctx.hub.file_bytes(agent.repo, "metrics.jsonl").decode().splitlines() == epochs
+    assert state["release"]["status"] == "confirmed"
+    (destroy,) = runpod.actions()
+    assert destroy.method == "DELETE"
+
+
+def test_max_cost_without_any_price_is_refused_at_start(agent: Agent, vast: FakeVast) -> None:
+    vast.price = None  # the provider reports no dph_total, and PRICE_PER_HOUR is not set
+
+    result = agent.run("run", env=agent.env(vast, ON_EXIT="stop", MAX_COST="25"))
+
+    assert result.returncode == ConfigError.exit_code, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "ERROR: MAX_COST=$25 needs" in line]
+    assert errors and "PRICE_PER_HOUR" in errors[0]
+    assert not (agent.run_dir / "metrics.jsonl").exists()  # nothing was trained
+
+
 # -- trainbox release ------------------------------------------------------------------------
 def test_release_command_alone(agent: Agent, runpod: FakeRunPod) -> None:
     result = agent.run("release", "--json", env=agent.env(runpod, ON_EXIT="stop"))
@@ -271,7 +396,7 @@ def test_release_command_alone(agent: Agent, runpod: FakeRunPod) -> None:
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["status"] == "confirmed"
     (stop,) = runpod.actions()
-    assert stop.path == "/v1/pods/pod-7xq2/stop"
+    assert (stop.path, stop.body) == ("/v2/pods/pod-7xq2/action", {"action": "stop"})
     assert_no_key(result.stdout + result.stderr, RUNPOD_KEY)
 
 
@@ -411,3 +536,214 @@ def test_check_access_at_start(tmp_path: Path) -> None:
         )
         with pytest.raises(AccessError, match="refused CONTAINER_API_KEY"):
             release.check_access(refused)
+
+
+# -- Vast.ai: only a real "gone" or "stopped" confirms -------------------------------------------
+@pytest.mark.parametrize(
+    "answer",
+    [(200, {"instances": None}), (200, {}), (200, b"<html>down for maintenance</html>")],
+    ids=["null-record", "empty-object", "not-json"],
+)
+def test_a_vast_read_that_proves_nothing_never_confirms(tmp_path: Path, answer: tuple[int, Any]) -> None:
+    with FakeVast() as provider:
+        provider.gone_answer = answer  # after the destroy, reads answer 200 with no instance record
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+        waits: list[float] = []
+
+        code = release.end_of_job(
+            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+        )
+
+        assert code == ReleaseError.exit_code
+        assert state.snapshot()["release"]["status"] == "failed"
+        assert "may still be billing" in state.snapshot()["release"]["error"]
+        reads_after = [call for call in provider.calls if call.method == "GET"][1:]
+        assert len(reads_after) == RetryPolicy().attempts  # retried, then an honest failure
+        assert provider.state == "destroyed"  # it may well be gone: we just cannot say so
+
+
+# -- RunPod: rate limits and races ----------------------------------------------------------------
+def test_runpod_429_waits_as_the_provider_says(tmp_path: Path) -> None:
+    with FakeRunPod() as provider:
+        provider.fail(429, method="DELETE", times=1, retry_after=7)
+        provider.fail(429, method="DELETE", times=1)  # no Retry-After: the RateLimit header's reset
+        config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+        state = RunState(config.run_dir, config.run_name)
+        waits: list[float] = []
+
+        code = release.end_of_job(
+            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+        )
+
+        assert code is None
+        assert [call.status for call in provider.actions()] == [429, 429, 204]
+        assert waits[:2] == [7.0, 12.0]  # Retry-After, then the exhausted minute window's t=12
+
+
+def test_a_stop_that_landed_before_its_retry_is_confirmed(tmp_path: Path) -> None:
+    with FakeRunPod() as provider:
+        config = job_settings(tmp_path, provider, ON_EXIT="stop")
+        instance = providers.instance_for(config.provider)
+        instance.stop()  # a first attempt that landed, its answer lost on the way back
+
+        instance.stop()  # the retry: 409, the pod is EXITED already
+
+        assert [call.status for call in provider.actions()] == [200, 409]
+        assert instance.observe().state is InstanceState.STOPPED
+
+
+# -- the client against RunPod's v2 reference -------------------------------------------------------
+REFERENCE = json.loads(RUNPOD_V2_REFERENCE.read_text())
+
+
+def reference_operation(call: Call) -> dict[str, Any]:
+    """The operation of the reference that ``call`` is; fails when RunPod documents no such request."""
+    for operation in REFERENCE["operations"]:
+        pattern = re.sub(r"\\\{[^/]+\\\}", "[^/]+", re.escape(operation["path"]))
+        if operation["method"] == call.method and re.fullmatch(pattern, call.path):
+            return operation
+    raise AssertionError(f"{call.method} {call.path} is not in RunPod's v2 reference")
+
+
+def check_request(call: Call, operation: dict[str, Any]) -> None:
+    schema = operation["request_body"]
+    if schema is None:
+        assert call.body is None, f"{operation['operationId']} takes no body"
+        return
+    assert call.content_type == schema["content_type"]
+    assert isinstance(call.body, dict)
+    assert set(schema["required"]) <= set(call.body)
+    if schema["additionalProperties"] is False:
+        assert set(call.body) <= set(schema["properties"])
+    for name, value in call.body.items():
+        allowed = schema["properties"][name].get("enum")
+        assert allowed is None or value in allowed, f"{name}={value!r} is not one of {allowed}"
+
+
+def check_answer(call: Call, operation: dict[str, Any]) -> None:
+    """The fake answers only what the reference documents for that operation."""
+    documented = operation["responses"].get(str(call.status)) or operation["responses"]["default"]
+    content_type = (call.answer_headers or {}).get("Content-Type", "application/json")
+    if documented["content_type"] is None:
+        assert call.answer is None
+        return
+    assert content_type == documented["content_type"]
+    if documented["schema"] == "Pod":
+        pod = REFERENCE["schemas"]["Pod"]
+        assert set(pod["required"]) <= set(call.answer)
+        assert call.answer["status"] in pod["status_enum"]
+        assert set(call.answer["actions"]) <= set(pod["actions_enum"])
+        assert call.answer["actions"] == [
+            action
+            for action in REFERENCE["status_actions"].get(call.answer["status"], [])
+            if not (call.answer["locked"] and action in {"stop", "restart"})
+        ]
+    elif documented["schema"] == "ErrorResponse":
+        assert set(REFERENCE["schemas"]["ErrorResponse"]["required"]) <= set(call.answer)
+        assert call.answer["status"] == call.status
+
+
+def exercise_the_client(provider: FakeRunPod, tmp_path: Path) -> None:
+    """Every request the RunPod client can make: the reads, stop, terminate, and their refusals."""
+    config = job_settings(tmp_path, provider, ON_EXIT="destroy")
+    instance = providers.instance_for(config.provider)
+    release.check_access(config)
+    providers.end_bill(instance, ExitAction.STOP, RetryPolicy(sleep=lambda _: None))
+    instance.stop()  # 409, then the read that shows it EXITED
+    provider.state = "running"
+    provider.locked = True
+    with pytest.raises(ReleaseError, match="locked"):
+        instance.stop()
+    provider.locked = False
+    provider.cluster = "cl-1"
+    with pytest.raises(ReleaseError, match="Instant Cluster"):
+        instance.destroy()
+    provider.cluster = None
+    providers.end_bill(instance, ExitAction.DESTROY, RetryPolicy(sleep=lambda _: None))
+
+
+def test_every_runpod_request_is_in_the_v2_reference(tmp_path: Path) -> None:
+    with FakeRunPod() as provider:
+        exercise_the_client(provider, tmp_path)
+
+    used = {reference_operation(call)["operationId"] for call in provider.calls}
+    assert used == {"getPod", "podAction", "deletePod"}
+    assert {call.status for call in provider.calls} >= {200, 204, 404, 409}
+    for call in provider.calls:
+        operation = reference_operation(call)
+        check_request(call, operation)
+        check_answer(call, operation)
+        assert call.authorization == f"Bearer {provider.key}"
+
+
+def test_the_reference_table_is_what_the_client_is_built_on() -> None:
+    assert REFERENCE["server"] == settings.RUNPOD_API_URL == "https://api.runpod.io"
+    (action,) = [op for op in REFERENCE["operations"] if op["operationId"] == "podAction"]
+    assert action["request_body"]["properties"]["action"]["enum"] == ["start", "stop", "restart", "terminate"]
+    (delete,) = [op for op in REFERENCE["operations"] if op["operationId"] == "deletePod"]
+    assert delete["responses"]["204"]["content_type"] is None and "409" in delete["responses"]
+
+
+def request(url: str, method: str, key: str, body: Any = None) -> tuple[int, Any, str | None]:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {key}", **({"Content-Type": "application/json"} if data else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers)) as answer:
+            raw = answer.read()
+            return answer.status, json.loads(raw) if raw else None, answer.headers.get("Content-Type")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null"), error.headers.get("Content-Type")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/pods/{id}"),
+        ("DELETE", "/v1/pods/{id}"),
+        ("POST", "/v1/pods/{id}/stop"),
+        ("POST", "/v1/pods/{id}/start"),
+        ("POST", "/v1/pods/{id}/reset"),
+        ("GET", "/v1/pods"),
+        ("GET", "/pods/{id}"),
+        ("POST", "/pods/{id}/stop"),
+    ],
+)
+def test_the_fake_answers_every_v1_path_with_404(method: str, path: str) -> None:
+    with FakeRunPod() as provider:
+        url = provider.url + path.format(id=provider.instance_id)
+        status, problem, content_type = request(url, method, provider.key)
+
+        assert status == 404
+        assert content_type == "application/problem+json" and problem["status"] == 404 and problem["title"]
+        assert provider.state == "running"
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [({"action": "stop", "force": True}, 422), ({"action": "reset"}, 422), ({}, 422), (None, 400)],
+)
+def test_the_fake_refuses_what_the_reference_refuses(body: Any, status: int) -> None:
+    with FakeRunPod() as provider:
+        got, problem, _ = request(f"{provider.url}/v2/pods/{provider.instance_id}/action", "POST", provider.key, body)
+
+        assert got == status and problem["status"] == status
+        assert provider.state == "running"
+
+
+def test_runpod_check_access_at_start_reads_the_v2_pod(tmp_path: Path) -> None:
+    with FakeRunPod() as provider:
+        seen = release.check_access(job_settings(tmp_path, provider, ON_EXIT="destroy"))
+        assert seen is not None and (seen.price_per_hour, seen.price_source) == (0.74, "runpod:cost")
+        assert [(call.method, call.path) for call in provider.calls] == [("GET", "/v2/pods/4242")]
+
+        provider.forbidden = True
+        with pytest.raises(AccessError, match=r"refused RUNPOD_API_KEY.*Forbidden: access denied"):
+            release.check_access(job_settings(tmp_path, provider, ON_EXIT="stop"))
+        # Nothing to release at the end: a refused read is only a warning, and there is no price.
+        assert release.check_access(job_settings(tmp_path, provider, ON_EXIT="exit")) is None
+
+        provider.forbidden = False
+        wrong = job_settings(tmp_path, provider, ON_EXIT="stop", RUNPOD_POD_ID="nope")
+        with pytest.raises(ConfigError, match="does not know RunPod pod nope"):
+            release.check_access(wrong)

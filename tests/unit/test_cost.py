@@ -1,4 +1,4 @@
-"""Cost: hours and dollars of a run, and ``trainbox plan``'s stop-versus-destroy arithmetic."""
+"""Cost: the price, hours and dollars of a run, MAX_COST, and ``trainbox plan``'s stop-versus-destroy arithmetic."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from entrypoint import cost
+from entrypoint import cost, settings
 from entrypoint.cli import main
+from entrypoint.errors import ConfigError
+from entrypoint.providers import InstanceState, Observed
 
 
 @pytest.fixture(autouse=True)
@@ -24,14 +26,75 @@ def _restore_logging() -> Iterator[None]:
 
 
 def test_spend_with_and_without_a_price() -> None:
-    assert cost.spend(5400, 2.49) == {"hours": 1.5, "price_per_hour": 2.49, "dollars": 3.735}
-    assert cost.spend(5400, None) == {"hours": 1.5, "price_per_hour": None, "dollars": None}
+    assert cost.spend(5400, 2.49, "PRICE_PER_HOUR") == {
+        "hours": 1.5,
+        "price_per_hour": 2.49,
+        "price_source": "PRICE_PER_HOUR",
+        "dollars": 3.735,
+    }
+    assert cost.spend(5400, None) == {"hours": 1.5, "price_per_hour": None, "price_source": None, "dollars": None}
     assert cost.spend(-1, 1.0)["hours"] == 0.0
 
 
 def test_describe_spend() -> None:
     assert cost.describe_spend(cost.spend(1836, 2.49)) == "0.51 h, $1.27 at $2.49/h"
+    assert cost.describe_spend(cost.spend(1836, 0.74, "runpod:cost")) == "0.51 h, $0.38 at $0.74/h (runpod:cost)"
     assert cost.describe_spend(cost.spend(1836, None)) == "0.51 h"
+
+
+# -- where the price comes from ---------------------------------------------------------------
+RUNPOD_POD = Observed(InstanceState.RUNNING, "status=RUNNING", 0.74, "runpod:cost")
+
+
+def test_price_per_hour_wins_over_the_providers_price() -> None:
+    assert cost.choose_price(2.49, RUNPOD_POD) == cost.Price(2.49, "PRICE_PER_HOUR")
+
+
+def test_the_providers_price_fills_in() -> None:
+    assert cost.choose_price(None, RUNPOD_POD) == cost.Price(0.74, "runpod:cost")
+
+
+def test_no_price_at_all() -> None:
+    assert cost.choose_price(None, None) == cost.Price(None, None)
+    unpriced = Observed(InstanceState.RUNNING, "status=RUNNING")
+    assert cost.choose_price(None, unpriced) == cost.Price(None, None)
+
+
+# -- MAX_COST ----------------------------------------------------------------------------------
+def test_max_cost_is_a_time_budget_at_the_price() -> None:
+    assert cost.budget_seconds(25.0, cost.Price(2.5, "PRICE_PER_HOUR")) == 36000
+    assert cost.budget_seconds(None, cost.Price(None, None)) is None
+    assert cost.budget_seconds(25.0, cost.Price(0.0, "PRICE_PER_HOUR")) is None  # free: never reached
+
+
+def test_max_cost_without_a_price_is_refused_naming_price_per_hour() -> None:
+    with pytest.raises(ConfigError) as raised:
+        cost.budget_seconds(25.0, cost.Price(None, None))
+    assert "PRICE_PER_HOUR" in str(raised.value) and "\n" not in str(raised.value)
+    assert raised.value.exit_code == 10
+
+
+def read_settings(**env: str) -> settings.Settings:
+    return settings.from_env({"WORKDIR": "/w", "GPUS": "cpu", "PROVIDER": "none", **env}, options={})
+
+
+@pytest.mark.parametrize(("value", "dollars"), [("25", 25.0), ("$12.50", 12.5), (" 0.5 ", 0.5)])
+def test_max_cost_setting(value: str, dollars: float) -> None:
+    assert read_settings(MAX_COST=value, PRICE_PER_HOUR="1").max_cost == dollars
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "ten", "inf", "nan"])
+def test_a_bad_max_cost_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match="MAX_COST"):
+        read_settings(MAX_COST=value, PRICE_PER_HOUR="1")
+
+
+def test_max_cost_with_no_provider_and_no_price_is_refused_at_once() -> None:
+    with pytest.raises(ConfigError, match="PRICE_PER_HOUR"):
+        read_settings(MAX_COST="25")
+    # With a provider, its price is read at start instead.
+    with_provider = read_settings(MAX_COST="25", PROVIDER="runpod", RUNPOD_POD_ID="p1", RUNPOD_API_KEY="k" * 20)
+    assert with_provider.max_cost == 25.0
 
 
 def test_the_guides_example() -> None:

@@ -15,11 +15,12 @@ import pytest
 
 from entrypoint import providers, release, settings
 from entrypoint.errors import ReleaseError
-from entrypoint.providers import InstanceState, Observed, ProviderHttpError, RetryPolicy
+from entrypoint.providers import InstanceState, Observed, ProviderHttpError, RetryPolicy, UnclearAnswer
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
 
 RUNNING = Observed(InstanceState.RUNNING, "running")
+ERROR = Observed(InstanceState.ERROR, "status=ERROR")
 STOPPED = Observed(InstanceState.STOPPED, "stopped")
 GONE = Observed(InstanceState.GONE, "not found (HTTP 404)")
 
@@ -81,9 +82,6 @@ def http(status: int | None, retry_after: float | None = None) -> ProviderHttpEr
         ({"instances": {"actual_status": "stopped", "intended_status": "stopped", "cur_state": "stopped"}}, "stopped"),
         ({"instances": {"actual_status": "exited", "intended_status": "running", "cur_state": "unloaded"}}, "gone"),
         ({"instances": [{"actual_status": "running", "cur_state": "running"}]}, "running"),
-        ({"instances": None}, "gone"),
-        ({"instances": {}}, "gone"),
-        (None, "gone"),
     ],
 )
 def test_vast_state(body: Any, state: str) -> None:
@@ -91,11 +89,83 @@ def test_vast_state(body: Any, state: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "state"),
-    [("RUNNING", "running"), ("EXITED", "stopped"), ("TERMINATED", "gone"), (None, "running")],
+    "body",
+    [{"instances": None}, {"instances": {}}, {"instances": []}, {}, None, "<html>", {"instances": {"id": 7}}],
+    ids=["null-record", "empty-record", "empty-list", "empty-object", "not-json", "a-string", "no-status"],
 )
-def test_runpod_state(status: str | None, state: str) -> None:
-    assert providers.runpod_state({"id": "p1", "desiredStatus": status}).state == state
+def test_a_vast_answer_without_a_record_proves_nothing(body: Any) -> None:
+    """Only a 404 or a record that says so is "gone": silence is retried, never a confirmed release."""
+    with pytest.raises(UnclearAnswer) as raised:
+        providers.vast_state(body, "reading Vast.ai instance 7")
+    assert raised.value.retryable and raised.value.status == 200
+
+
+def test_vast_price_is_dph_total() -> None:
+    record = {"actual_status": "running", "intended_status": "running", "cur_state": "running", "dph_total": 0.412}
+    seen = providers.vast_state({"instances": record})
+    assert (seen.price_per_hour, seen.price_source) == (0.412, "vast:dph_total")
+    assert providers.vast_state({"instances": {**record, "dph_total": None}}).price_per_hour is None
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("PROVISIONING", "running"),
+        ("STARTING", "running"),
+        ("RUNNING", "running"),
+        ("EXITED", "stopped"),
+        ("ERROR", "error"),
+        ("TERMINATED", "gone"),
+        ("SOMETHING_NEW", "running"),  # an unknown status may still bill: never a confirmation
+    ],
+)
+def test_runpod_state(status: str, state: str) -> None:
+    assert providers.runpod_state({"id": "p1", "status": status, "cost": 0.0}).state == state
+
+
+@pytest.mark.parametrize("body", [{"id": "p1", "desiredStatus": "EXITED"}, {}, None, []])
+def test_a_runpod_answer_without_a_status_proves_nothing(body: Any) -> None:
+    """v1's ``desiredStatus`` is not v2: a body without ``status`` is no answer."""
+    with pytest.raises(UnclearAnswer):
+        providers.runpod_state(body)
+
+
+def test_runpod_price_is_the_pods_cost_while_it_runs() -> None:
+    running = providers.runpod_state({"status": "RUNNING", "cost": 0.74, "locked": True})
+    assert (running.price_per_hour, running.price_source) == (0.74, "runpod:cost")
+    assert running.detail == "status=RUNNING locked"
+    assert providers.runpod_state({"status": "EXITED", "cost": 0.0}).price_per_hour is None  # 0 when stopped
+    assert providers.runpod_state({"status": "RUNNING", "cost": True}).price_per_hour is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"title": "Conflict", "status": 409, "detail": "not valid now"}, "Conflict: not valid now"),
+        (
+            {"title": "Unprocessable Entity", "status": 422, "detail": "failed", "errors": ["$: bogus"]},
+            "Unprocessable Entity: failed ($: bogus)",
+        ),
+        ({"success": False, "error": "no_such_instance", "msg": "Instance not found"}, "Instance not found"),
+        (None, None),
+    ],
+)
+def test_error_messages(payload: Any, message: str | None) -> None:
+    assert providers._message(payload) == message
+
+
+@pytest.mark.parametrize(
+    ("header", "wait"),
+    [
+        ('"minute";r=0;t=12, "hour";r=2800;t=1812, "day";r=49500;t=45012', 12.0),
+        ('"minute";r=0;t=12, "hour";r=0;t=1812', 1812.0),
+        ('"minute";r=5;t=12', None),
+        ("garbage", None),
+        (None, None),
+    ],
+)
+def test_rate_limit_wait(header: str | None, wait: float | None) -> None:
+    assert providers._rate_limit_wait(header) == wait
 
 
 # -- the retry helper ------------------------------------------------------------------------
@@ -119,7 +189,7 @@ def test_retryable_failures_are_retried_until_an_answer() -> None:
 
 def test_retry_after_wins_and_is_capped() -> None:
     clock = Clock()
-    answers: list[Any] = [http(429, retry_after=0), http(503, retry_after=600), "ok"]
+    answers: list[Any] = [http(429, retry_after=0), http(429, retry_after=30), http(503, retry_after=600), "ok"]
 
     def call() -> str:
         outcome = answers.pop(0)
@@ -128,7 +198,21 @@ def test_retry_after_wins_and_is_capped() -> None:
         return outcome
 
     providers.with_retries(call, "test", clock.policy(max_wait=16))
-    assert clock.slept == [0, 16]
+    assert clock.slept == [0, 30, 60]  # the provider's wait, beyond our own backoff, up to a minute
+
+
+def test_an_unclear_answer_is_retried() -> None:
+    clock = Clock()
+    answers: list[Any] = [UnclearAnswer("reading", "an answer without an instance record"), "ok"]
+
+    def call() -> str:
+        outcome = answers.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert providers.with_retries(call, "test", clock.policy()) == "ok"
+    assert clock.slept == [1.0]
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 409])
@@ -184,6 +268,24 @@ def test_a_stopped_instance_is_not_a_confirmed_destroy() -> None:
     with pytest.raises(ReleaseError, match="NOT have ended"):
         providers.end_bill(instance, ExitAction.DESTROY, clock.policy(confirm_for=30))
     assert clock.now <= 30
+
+
+def test_an_error_state_is_never_a_confirmation() -> None:
+    clock = Clock()
+    instance = ScriptedInstance(reads=[RUNNING, ERROR])
+
+    with pytest.raises(ReleaseError, match="status=ERROR"):
+        providers.end_bill(instance, ExitAction.STOP, clock.policy(confirm_for=30))
+
+
+def test_unclear_reads_after_the_action_fail_the_release() -> None:
+    clock = Clock()
+    instance = ScriptedInstance(reads=[RUNNING, UnclearAnswer("reading", "an answer without an instance record")])
+
+    with pytest.raises(ReleaseError, match="without an instance record") as raised:
+        providers.end_bill(instance, ExitAction.DESTROY, clock.policy(attempts=3))
+    assert "may still be billing" in str(raised.value)
+    assert instance.log == ["observe", "destroy", "observe", "observe", "observe"]
 
 
 def test_a_refused_action_is_a_release_error_at_once() -> None:

@@ -95,16 +95,45 @@ def test_every_template_is_checked() -> None:
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
+# The fields of RunPod REST v2's CreateTemplateRequest (OpenAPI 2.0.0); v2 rejects unknown fields,
+# and v1's names (imageName, containerDiskInGb, isPublic, volumeInGb, readme) are not among them.
+RUNPOD_V2_TEMPLATE_FIELDS = {
+    "name",
+    "image",
+    "args",
+    "disk",
+    "env",
+    "ports",
+    "registry",
+    "allowedCudaVersions",
+    "category",
+    "mounts",
+    "public",
+    "serverless",
+    "startJupyter",
+    "startSsh",
+}
+
+
 def test_runpod() -> None:
     template = json.loads((TEMPLATES / "runpod.json").read_text())
-    assert template["imageName"].startswith(f"{IMAGE}:")
+    unknown = set(template) - RUNPOD_V2_TEMPLATE_FIELDS
+    assert not unknown, f"not v2 template fields: {sorted(unknown)}"
+    assert {"name", "image"} <= set(template)
+    assert template["image"].startswith(f"{IMAGE}:")
+    assert template["public"] is False and template["serverless"] is False
     env = template["env"]
     check_names(set(env))
     assert env["HF_TOKEN"] == "{{ RUNPOD_SECRET_HF_TOKEN }}"
     assert env["ON_EXIT"] == "destroy"
-    assert template["volumeMountPath"] == "/workspace"
-    assert template["volumeInGb"] >= 50 and template["containerDiskInGb"] >= 20
-    assert "2.5x" in template["readme"], "disk size guidance"
+    # A failed job must not stay up: RunPod restarts an exited container, so `exit` would rerun it forever.
+    assert env["ON_FAILURE"] in {"stop", "destroy"}
+    assert set(template["mounts"]) == {"persistent"}  # templates take no network mount
+    assert template["mounts"]["persistent"]["path"] == "/workspace"
+    assert template["mounts"]["persistent"]["size"] >= 50 and template["disk"] >= 20
+    readme = (TEMPLATES / "README.md").read_text()
+    assert "2.5x" in readme, "disk size guidance"
+    assert "POST https://api.runpod.io/v2/templates" in readme and "/v1/" not in readme
 
 
 def test_vast() -> None:
