@@ -213,6 +213,21 @@ class RunState:
         self.save()
         self._phase_changed()
 
+    def amend_exit(self, exit_code: int, reason: str, message: str | None = None) -> None:
+        """The job's end changed after ``finish`` (the final upload failed): the file states the
+        code the process exits with; the job's own outcome stays in ``exit.job``."""
+        with self._lock:
+            previous = self._data.get("exit") or {}
+            self._data["exit"] = {
+                "code": exit_code,
+                "reason": reason,
+                "message": message,
+                "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+            }
+            if self._data["attempts"]:
+                self._data["attempts"][-1].update(exit_code=exit_code, reason=reason)
+        self.save()
+
     def save(self) -> None:
         with self._lock:
             self._data["updated_at"] = now_iso()
