@@ -247,23 +247,17 @@ class Hub:
             raise SyncError(f"upload to {repo_id} failed: {_describe(error)}", "check the network") from None
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
-        """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None
-        (also when the history cannot be read: the caller resends; the Hub skips files it has)."""
+        """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.
+
+        Raises when the history cannot be read: not knowing is no reason to commit again (a
+        second copy of the same commit), only to ask again later."""
         timeout = HISTORY_TIMEOUT if deadline is None else max(0.1, min(HISTORY_TIMEOUT, deadline - time.monotonic()))
         url = f"{self.api.endpoint}/api/models/{repo_id}/commits/main"
-        try:  # one page: paging the whole history of a long run would take longer than a preemption allows
-            response = get_session().get(
-                url,
-                params={"limit": HISTORY_PAGE},
-                headers=build_hf_headers(token=self.token or False),
-                timeout=timeout,
-            )
-            hf_raise_for_status(response)
-            entries = response.json()[:HISTORY_PAGE]
-        except Exception as error:
-            logger.debug("cannot read the history of %s: %s", repo_id, error)
-            return None
-        for entry in entries:
+        # One page: paging the whole history of a long run would take longer than a preemption allows.
+        headers = build_hf_headers(token=self.token or False)
+        response = get_session().get(url, params={"limit": HISTORY_PAGE}, headers=headers, timeout=timeout)
+        hf_raise_for_status(response)
+        for entry in response.json()[:HISTORY_PAGE]:
             if commit_id in (entry.get("message") or ""):
                 logger.info("commit %s had landed before its answer was lost", str(entry.get("id"))[:8])
                 return entry.get("id")

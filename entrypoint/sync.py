@@ -213,6 +213,7 @@ class Uploader:
         self._stopping = threading.Event()
         self._retry_at = 0.0
         self._failures = 0
+        self._denied_at = 0.0  # when the Hub last refused the token
         self._boundary_signature: _Signature | None = None
         self._observer: Observer | None = None
         self._threads: list[threading.Thread] = []
@@ -249,11 +250,13 @@ class Uploader:
     def flush(self, timeout: float) -> bool:
         """Snapshot now and have the committer commit everything pending; True when the Hub
         has it all. Returns by ``timeout`` whatever the threads are doing."""
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
         with self._changed:
             self._snapshots_asked += 1
             asked = self._snapshots_asked
             self._flush_deadlines.append(deadline)
+            self._retry_at = 0.0  # someone waits now: no backoff left over from before
         try:
             self._wake.set()
             with self._changed:
@@ -261,6 +264,8 @@ class Uploader:
                     if self._snapshots_done >= asked:
                         if not self._pending and not self._failed:
                             return True
+                        if self._denied_at > began or self.budget.hold() > remaining:
+                            break  # a refused token or a rate limit longer than our time: no use waiting
                         self._work.set()
                     self._changed.wait(min(remaining, 1.0))
                 left = sorted(set(self._pending) | set(self._failed))
@@ -516,7 +521,9 @@ class Uploader:
             self.last_error = str(error) if isinstance(error, AgentError) else f"{type(error).__name__}: {error}"
             if isinstance(error, RateLimitedError):
                 self.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
-            elif not isinstance(error, AccessError):
+            elif isinstance(error, AccessError):
+                self._denied_at = time.monotonic()
+            else:
                 self._unconfirmed = (commit_id, batch)  # no answer is not a no: it may have landed
             logger.warning("sync: commit failed: %s (kept for the next try)", self.last_error)
             return False
