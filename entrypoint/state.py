@@ -164,7 +164,8 @@ class RunState:
 
     def adopt_history(self, remote: dict[str, Any] | None) -> None:
         """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
-        attempts = list((remote or {}).get("attempts", []))
+        # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
+        attempts = list((remote or {}).get("attempts", [])) + _lost_attempt(remote)
         with self._lock:
             if len(attempts) <= len(self._data["attempts"]):
                 return
