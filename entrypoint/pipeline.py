@@ -76,6 +76,8 @@ class Job:
         if signum == signal.SIGTERM:
             if self._deadline is None:
                 self._deadline = time.monotonic() + PREEMPT_BUDGET
+                if self.uploader is not None:  # a final upload already under way ends in time too
+                    self.uploader.cut_short(self._deadline - PREEMPT_EXIT_RESERVE)
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))

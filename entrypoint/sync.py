@@ -214,6 +214,7 @@ class Uploader:
         self._retry_at = 0.0
         self._failures = 0
         self._denied_at = 0.0  # when the Hub last refused the token
+        self._cutoff = float("inf")  # no flush waits past this (SIGTERM: the process must exit)
         self._boundary_signature: _Signature | None = None
         self._observer: Observer | None = None
         self._threads: list[threading.Thread] = []
@@ -260,14 +261,14 @@ class Uploader:
         try:
             self._wake.set()
             with self._changed:
-                while (remaining := deadline - time.monotonic()) > 0:
+                while (remaining := min(deadline, self._cutoff) - time.monotonic()) > 0:
                     if self._snapshots_done >= asked:
                         if not self._pending and not self._failed:
                             return True
                         if self._denied_at > began or self.budget.hold() > remaining:
                             break  # a refused token or a rate limit longer than our time: no use waiting
                         self._work.set()
-                    self._changed.wait(min(remaining, 1.0))
+                    self._changed.wait(min(remaining, 0.25))
                 left = sorted(set(self._pending) | set(self._failed))
                 if self._snapshots_done < asked:
                     logger.error("sync: the final snapshot did not finish within %.0f s", timeout)
@@ -279,6 +280,11 @@ class Uploader:
         if left:
             logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), timeout, ", ".join(left[:5]))
         return False
+
+    def cut_short(self, deadline: float) -> None:
+        """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value).
+        Safe in a signal handler: it takes no lock."""
+        self._cutoff = min(self._cutoff, deadline)
 
     def stop(self, timeout: float = 5.0) -> None:
         """End both threads; waits at most ``timeout`` (a commit in flight is abandoned)."""
@@ -472,7 +478,7 @@ class Uploader:
 
     def _flush_deadline(self) -> float | None:
         with self._lock:
-            return max(self._flush_deadlines) if self._flush_deadlines else None
+            return min(max(self._flush_deadlines), self._cutoff) if self._flush_deadlines else None
 
     def _time_to_commit(self) -> float | None:
         """Seconds before the next commit may start; None when there is nothing to commit."""
