@@ -37,11 +37,12 @@ from .errors import (
 from .log import logger
 
 
-class RateLimitedError(SyncError):
-    """The Hub answered 429 to a commit: no commit before ``retry_after`` seconds have passed."""
+class RateLimitedError(Exception):
+    """The Hub answered 429 to a commit: no commit before ``retry_after`` seconds have passed.
+    Not an exit of its own: the uploader waits, and a final upload that cannot wait is a SyncError."""
 
-    def __init__(self, message: str, hint: str | None, retry_after: float) -> None:
-        super().__init__(message, hint)
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
         self.retry_after = retry_after
 
 
@@ -236,8 +237,8 @@ class Hub:
             if status == 429:
                 wait = retry_after(error)
                 raise RateLimitedError(
-                    f"the Hub rate-limits commits to {repo_id} (Retry-After: {wait if wait is not None else '?'} s)",
-                    "the next commit waits and carries every newer epoch",
+                    f"the Hub rate-limits commits to {repo_id} (Retry-After: {wait if wait is not None else '?'} s);"
+                    " the next commit waits and carries every newer epoch",
                     wait if wait is not None else 60.0,
                 ) from None
             raise SyncError(

@@ -524,7 +524,8 @@ class Uploader:
             )
         except Exception as error:  # kept pending: the next try carries it, with anything newer
             self._settle(batch, committed=False, boundary_at=boundary_at)
-            self.last_error = str(error) if isinstance(error, AgentError) else f"{type(error).__name__}: {error}"
+            plain = isinstance(error, (AgentError, RateLimitedError))
+            self.last_error = str(error) if plain else f"{type(error).__name__}: {error}"
             if isinstance(error, RateLimitedError):
                 self.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
             elif isinstance(error, AccessError):
