@@ -2,9 +2,12 @@
 
 huggingface_hub already retries its transfer requests (preupload, LFS, downloads); it does not
 retry the calls around them (repo info, create_repo, the commit POST). ``with_retries`` covers
-those: the Hub's retryable status codes and network errors, ``Retry-After`` honoured, capped
-exponential backoff. A commit is resent only after checking the remote history, so a commit
-that landed before its response was lost is never made twice.
+those: the Hub's retryable status codes and network errors, capped exponential backoff, and the
+server's ``Retry-After`` honoured in full (only a deadline cuts it short: then the call fails at
+once instead of hammering a server that asked for quiet). A commit the Hub rate-limits is not
+retried here: ``RateLimitedError`` tells the uploader how long to hold all commits. A commit is
+resent only after checking the remote history, so a commit that landed before its response was
+lost is never made twice.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, TypeVar
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from .errors import (
     AccessError,
@@ -32,12 +36,26 @@ from .errors import (
 )
 from .log import logger
 
+
+class RateLimitedError(Exception):
+    """The Hub answered 429 to a commit: no commit before ``retry_after`` seconds have passed.
+    Not an exit of its own: the uploader waits, and a final upload that cannot wait is a SyncError."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 T = TypeVar("T")
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_ATTEMPTS = 6
 BASE_WAIT = 1.0
-MAX_WAIT = 30.0
+MAX_WAIT = 30.0  # our own backoff; a server's Retry-After may ask for longer
+MAX_RETRY_AFTER = 3600.0  # a Retry-After beyond an hour is not a rate limit but an outage
+# The commit-id check reads one page of history (the newest commits), never the whole of it.
+HISTORY_PAGE = 20
+HISTORY_TIMEOUT = 10.0
 # Marks each commit with an id so a resent commit can tell whether the first one landed.
 _COMMIT_ID_PREFIX = "trainbox-commit-id: "
 
@@ -70,14 +88,14 @@ def retry_after(error: BaseException) -> float | None:
     response = getattr(error, "response", None)
     value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
     try:
-        return max(0.0, float(value)) if value is not None else None
+        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value is not None else None
     except ValueError:
         return None
 
 
-def is_retryable(error: BaseException) -> bool:
+def is_retryable(error: BaseException, retry_status: frozenset[int] = RETRY_STATUS) -> bool:
     if isinstance(error, HfHubHTTPError):
-        return status_of(error) in RETRY_STATUS
+        return status_of(error) in retry_status
     return isinstance(error, NETWORK_ERRORS)
 
 
@@ -89,6 +107,7 @@ def with_retries(
     sleep: Callable[[float], None] = time.sleep,
     before_retry: Callable[[], T | None] | None = None,
     deadline: float | None = None,
+    retry_status: frozenset[int] = RETRY_STATUS,
 ) -> T:
     """Run ``call``; on a retryable failure wait and run it again.
 
@@ -100,9 +119,10 @@ def with_retries(
         try:
             return call()
         except Exception as error:
-            if not is_retryable(error) or attempt == attempts:
+            if not is_retryable(error, retry_status) or attempt == attempts:
                 raise
-            pause = min(MAX_WAIT, retry_after(error) or wait)
+            asked = retry_after(error)
+            pause = asked if asked is not None else wait
             if deadline is not None and time.monotonic() + pause > deadline:
                 raise
             logger.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _describe(error), pause, attempt, attempts - 1)
@@ -113,6 +133,10 @@ def with_retries(
                 if done is not None:
                     return done
     raise AssertionError("unreachable")
+
+
+def new_commit_id() -> str:
+    return uuid.uuid4().hex
 
 
 def _describe(error: BaseException) -> str:
@@ -180,9 +204,13 @@ class Hub:
         *,
         sleep: Callable[[float], None] = time.sleep,
         deadline: float | None = None,
+        commit_id: str | None = None,
     ) -> str:
-        """Commit ``(path_in_repo, local_file)`` pairs as one commit; return its sha."""
-        commit_id = uuid.uuid4().hex
+        """Commit ``(path_in_repo, local_file)`` pairs as one commit; return its sha.
+
+        ``commit_id`` marks the commit (a new one when None); ``landed`` finds it later, so a
+        caller whose earlier attempt failed without an answer can tell whether it landed."""
+        commit_id = commit_id or new_commit_id()
         description = f"{_COMMIT_ID_PREFIX}{commit_id}"
 
         def attempt() -> str:
@@ -193,29 +221,48 @@ class Hub:
             )
             return info.oid
 
-        def landed_already() -> str | None:
-            try:
-                commits = self.api.list_repo_commits(repo_id, repo_type="model")
-            except Exception:  # unknown: resend; the Hub skips files it already has
-                return None
-            for entry in commits[:20]:
-                if commit_id in (entry.message or ""):
-                    logger.info("commit %s had landed before its answer was lost", entry.commit_id[:8])
-                    return entry.commit_id
-            return None
-
         try:
             return with_retries(
-                attempt, f"committing to {repo_id}", sleep=sleep, before_retry=landed_already, deadline=deadline
+                attempt,
+                f"committing to {repo_id}",
+                sleep=sleep,
+                before_retry=lambda: self.landed(repo_id, commit_id, deadline=deadline),
+                deadline=deadline,
+                retry_status=RETRY_STATUS - {429},
             )
         except HfHubHTTPError as error:
-            if status_of(error) in {401, 403}:
+            status = status_of(error)
+            if status in {401, 403}:
                 raise AccessError(f"the Hub refused the upload to {repo_id}", "check HF_TOKEN's write access") from None
+            if status == 429:
+                wait = retry_after(error)
+                raise RateLimitedError(
+                    f"the Hub rate-limits commits to {repo_id} (Retry-After: {wait if wait is not None else '?'} s);"
+                    " the next commit waits and carries every newer epoch",
+                    wait if wait is not None else 60.0,
+                ) from None
             raise SyncError(
                 f"upload to {repo_id} failed: {_describe(error)}", "the run continues; see the log"
             ) from None
         except NETWORK_ERRORS as error:
             raise SyncError(f"upload to {repo_id} failed: {_describe(error)}", "check the network") from None
+
+    def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
+        """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.
+
+        Raises when the history cannot be read: not knowing is no reason to commit again (a
+        second copy of the same commit), only to ask again later."""
+        timeout = HISTORY_TIMEOUT if deadline is None else max(0.1, min(HISTORY_TIMEOUT, deadline - time.monotonic()))
+        url = f"{self.api.endpoint}/api/models/{repo_id}/commits/main"
+        # One page: paging the whole history of a long run would take longer than a preemption allows.
+        headers = build_hf_headers(token=self.token or False)
+        response = get_session().get(url, params={"limit": HISTORY_PAGE}, headers=headers, timeout=timeout)
+        hf_raise_for_status(response)
+        for entry in response.json()[:HISTORY_PAGE]:
+            if commit_id in (entry.get("message") or ""):
+                logger.info("commit %s had landed before its answer was lost", str(entry.get("id"))[:8])
+                return entry.get("id")
+        return None
 
     def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
         """One file of a model repo into ``target_dir`` (used to resume from the Hub)."""

@@ -37,8 +37,8 @@ class Monitor:
             "monitor: libreyolo's dashboard on %s:%d (log %s)", settings.monitor_host, MONITOR_PORT, Path(log_path).name
         )
 
-    def stop(self) -> None:
-        self.child.stop(signal.SIGTERM, grace=3.0)
+    def stop(self, grace: float = 3.0) -> None:
+        self.child.stop(signal.SIGTERM, grace=grace)
         self._log.close()
 
 

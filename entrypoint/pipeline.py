@@ -20,15 +20,20 @@ from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, S
 from .hub import Hub, agent_error
 from .log import logger
 from .settings import Settings
-from .state import Phase, RunState
+from .state import STATE_FILE, Phase, RunState
 
-# Spot platforms allow 5-30 s between SIGTERM and SIGKILL: the child gets a short grace so the
-# final upload still fits. Completed epochs are already safe on disk (and on the Hub).
-PREEMPT_GRACE = 3.0
+# Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
+# every step after it (child grace, final upload, publishing trainbox.json) takes its share of it.
+# Completed epochs are already safe on disk (and on the Hub).
+PREEMPT_BUDGET = 5.0
+PREEMPT_GRACE = 2.0
+# What the child grace leaves for the final upload and writing the end of trainbox.json.
+PREEMPT_SYNC_RESERVE = 2.5
+PREEMPT_EXIT_RESERVE = 0.3
 WRAP_UP_GRACE = 15.0
-# How long the final upload may take: short when the platform is about to kill us.
+# How long the final upload may take when nothing presses.
 FINAL_SYNC_TIMEOUT = 600.0
-PREEMPT_SYNC_TIMEOUT = 5.0
+PUBLISH_TIMEOUT = 60.0
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
@@ -55,6 +60,7 @@ class Job:
         self._finishing = False
         self.price = cost.configured_price(settings.price_per_hour)
         self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
+        self._deadline: float | None = None  # set by SIGTERM: the process exits by then
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -71,6 +77,10 @@ class Job:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum == signal.SIGTERM:
+            if self._deadline is None:
+                self._deadline = time.monotonic() + PREEMPT_BUDGET
+                if self.uploader is not None:  # a final upload already under way ends in time too
+                    self.uploader.cut_short(self._deadline - PREEMPT_EXIT_RESERVE)
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
@@ -117,6 +127,7 @@ class Job:
 
             self.state.set_phase(Phase.RESUME)
             point = self._find_resume_point()
+            self._start_uploader(point)
             if point is not None and point.complete:
                 logger.info(
                     "run %s already trained %d/%d epochs: nothing to train",
@@ -165,7 +176,7 @@ class Job:
         signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))  # 0 would disarm it
 
     def _connect_hub(self) -> None:
-        """Check write access to OUTPUT_REPO, take over its history, then mirror the run folder there."""
+        """Check write access to OUTPUT_REPO and that it holds this run (or nothing), take over its history."""
         repo = self.settings.output_repo
         if repo is None:
             logger.warning("OUTPUT_REPO is not set: the weights stay in %s only", self.settings.run_dir)
@@ -173,17 +184,30 @@ class Job:
         token = self.settings.hf_token.reveal() if self.settings.hf_token else None
         self.hub = Hub(token=token)
         self.hub.ensure_writable_repo(repo)
-        remote = resume.remote_state(self.hub, repo, self._scratch())
-        resume.check_same_run(remote, self.settings.run_name, repo)
+        names = resume.remote_names(self.hub, repo)
+        remote = resume.remote_state(self.hub, repo, self._scratch(), names)
+        resume.check_same_run(remote, self.settings.run_name, repo, names)
         self.state.adopt_history(remote)
+        # Judged only now: on a new disk the attempts are known from the Hub alone.
+        resume.check_crash_loop(self.state.attempts)
+
+    def _start_uploader(self, point: resume.ResumePoint | None) -> None:
+        """Mirror the run folder to OUTPUT_REPO, once resume has chosen between the volume and the
+        Hub: what the Hub holds newer than this volume is never overwritten by the older copy."""
+        if self.hub is None or self.settings.output_repo is None:
+            return
+        newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
         self.uploader = sync.Uploader(
-            self.hub, repo, self.settings.run_dir, self._work_dir() / "sync", before_snapshot=self._report_progress
+            self.hub,
+            self.settings.output_repo,
+            self.settings.run_dir,
+            self._work_dir() / "sync",
+            before_snapshot=self._report_progress,
+            superseded=newer.__contains__ if newer else None,
         )
         self.uploader.start()
         self.state.on_phase(self.uploader.notify)
-        logger.info("sync: every epoch of this run goes to %s", repo)
-        # Judged only now: on a new disk the attempts are known from the Hub alone.
-        resume.check_crash_loop(self.state.attempts)
+        logger.info("sync: every epoch of this run goes to %s", self.settings.output_repo)
 
     def _work_dir(self) -> Path:
         return self.settings.workdir / ".trainbox" / self.settings.run_name
@@ -232,7 +256,7 @@ class Job:
             code = self.trainer.wait(poll=self._watch_training)
         finally:
             if self.dashboard is not None:
-                self.dashboard.stop()
+                self.dashboard.stop(grace=0.0 if self._deadline is not None else 3.0)
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
@@ -284,8 +308,16 @@ class Job:
 
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
-        grace = PREEMPT_GRACE if isinstance(self._stop, PreemptedError) else WRAP_UP_GRACE
+        grace = WRAP_UP_GRACE
+        if self._deadline is not None:  # what the final upload needs comes first
+            grace = max(0.0, min(PREEMPT_GRACE, self._remaining() - PREEMPT_SYNC_RESERVE))
         self.trainer.stop(signal.SIGINT, grace)
+
+    def _remaining(self, default: float = FINAL_SYNC_TIMEOUT) -> float:
+        """Seconds left before the process must exit (``default`` when no SIGTERM set a bound)."""
+        if self._deadline is None:
+            return default
+        return max(0.0, min(default, self._deadline - time.monotonic() - PREEMPT_EXIT_RESERVE))
 
     # -- the end ---------------------------------------------------------------------------
     def _finish(self, outcome: AgentError | None) -> int:
@@ -307,22 +339,28 @@ class Job:
         self.state.finish(phase, code, reason, message)
         code = self._final_sync(phase, code)
         self._summary(phase, outcome)
-        release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+        try:
+            release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+        finally:
+            if self.uploader is not None:
+                self.uploader.stop(timeout=min(5.0, self._remaining()))
         return code if release_code is None else release_code
 
     def _final_sync(self, phase: Phase, code: int) -> int:
-        """Upload what is left; a failed final upload turns a success into a sync failure."""
+        """Upload what is left; a failed final upload turns a success into a sync failure, and
+        trainbox.json says so (it was written for the upload, before its outcome was known)."""
         if self.uploader is None:
             return code
-        timeout = PREEMPT_SYNC_TIMEOUT if phase is Phase.PREEMPTED else FINAL_SYNC_TIMEOUT
-        synced = self.uploader.flush(timeout)
-        self.uploader.stop()
+        synced = self.uploader.flush(self._remaining())
         if synced:
             return code
         error = sync.sync_error(self.uploader)
         logger.error("%s", error)
         self.state.update(sync=self._sync_report() | {"error": str(error)})
-        return error.exit_code if code == 0 else code
+        if code == 0:
+            self.state.amend_exit(error.exit_code, error.reason, str(error))
+            return error.exit_code
+        return code
 
     def _sync_report(self) -> dict[str, Any]:
         assert self.uploader is not None
@@ -335,10 +373,17 @@ class Job:
         }
 
     def _publish_state(self) -> bool:
-        """Put the current trainbox.json on the Hub; True when it is there (or there is no Hub)."""
+        """Put the current trainbox.json on the Hub; True only when the Hub is known to hold every
+        completed epoch of this run on this volume (a destroy is downgraded to a stop otherwise)."""
         if self.uploader is None:
-            return True
-        return self.uploader.flush(60.0)
+            # The job ended before the uploader ran (preflight, access, resume): the Hub was never
+            # shown this volume. Only a volume without a checkpoint has nothing to lose.
+            weights = self.settings.run_dir / "weights"
+            at_risk = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
+            if at_risk:
+                logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
+            return not at_risk
+        return self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
 
     def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
         elapsed = time.monotonic() - self.started

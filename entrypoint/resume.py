@@ -36,6 +36,8 @@ _NOT_FAILURES = {"success", "already_complete", "preempted", "interrupted", "cra
 _HISTORY_FILES = ("metrics.jsonl", "results.csv", "train.log", "console.log")
 _EPOCH_FILE = re.compile(r"^weights/epoch_(\d+)\.pt$")
 LIBREYOLO_DEFAULT_EPOCHS = 300
+# Files a new repo may hold before any run: they prove nothing and belong to no run.
+_NOT_A_RUN = frozenset({".gitattributes", "README.md"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class ResumePoint:
     completed_epochs: int
     total_epochs: int
     source: str  # "volume" or "hub"
+    # When the Hub won: its files, which the volume's older copies must never overwrite.
+    hub_files: frozenset[str] = frozenset()
 
     @property
     def complete(self) -> bool:
@@ -51,9 +55,14 @@ class ResumePoint:
 
 
 # -- history -------------------------------------------------------------------------------
-def remote_state(hub: Hub, repo_id: str, scratch: Path) -> dict[str, Any] | None:
+def remote_names(hub: Hub, repo_id: str) -> set[str]:
+    """The files of OUTPUT_REPO (none for an empty or new repo)."""
+    return {entry.path for entry in hub.list_files(repo_id)} if hub.head(repo_id) else set()
+
+
+def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None = None) -> dict[str, Any] | None:
     """trainbox.json as OUTPUT_REPO holds it (None for an empty or new repo)."""
-    names = {entry.path for entry in hub.list_files(repo_id)} if hub.head(repo_id) else set()
+    names = remote_names(hub, repo_id) if names is None else names
     if STATE_FILE not in names:
         return None
     path = hub.download(repo_id, STATE_FILE, scratch)
@@ -64,12 +73,22 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path) -> dict[str, Any] | None
         return None
 
 
-def check_same_run(remote: dict[str, Any] | None, run_name: str, repo_id: str) -> None:
+def check_same_run(remote: dict[str, Any] | None, run_name: str, repo_id: str, names: set[str] | None = None) -> None:
+    """OUTPUT_REPO holds nothing yet, or this run: its trainbox.json names it. Anything else
+    (another run, or files without a trainbox.json, e.g. mirrored by `trainbox sync`) would be
+    resumed, judged complete or overwritten as if it were ours."""
     other = (remote or {}).get("run_name")
     if other and other != run_name:
         raise ConfigError(
             f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r} (other dataset or RUN_ARGS)",
             f"use a new OUTPUT_REPO, or RUN_NAME={other} to continue that run",
+        )
+    foreign = sorted((names or set()) - _NOT_A_RUN)
+    if not other and foreign:
+        raise ConfigError(
+            f"OUTPUT_REPO {repo_id} already holds files ({', '.join(foreign[:3])}) but no trainbox.json naming"
+            f" run {run_name!r}: nothing proves they belong to this run",
+            "use a new or empty OUTPUT_REPO",
         )
 
 
@@ -189,6 +208,7 @@ def find(
     local = newest_local(run_dir)
     local_epochs = local[1].completed_epochs if local else 0
     chosen, source = local, "volume"
+    hub_files: set[str] = set()
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
         if hub is not None and repo_id is not None and hub.head(repo_id):
@@ -196,7 +216,7 @@ def find(
             local_last = run_dir / "weights" / "last.pt"
             remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
             if remote is not None:
-                chosen, source = remote, "hub"
+                chosen, source, hub_files = remote, "hub", set(files)
                 _restore_history(hub, repo_id, set(files), run_dir, scratch)
         if chosen is None:
             return None
@@ -211,7 +231,13 @@ def find(
     assert info.completed_epochs is not None
     total = _requested_epochs(args, info)
     trim_metrics(run_dir, info.completed_epochs)
-    point = ResumePoint(checkpoint=target, completed_epochs=info.completed_epochs, total_epochs=total, source=source)
+    point = ResumePoint(
+        checkpoint=target,
+        completed_epochs=info.completed_epochs,
+        total_epochs=total,
+        source=source,
+        hub_files=frozenset(hub_files) if source == "hub" else frozenset(),
+    )
     if path.name != "last.pt" or source == "hub":
         logger.info("resume: continuing from %s (%s), epoch %d of %d", path.name, source, point.completed_epochs, total)
     return point

@@ -165,7 +165,8 @@ class RunState:
 
     def adopt_history(self, remote: dict[str, Any] | None) -> None:
         """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
-        attempts = list((remote or {}).get("attempts", []))
+        # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
+        attempts = list((remote or {}).get("attempts", [])) + _lost_attempt(remote)
         with self._lock:
             if len(attempts) <= len(self._data["attempts"]):
                 return
@@ -213,6 +214,21 @@ class RunState:
             )
         self.save()
         self._phase_changed()
+
+    def amend_exit(self, exit_code: int, reason: str, message: str | None = None) -> None:
+        """The job's end changed after ``finish`` (the final upload failed): the file states the
+        code the process exits with; the job's own outcome stays in ``exit.job``."""
+        with self._lock:
+            previous = self._data.get("exit") or {}
+            self._data["exit"] = {
+                "code": exit_code,
+                "reason": reason,
+                "message": message,
+                "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+            }
+            if self._data["attempts"]:
+                self._data["attempts"][-1].update(exit_code=exit_code, reason=reason)
+        self.save()
 
     def save(self) -> None:
         with self._lock:

@@ -8,9 +8,15 @@ waits for the network:
   inotify is silent): it copies every changed file into a private staging folder, checks it
   (``.pt``: complete archive that loads without running code; text: scrubbed of secrets) and
   records it as pending, newest version per path;
-* the committer turns everything pending into one commit, within the Hub's commit budget. A
-  slow commit means the next one carries several boundaries: the newest state wins and no
-  stale commit is queued. A ledger of what the Hub holds (sha256 per path) survives restarts.
+* the committer, the one thread that talks to the Hub after ``start``, turns everything
+  pending into one commit, within the Hub's commit budget (a 429 empties it until the server's
+  ``Retry-After``). A slow commit means the next one carries several boundaries: the newest
+  state wins and no stale commit is queued. It owns the ledger of what the Hub holds (sha256
+  per path, survives restarts) and the deletion of staged copies; ``flush`` only asks it and
+  waits, within its deadline. No error ends it: it is reported and tried again.
+
+A file that cannot be staged (a full disk, an I/O error) stays pending and failed until a
+later snapshot stages it: ``flush`` never says the Hub has everything while one is missing.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from . import checkpoint
-from .errors import AgentError, SyncError
-from .hub import Hub
+from .errors import AccessError, AgentError, SyncError
+from .hub import Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
 
@@ -42,6 +48,8 @@ POLL_INTERVAL = 1.0
 COMMITS_PER_HOUR = 100
 COMMIT_BURST = 20
 _COPY_CHUNK = 4 * 1024 * 1024
+# A trainer whose pid is not visible counts as ended only after this long without an epoch.
+SILENCE = 15 * 60.0
 
 
 def _skip(relative: str) -> bool:
@@ -116,6 +124,7 @@ class CommitBudget:
         self.burst = burst
         self.tokens = float(burst)
         self.updated = time.monotonic()
+        self.held_until = 0.0
         for _ in recent:  # commits of an earlier attempt in the last hour still count
             self.tokens = max(0.0, self.tokens - 1)
 
@@ -126,7 +135,18 @@ class CommitBudget:
 
     def wait_time(self) -> float:
         self._refill()
-        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
+        own = 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
+        return max(own, self.hold())
+
+    def hold(self) -> float:
+        """Seconds the server asked us to wait (429 Retry-After); even a final commit waits."""
+        return max(0.0, self.held_until - time.monotonic())
+
+    def drain(self, retry_after: float) -> None:
+        """The Hub said 429: nothing left to spend, and nothing at all before ``retry_after``."""
+        self._refill()
+        self.tokens = min(self.tokens, 0.0)
+        self.held_until = max(self.held_until, time.monotonic() + retry_after)
 
     def spend(self) -> None:
         self._refill()
@@ -160,6 +180,7 @@ class Uploader:
         poll_interval: float = POLL_INTERVAL,
         on_commit: Callable[[str, list[str]], None] | None = None,
         before_snapshot: Callable[[], None] | None = None,
+        superseded: Callable[[str], bool] | None = None,
     ) -> None:
         self.hub = hub
         self.repo_id = repo_id
@@ -171,15 +192,29 @@ class Uploader:
         self.on_commit = on_commit
         # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
         self.before_snapshot = before_snapshot
-        self._in_flight: set[int] = set()  # ids of the staged files a commit is reading now
+        # Files already on the volume at start that the Hub holds in a newer version (the run
+        # resumed from the Hub): they are uploaded only once training writes them again.
+        self._superseded = superseded
         self._seen: dict[str, _Signature] = {}
         self._pending: dict[str, StagedFile] = {}
+        self._failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
+        self._discard: list[StagedFile] = []  # replaced copies; the committer deletes them
+        self._in_flight: set[int] = set()  # ids of the staged files a commit is reading now
+        # Marks the last commit that failed without a clear "no": it may have landed.
+        self._unconfirmed: tuple[str, list[StagedFile]] | None = None
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # pending, failed, snapshots or commits moved
         self._snapshot_lock = threading.Lock()
+        self._snapshots_asked = 0
+        self._snapshots_done = 0
+        self._flush_deadlines: list[float] = []
         self._wake = threading.Event()
         self._work = threading.Event()
         self._stopping = threading.Event()
-        self._committing = threading.Lock()
+        self._retry_at = 0.0
+        self._failures = 0
+        self._denied_at = 0.0  # when the Hub last refused the token
+        self._cutoff = float("inf")  # no flush waits past this (SIGTERM: the process must exit)
         self._boundary_signature: _Signature | None = None
         self._observer: Observer | None = None
         self._threads: list[threading.Thread] = []
@@ -195,6 +230,8 @@ class Uploader:
         shutil.rmtree(self.staging, ignore_errors=True)
         self.staging.mkdir(parents=True)
         self._check_ledger()
+        if self._superseded is not None:
+            self._hold_superseded(self._superseded)
         try:
             self._observer = Observer()
             self._observer.schedule(_BoundaryHandler(self._wake), str(self.run_dir), recursive=False)
@@ -212,37 +249,54 @@ class Uploader:
         self._wake.set()
 
     def flush(self, timeout: float) -> bool:
-        """Snapshot now and commit everything pending; True when the Hub has it all."""
-        deadline = time.monotonic() + timeout
-        self.snapshot()
-        while (remaining := deadline - time.monotonic()) > 0:
-            # Waits for a commit in flight: it may carry part of what is pending.
-            if not self._committing.acquire(timeout=remaining):
-                break
-            try:
-                if not self.pending:
+        """Snapshot now and have the committer commit everything pending; True when the Hub
+        has it all. Returns by ``timeout`` whatever the threads are doing."""
+        began = time.monotonic()
+        deadline = began + timeout
+        with self._changed:
+            self._snapshots_asked += 1
+            asked = self._snapshots_asked
+            self._flush_deadlines.append(deadline)
+            self._retry_at = 0.0  # someone waits now: no backoff left over from before
+        try:
+            self._wake.set()
+            with self._changed:
+                while (remaining := min(deadline, self._cutoff) - time.monotonic()) > 0:
+                    if self._snapshots_done >= asked:
+                        if not self._pending and not self._failed:
+                            return True
+                        if self._denied_at > began or self.budget.hold() > remaining:
+                            break  # a refused token or a rate limit longer than our time: no use waiting
+                        self._work.set()
+                    self._changed.wait(min(remaining, 0.25))
+                left = sorted(set(self._pending) | set(self._failed))
+                if self._snapshots_done < asked:
+                    logger.error("sync: the final snapshot did not finish within %.0f s", timeout)
+                elif not left:
                     return True
-                self._commit_pending(final=True, deadline=deadline)
-            finally:
-                self._committing.release()
-            if not self.pending:
-                return True
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        left = self.pending
-        if not left:
-            return True
-        logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), timeout, ", ".join(left[:5]))
+        finally:
+            with self._changed:
+                self._flush_deadlines.remove(deadline)
+        if left:
+            logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), timeout, ", ".join(left[:5]))
         return False
 
-    def stop(self) -> None:
+    def cut_short(self, deadline: float) -> None:
+        """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value).
+        Safe in a signal handler: it takes no lock."""
+        self._cutoff = min(self._cutoff, deadline)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End both threads; waits at most ``timeout`` (a commit in flight is abandoned)."""
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         self._work.set()
         if self._observer is not None:
             self._observer.stop()
-            self._observer.join(timeout=5)
+            self._observer.join(timeout=max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- the snapshotter -------------------------------------------------------------------
     def _snapshot_loop(self) -> None:
@@ -251,11 +305,17 @@ class Uploader:
             self._wake.clear()
             if self._stopping.is_set():
                 return
-            if woken or self._boundary_moved():
+            with self._changed:
+                asked = self._snapshots_asked
+            if woken or asked > self._snapshots_done or self._boundary_moved():
                 try:
                     self.snapshot()
                 except Exception as error:  # the uploader must never take the run down
                     logger.warning("sync: snapshot failed: %s", error)
+                finally:
+                    with self._changed:
+                        self._snapshots_done = max(self._snapshots_done, asked)
+                        self._changed.notify_all()
 
     def _boundary_moved(self) -> bool:
         """The polling fallback: has status.json been replaced since we last looked?"""
@@ -267,6 +327,25 @@ class Uploader:
             return False
         self._boundary_signature = signature
         return True
+
+    def _hold_superseded(self, superseded: Callable[[str], bool]) -> None:
+        """Mark files the Hub holds newer as seen, so an older volume never overwrites them."""
+        held = []
+        for path, relative in self._files():
+            if superseded(relative):
+                with contextlib.suppress(OSError):
+                    self._seen[relative] = _Signature.of(path)
+                    held.append(relative)
+        if held:
+            logger.info("sync: %d older file(s) on this volume stay off the Hub until written again", len(held))
+
+    def _files(self) -> list[tuple[Path, str]]:
+        found = []
+        for path in sorted(self.run_dir.rglob("*")):
+            relative = path.relative_to(self.run_dir).as_posix()
+            if path.is_file() and not path.is_symlink() and not _skip(relative):
+                found.append((path, relative))
+        return found
 
     def snapshot(self) -> list[str]:
         """Stage every file changed since the last snapshot; return their relative paths."""
@@ -280,10 +359,9 @@ class Uploader:
             with contextlib.suppress(OSError):
                 self._boundary_signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
             staged: list[StagedFile] = []
-            for path in sorted(self.run_dir.rglob("*")):
-                relative = path.relative_to(self.run_dir).as_posix()
-                if not path.is_file() or path.is_symlink() or _skip(relative):
-                    continue
+            present = set()
+            for path, relative in self._files():
+                present.add(relative)
                 try:
                     signature = _Signature.of(path)
                 except OSError:
@@ -293,16 +371,18 @@ class Uploader:
                 result = self._stage(path, relative, signature)
                 if result is not None:
                     staged.append(result)
-            if staged:
-                with self._lock:
-                    for item in staged:
-                        replaced = self._pending.get(item.relative)
-                        # A copy a commit is reading stays; the committer removes it afterwards.
-                        if replaced is not None and id(replaced) not in self._in_flight:
-                            with contextlib.suppress(OSError):
-                                replaced.path.unlink()
-                        self._pending[item.relative] = item
+            with self._changed:
+                for gone in set(self._failed) - present:  # deleted since: nothing left to upload
+                    del self._failed[gone]
+                for item in staged:
+                    replaced = self._pending.get(item.relative)
+                    if replaced is not None:
+                        self._discard.append(replaced)
+                    self._pending[item.relative] = item
+                if staged:
                     self._boundary_seen_at = self._boundary_seen_at or seen_at
+                self._changed.notify_all()
+            if staged:
                 self._work.set()
             return [item.relative for item in staged]
 
@@ -330,9 +410,21 @@ class Uploader:
                     copy.write(data)
             unchanged = _Signature.of(path) == signature
         except OSError as error:
-            logger.debug("sync: %s vanished while copied (%s)", relative, error)
-            target.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)
+            if not path.exists():
+                logger.debug("sync: %s vanished while copied (%s)", relative, error)
+                return None
+            # Disk full, I/O error: the file is not on its way to the Hub. It stays pending (and
+            # failed) and is tried again at the next snapshot.
+            reason = f"cannot stage {relative}: {error}"
+            logger.warning("sync: %s", reason)
+            with self._changed:
+                self._failed[relative] = reason
+            self.last_error = reason
             return None
+        with self._changed:
+            self._failed.pop(relative, None)
         if not unchanged:
             # Written while we copied: the next boundary brings the finished version.
             target.unlink(missing_ok=True)
@@ -362,29 +454,54 @@ class Uploader:
 
     # -- the committer ---------------------------------------------------------------------
     def _commit_loop(self) -> None:
-        failures = 0
+        """The one thread that commits. No error ends it: it is reported and tried again."""
         while not self._stopping.is_set():
-            self._work.wait(self.poll_interval)
-            self._work.clear()
-            if self._stopping.is_set():
-                return
-            with self._lock:
-                if not self._pending:
+            try:
+                self._drop_discarded()
+                wait = self._time_to_commit()
+                if wait is None or wait > 0:
+                    self._work.wait(self.poll_interval if wait is None else min(wait, self.poll_interval))
+                    self._work.clear()
                     continue
-            pause = self.budget.wait_time()
-            if pause > 0:
-                # Over budget: keep absorbing boundaries; the newest state goes in one commit.
-                self._stopping.wait(min(pause, 60.0))
-                self._work.set()
-                continue
-            with self._committing:
-                ok = self._commit_pending(final=False, deadline=None)
-            failures = 0 if ok else failures + 1
+                ok = self._commit_pending()
+            except Exception as error:
+                ok = False
+                self.last_error = f"{type(error).__name__}: {error}"
+                logger.warning("sync: the committer hit %s; trying again", self.last_error)
+            self._failures = 0 if ok else self._failures + 1
             if not ok:
-                self._stopping.wait(min(60.0, 2.0**failures))
-                self._work.set()
+                # Short retries while someone waits on a flush; longer ones beside training.
+                pause = min(1.0 if self._flush_deadline() is not None else 60.0, 2.0**self._failures)
+                self._retry_at = time.monotonic() + pause
+            with self._changed:
+                self._changed.notify_all()
 
-    def _commit_pending(self, *, final: bool, deadline: float | None) -> bool:
+    def _flush_deadline(self) -> float | None:
+        with self._lock:
+            return min(max(self._flush_deadlines), self._cutoff) if self._flush_deadlines else None
+
+    def _time_to_commit(self) -> float | None:
+        """Seconds before the next commit may start; None when there is nothing to commit."""
+        with self._lock:
+            if not self._pending:
+                return None
+        wait = max(0.0, self._retry_at - time.monotonic())
+        if self._flush_deadline() is not None:
+            return max(wait, self.budget.hold())  # a final upload spends over budget, not over a 429
+        return max(wait, self.budget.wait_time())
+
+    def _drop_discarded(self) -> None:
+        with self._lock:
+            done = [item for item in self._discard if id(item) not in self._in_flight]
+            self._discard = [item for item in self._discard if id(item) in self._in_flight]
+        for item in done:
+            with contextlib.suppress(OSError):
+                item.path.unlink()
+
+    def _commit_pending(self) -> bool:
+        deadline = self._flush_deadline()
+        if self._unconfirmed is not None:
+            self._confirm_earlier(deadline)
         with self._lock:
             batch = list(self._pending.values())
             self._in_flight = {id(item) for item in batch}
@@ -393,35 +510,63 @@ class Uploader:
         if not batch:
             return True
         names = sorted(item.relative for item in batch)
-        message = f"{'Final state' if final else 'Epoch boundary'}: {', '.join(names[:6])}"
+        message = f"{'Final state' if deadline is not None else 'Epoch boundary'}: {', '.join(names[:6])}"
         if len(names) > 6:
             message += f" and {len(names) - 6} more"
-        sha: str | None = None
+        commit_id = new_commit_id()
         try:
             sha = self.hub.commit(
-                self.repo_id, [(item.relative, item.path) for item in batch], message, deadline=deadline
+                self.repo_id,
+                [(item.relative, item.path) for item in batch],
+                message,
+                deadline=deadline,
+                commit_id=commit_id,
             )
         except Exception as error:  # kept pending: the next try carries it, with anything newer
-            self.last_error = str(error) if isinstance(error, AgentError) else f"{type(error).__name__}: {error}"
+            self._settle(batch, committed=False, boundary_at=boundary_at)
+            plain = isinstance(error, (AgentError, RateLimitedError))
+            self.last_error = str(error) if plain else f"{type(error).__name__}: {error}"
+            if isinstance(error, RateLimitedError):
+                self.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
+            elif isinstance(error, AccessError):
+                self._denied_at = time.monotonic()
+            else:
+                self._unconfirmed = (commit_id, batch)  # no answer is not a no: it may have landed
             logger.warning("sync: commit failed: %s (kept for the next try)", self.last_error)
-        finally:
-            self._settle(batch, committed=sha is not None, boundary_at=boundary_at)
-        if sha is None:
             return False
+        self._landed(batch, sha, boundary_at)
+        return True
+
+    def _confirm_earlier(self, deadline: float | None) -> None:
+        """A commit that failed without an answer may have landed: then it is done, not redone."""
+        assert self._unconfirmed is not None
+        commit_id, batch = self._unconfirmed
+        sha = self.hub.landed(self.repo_id, commit_id, deadline=deadline)
+        self._unconfirmed = None
+        if sha is not None:
+            with self._lock:
+                self._in_flight = {id(item) for item in batch}
+            self._landed(batch, sha, None)
+
+    def _landed(self, batch: list[StagedFile], sha: str, boundary_at: float | None) -> None:
+        self._settle(batch, committed=True, boundary_at=boundary_at)
         self.budget.spend()
-        self.ledger.record(batch, sha)
         self.commits.append(sha)
         self.last_error = None
         if boundary_at is not None:
             self.latencies.append(time.monotonic() - boundary_at)
+        names = sorted(item.relative for item in batch)
         logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), self.repo_id, sha[:8])
+        try:
+            self.ledger.record(batch, sha)
+        except OSError as error:  # only a restart's shortcut is lost: the Hub has the files
+            logger.warning("sync: cannot save the upload ledger (%s); a restart checks the Hub again", error)
         if self.on_commit is not None:
             self.on_commit(sha, names)
-        return True
 
     def _settle(self, batch: list[StagedFile], *, committed: bool, boundary_at: float | None) -> None:
         """After a commit attempt: drop what it delivered and the copies superseded meanwhile."""
-        with self._lock:
+        with self._changed:
             self._in_flight = set()
             if not committed:
                 self._boundary_seen_at = self._boundary_seen_at or boundary_at
@@ -432,6 +577,7 @@ class Uploader:
                 if committed or not current:
                     with contextlib.suppress(OSError):
                         item.path.unlink()
+            self._changed.notify_all()
 
     def _check_ledger(self) -> None:
         """Trust the ledger only if the Hub is still where we left it; else relearn it from the Hub."""
@@ -442,35 +588,62 @@ class Uploader:
             remote = {} if head is None else self.hub.remote_ids(self.repo_id)
         except Exception as error:
             logger.warning("sync: cannot read %s (%s); every file will be checked again", self.repo_id, error)
-            self.ledger.rebuild({}, None)
-            return
+            remote, head = {}, None
         if self.ledger.head is not None:
             logger.info("sync: %s changed since the last upload; relearning what it holds", self.repo_id)
-        self.ledger.rebuild(remote, head)
+        try:
+            self.ledger.rebuild(remote, head)
+        except OSError as error:
+            logger.warning("sync: cannot save the upload ledger (%s)", error)
 
     @property
     def pending(self) -> list[str]:
+        """Everything not yet on the Hub: staged and waiting, or failed to stage."""
         with self._lock:
-            return sorted(self._pending)
+            return sorted(set(self._pending) | set(self._failed))
+
+    @property
+    def failed(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._failed)
 
 
-def training_finished(run_dir: Path) -> bool:
-    """LibreYOLO's status.json says the run ended, or its process is gone."""
+def training_finished(run_dir: Path, *, now: float | None = None) -> bool:
+    """LibreYOLO's status.json says the run ended, or its trainer is gone and the run is silent.
+
+    A missing pid alone proves nothing: ``trainbox sync`` may run as a sidecar in another PID
+    namespace, where the trainer's pid does not exist. So a vanished pid ends the sync only once
+    status.json has also gone without an update for longer than its epochs take (``SILENCE``
+    at least)."""
+    path = run_dir / BOUNDARY_FILE
     try:
-        status = json.loads((run_dir / BOUNDARY_FILE).read_text())
+        status = json.loads(path.read_text())
+        age = (time.time() if now is None else now) - path.stat().st_mtime
     except (OSError, ValueError):
         return False
     if status.get("state") in {"completed", "failed"}:
         return True
     pid = status.get("pid")
-    if isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True  # killed without a word (SIGKILL, OOM): status.json still says running
-        except PermissionError:
-            pass
-    return False
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+        return False  # alive here (or a process of another namespace with that pid: keep syncing)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return False
+    # Killed without a word (SIGKILL, OOM) or another namespace: wait out the longest quiet spell.
+    return age > _quiet_spell(status)
+
+
+def _quiet_spell(status: dict[str, object]) -> float:
+    """How long a live trainer may leave status.json alone: three epochs, at least SILENCE."""
+    epoch = max(
+        (v for v in (status.get("mean_epoch_seconds"), status.get("epoch_seconds")) if isinstance(v, (int, float))),
+        default=0.0,
+    )
+    return max(SILENCE, 3 * float(epoch))
 
 
 def sync_error(uploader: Uploader) -> SyncError:

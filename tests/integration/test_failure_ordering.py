@@ -1,0 +1,440 @@
+"""Whatever fails first, nothing is lost and nothing keeps billing.
+
+Real ``trainbox run`` processes against the local Hub and provider fakes, with a stand-in
+``libreyolo`` that writes real (tiny) checkpoints epoch by epoch, like libreyolo: the weights,
+then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM, SIGKILL then a restart
+(same volume, new volume), a revoked token, a Hub that rate-limits for an hour, a child that
+ignores signals. After each, the invariants:
+
+* no epoch that was on the volume is lost: on the volume, or on the Hub;
+* the Hub never goes back to an older state;
+* the machine is destroyed only when the Hub holds the run (else stopped);
+* the process exits within its bound after SIGTERM, with the code trainbox.json states;
+* no secret anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint import pipeline
+from entrypoint.checkpoint import inspect
+from entrypoint.errors import AccessError, ConfigError, PreemptedError, SyncError
+from entrypoint.state import Phase
+from tests.hubfixtures import HubContext
+from tests.hubserver import HubServer
+from tests.integration.test_sync_faults import assert_no_duplicate_commit
+from tests.providers import FakeVast
+
+VAST_KEY = "vast-canary-key-0rd3r1ng5"
+AGENT_TIMEOUT = 120
+# SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that
+# ignores the deadline (a 30 s retry, a 60 s publish, a 5 s join) overshoots it by far.
+EXIT_BOUND = pipeline.PREEMPT_BUDGET + 4.0
+
+# A stand-in for `libreyolo`: `train` writes one epoch every FAKE_EPOCH_SECONDS (checkpoints,
+# metrics.jsonl, then status.json renamed last); resumes from model=<checkpoint> resume=true;
+# SIGINT ends it with 130 like libreyolo. FAKE_TRAIN_MODE=deaf ignores SIGINT and SIGTERM (stuck
+# in native code). Other commands (doctor) report no findings.
+FAKE_LIBREYOLO = r"""
+import io, json, os, pickle, signal, sys, time, zipfile
+if sys.argv[1] != "train":
+    print(json.dumps({"findings": [], "summary": {}}))
+    sys.exit(0)
+args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
+run_dir = os.path.join(args["project"], args["name"])
+weights = os.path.join(run_dir, "weights")
+os.makedirs(weights, exist_ok=True)
+total = int(args.get("epochs", "3"))
+pause = float(os.environ.get("FAKE_EPOCH_SECONDS", "0.3"))
+with open(os.path.join(run_dir, "fake-pid"), "w") as f:
+    f.write(str(os.getpid()))
+
+def checkpoint(epoch):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        payload = {"epoch": epoch - 1, "config": {"epochs": total}, "pad": "x" * 4096}
+        archive.writestr("ckpt/data.pkl", pickle.dumps(payload, protocol=2))
+    return buffer.getvalue()
+
+def epoch_of(path):
+    with zipfile.ZipFile(path) as archive:
+        return pickle.loads(archive.read("ckpt/data.pkl"))["epoch"] + 1
+
+first = 1
+if args.get("resume") == "true":
+    first = epoch_of(args["model"]) + 1
+if os.environ.get("FAKE_TRAIN_MODE") == "deaf":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    def interrupted(*_):
+        print("interrupted: saving last.pt", flush=True)
+        sys.exit(130)
+    signal.signal(signal.SIGINT, interrupted)
+
+for epoch in range(first, total + 1):
+    time.sleep(pause)
+    data = checkpoint(epoch)
+    for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
+        with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
+            f.write(data)
+    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
+    tmp = os.path.join(run_dir, ".status.json.tmp")
+    state = "completed" if epoch == total else "running"
+    with open(tmp, "w") as f:
+        json.dump({"state": state, "completed_epochs": epoch, "total_epochs": total, "pid": os.getpid()}, f)
+    os.replace(tmp, os.path.join(run_dir, "status.json"))
+    print(f"epoch {epoch}/{total} done", flush=True)
+"""
+
+
+@dataclass
+class Agent:
+    """``trainbox run`` with the demo dataset on the CPU, the stand-in libreyolo, a volume
+    (WORKDIR) of this test, and OUTPUT_REPO on the local Hub."""
+
+    tmp_path: Path
+    hub_ctx: HubContext
+    repo: str
+    volume: Path
+
+    def env(self, provider: FakeVast | None = None, **extra: str) -> dict[str, str]:
+        drop = {"CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
+        env = {key: value for key, value in self.hub_ctx.env().items() if key not in drop}
+        for key in ("RUN_ARGS", "MAX_RUNTIME", "STALL_TIMEOUT", "ON_EXIT", "ON_FAILURE", "DATASET_REPO"):
+            env.pop(key, None)
+        env.update(
+            WORKDIR=str(self.volume),
+            GPUS="cpu",
+            OUTPUT_REPO=self.repo,
+            RUN_NAME="order",
+            RUN_ARGS="epochs=4",
+            TRAINBOX_LIBREYOLO=str(self.tmp_path / "bin" / "libreyolo"),
+            PROVIDER=provider.kind if provider else "none",
+        )
+        return {**env, **(provider.env() if provider else {}), **extra}
+
+    def start(self, env: dict[str, str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "entrypoint", "run"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # SIGKILL of the test's choosing reaches the whole tree
+        )
+
+    def run(self, env: dict[str, str]) -> tuple[int, str]:
+        process = self.start(env)
+        output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+        return process.returncode, output
+
+    @property
+    def run_dir(self) -> Path:
+        return self.volume / "runs" / "order"
+
+    def state(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "trainbox.json").read_text())
+
+    def hub_state(self) -> dict[str, Any]:
+        return json.loads(self.hub_ctx.hub.file_bytes(self.repo, "trainbox.json"))
+
+    def hub_files(self) -> dict[str, Any]:
+        hub = self.hub_ctx.hub
+        return hub.files(self.repo) if hub.repo_exists(self.repo) else {}
+
+
+@pytest.fixture
+def agent(tmp_path: Path, hub_ctx: HubContext) -> Agent:
+    script = tmp_path / "bin" / "libreyolo"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\n" + FAKE_LIBREYOLO)
+    script.chmod(0o755)
+    return Agent(tmp_path, hub_ctx, hub_ctx.repo_id("order"), tmp_path / "volume")
+
+
+@pytest.fixture
+def vast() -> Iterator[FakeVast]:
+    with FakeVast("4242", VAST_KEY) as server:
+        yield server
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen[str] | None = None) -> None:
+    end = time.monotonic() + AGENT_TIMEOUT
+    while not condition():
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the agent exited ({process.returncode}) before: {what}\n{process.stdout.read()[-3000:]}")
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def local_phase(agent: Agent) -> str | None:
+    try:
+        return agent.state().get("phase")
+    except (OSError, ValueError):
+        return None
+
+
+def sigterm(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """SIGTERM, then the exit must come within the bound."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = process.communicate(timeout=EXIT_BOUND)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"no exit within {EXIT_BOUND:.0f} s of SIGTERM\n{output[-3000:]}")
+    return process.returncode, output
+
+
+# -- the invariants --------------------------------------------------------------------------
+def epochs_on_volume(run_dir: Path) -> dict[str, bytes]:
+    weights = run_dir / "weights"
+    return {f"weights/{p.name}": p.read_bytes() for p in weights.glob("epoch_*.pt")} if weights.is_dir() else {}
+
+
+def hub_epochs(hub: HubServer, repo: str) -> set[str]:
+    return {name for name in hub.files(repo) if name.startswith("weights/epoch_")} if hub.repo_exists(repo) else set()
+
+
+def assert_never_older(hub: HubServer, repo: str) -> None:
+    """From commit to commit, the Hub's last.pt and status.json never go back in epochs."""
+    if not hub.repo_exists(repo):
+        return
+    newest = {"weights/last.pt": 0, "status.json": 0}
+    for commit in reversed(hub.commits(repo)):  # oldest first
+        for name in newest:
+            if name not in commit.files:
+                continue
+            blob = hub.blob_path(repo, name, revision=commit.oid)
+            if name.endswith(".pt"):
+                epoch = inspect(blob).completed_epochs or 0
+            else:
+                epoch = json.loads(blob.read_bytes()).get("completed_epochs") or 0
+            assert epoch >= newest[name], f"{name} went back from epoch {newest[name]} to {epoch} at {commit.oid[:8]}"
+            newest[name] = epoch
+
+
+def assert_invariants(
+    agent: Agent, code: int, output: str, before: dict[str, bytes], vast: FakeVast | None = None
+) -> None:
+    hub = agent.hub_ctx.hub
+    state = agent.state()
+    assert state["exit"]["code"] == code, f"trainbox.json says {state['exit']}, the process exited {code}"
+    # Every epoch that was on the volume is still there, or on the Hub.
+    now = epochs_on_volume(agent.run_dir)
+    on_hub = hub_epochs(hub, agent.repo)
+    for name, data in before.items():
+        assert now.get(name) == data or name in on_hub, f"{name} was lost"
+    assert_never_older(hub, agent.repo)
+    if hub.repo_exists(agent.repo):
+        assert_no_duplicate_commit(hub, agent.repo)
+    if vast is not None and any(action.method == "DELETE" for action in vast.actions()):
+        for name, data in now.items():
+            assert name in on_hub and hub.file_bytes(agent.repo, name) == data, f"destroyed without {name} on the Hub"
+    secrets = (agent.hub_ctx.token, VAST_KEY)
+    texts = [output, json.dumps(state)]
+    if hub.repo_exists(agent.repo):
+        texts += [hub.file_bytes(agent.repo, name).decode(errors="replace") for name in hub.files(agent.repo)]
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text
+
+
+# -- SIGTERM in each phase -------------------------------------------------------------------
+PHASES = ["preflight", "resume", "dataset", "first-epoch", "commit"]
+
+
+@pytest.mark.parametrize("moment", PHASES)
+def test_sigterm_at_any_moment(agent: Agent, moment: str) -> None:
+    hub = agent.hub_ctx.hub
+    extra: dict[str, str] = {}
+    if moment in {"preflight", "resume"}:
+        # Hold the phase open: a slow answer from the Hub while the agent checks access / lists the repo.
+        path = r"/whoami" if moment == "preflight" else r"/tree/"
+        fault = hub.inject("slow", path=path, rate=40, times=1)
+    elif moment == "commit":
+        # A commit in flight: applied by the Hub, its answer trickling back for many seconds.
+        fault = hub.inject("slow", method="POST", path=r"/commit/", rate=10, times=1)
+    else:
+        fault = None
+    if moment in {"first-epoch", "commit"}:
+        extra["FAKE_EPOCH_SECONDS"] = "1.0"
+    process = agent.start(agent.env(**extra))
+    target = {"preflight": "preflight", "resume": "resume", "dataset": "dataset", "first-epoch": "training"}
+    if moment in target:
+        wait_for(lambda: local_phase(agent) == target[moment], f"phase {target[moment]}", process)
+        if fault is not None:
+            wait_for(lambda: fault.fired >= 1, "the slow request", process)
+    else:
+        wait_for(lambda: fault.fired >= 1, "a commit in flight", process)
+    before = epochs_on_volume(agent.run_dir)
+
+    code, output = sigterm(process)
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    assert agent.state()["phase"] == Phase.PREEMPTED
+    hub.clear_faults()
+    assert_invariants(agent, code, output, before)
+
+
+def test_sigterm_during_a_long_final_upload_exits_in_time(agent: Agent) -> None:
+    hub = agent.hub_ctx.hub
+    # The Hub holds commits for 100 s: the final upload (600 s allowed) waits for it...
+    hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+    process = agent.start(agent.env(RUN_ARGS="epochs=2"))
+    wait_for(lambda: local_phase(agent) == Phase.DONE, "the final upload", process)
+    before = epochs_on_volume(agent.run_dir)
+
+    code, output = sigterm(process)  # ...until the machine is taken back
+
+    assert code == SyncError.exit_code, output[-3000:]  # the job had trained; its upload is what failed
+    hub.clear_faults()
+    assert_invariants(agent, code, output, before)
+
+
+def test_a_child_that_ignores_signals_is_killed_within_the_bound(agent: Agent) -> None:
+    process = agent.start(agent.env(FAKE_TRAIN_MODE="deaf", FAKE_EPOCH_SECONDS="0.5", RUN_ARGS="epochs=100"))
+    wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
+    code, output = sigterm(process)
+    assert code == PreemptedError.exit_code, output[-3000:]
+    child = int((agent.run_dir / "fake-pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert_invariants(agent, code, output, {})
+    assert "weights/epoch_1.pt" in agent.hub_files()
+
+
+# -- SIGKILL, then a restart -----------------------------------------------------------------
+@pytest.mark.parametrize("volume", ["same", "new"])
+def test_sigkill_then_restart_loses_no_epoch(agent: Agent, volume: str) -> None:
+    env = agent.env(FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=5")
+    process = agent.start(env)
+    wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", process)
+    os.killpg(process.pid, signal.SIGKILL)  # the agent and its child, without a word
+    process.communicate()
+    before = epochs_on_volume(agent.run_dir)
+    if volume == "new":
+        agent.volume = agent.tmp_path / "volume2"
+        env = agent.env(FAKE_EPOCH_SECONDS="0.1", RUN_ARGS="epochs=5")
+
+    code, output = agent.run(env | {"FAKE_EPOCH_SECONDS": "0.1"})
+
+    assert code == 0, output[-3000:]
+    state = agent.state()
+    assert state["phase"] == Phase.DONE
+    assert state["attempts"][-2]["reason"] == "lost"
+    assert state["resume"]["from"] == ("volume" if volume == "same" else "hub")
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 6)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert_invariants(agent, code, output, before if volume == "same" else {})
+
+
+def test_an_old_volume_never_overwrites_a_newer_hub(agent: Agent) -> None:
+    """Volume A trained 2 epochs; a new machine went on to 4 from the Hub; then A comes back."""
+    env = agent.env(RUN_ARGS="epochs=2")
+    assert agent.run(env)[0] == 0
+    old_volume = agent.tmp_path / "old-volume"
+    shutil.copytree(agent.volume, old_volume, symlinks=True)
+    agent.volume = agent.tmp_path / "volume2"
+    code, output = agent.run(agent.env(RUN_ARGS="epochs=4", RUN_NAME="order"))
+    assert code == 0, output[-3000:]
+    assert inspect(agent.hub_ctx.hub.blob_path(agent.repo, "weights/last.pt")).completed_epochs == 4
+
+    agent.volume = old_volume  # the old disk is back, 2 epochs behind the Hub
+    code, output = agent.run(agent.env(RUN_ARGS="epochs=6", RUN_NAME="order"))
+
+    assert code == 0, output[-3000:]
+    assert agent.state()["resume"] == {"from": "hub", "epochs_done": 4}
+    assert_never_older(agent.hub_ctx.hub, agent.repo)
+    assert inspect(agent.hub_ctx.hub.blob_path(agent.repo, "weights/last.pt")).completed_epochs == 6
+
+
+# -- the token, the Hub, the release ---------------------------------------------------------
+def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, vast: FakeVast) -> None:
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="1.0", RUN_ARGS="epochs=3", ON_EXIT="destroy", ON_FAILURE="destroy")
+    process = agent.start(env)
+    wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
+    agent.hub_ctx.hub.remove_token(agent.hub_ctx.token)
+    output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    code = process.returncode
+
+    assert code == SyncError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["exit"]["code"] == SyncError.exit_code and state["exit"]["job"]["code"] == 0
+    # The Hub lacks the last epochs: the disk is kept (stopped), never destroyed.
+    assert [action.method for action in vast.actions()] == ["PUT"]
+    assert state["release"]["action"] == "stop" and state["release"]["downgraded_from"] == "destroy"
+    assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
+
+
+def test_a_failure_before_the_upload_never_destroys_the_only_copy(agent: Agent, vast: FakeVast) -> None:
+    # An earlier attempt trained 2 epochs while the Hub refused every commit: they are on this disk only.
+    refusing = agent.hub_ctx.hub.inject("403", method="POST", path=r"/commit/")
+    code, output = agent.run(agent.env(RUN_ARGS="epochs=2"))
+    assert code == SyncError.exit_code, output[-3000:]
+    refusing.remove()
+    before = epochs_on_volume(agent.run_dir)
+    assert len(before) == 2 and not hub_epochs(agent.hub_ctx.hub, agent.repo)
+
+    # The restart fails at once (the token expired meanwhile), with ON_FAILURE=destroy.
+    agent.hub_ctx.hub.remove_token(agent.hub_ctx.token)
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_FAILURE="destroy"))
+
+    assert code == AccessError.exit_code, output[-3000:]
+    assert [action.method for action in vast.actions()] == ["PUT"], "the disk with the only copy was destroyed"
+    assert agent.state()["release"]["downgraded_from"] == "destroy"
+    assert_invariants(agent, code, output, before, vast)
+
+
+def test_a_failure_with_nothing_on_the_volume_still_destroys(agent: Agent, vast: FakeVast) -> None:
+    agent.hub_ctx.hub.remove_token(agent.hub_ctx.token)
+    code, output = agent.run(agent.env(vast, ON_FAILURE="destroy"))
+    assert code == AccessError.exit_code, output[-3000:]
+    assert [action.method for action in vast.actions()] == ["DELETE"]
+
+
+def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:
+    hub = agent.hub_ctx.hub
+    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy"))
+
+    assert code == SyncError.exit_code, output[-3000:]
+    assert limited.fired == 1, "commits went on while the Hub asked for an hour of quiet"
+    assert agent.state()["exit"]["code"] == SyncError.exit_code
+    assert [action.method for action in vast.actions()] == ["PUT"]
+    hub.clear_faults()
+    assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
+
+
+def test_a_repo_without_proof_of_this_run_is_refused(agent: Agent) -> None:
+    hub = agent.hub_ctx.hub
+    # Another run, mirrored with `trainbox sync` from a plain libreyolo folder: no trainbox.json.
+    hub.create_repo(agent.repo, private=True)
+    checkpoint = agent.tmp_path / "foreign.pt"
+    with zipfile.ZipFile(checkpoint, "w") as archive:
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"epoch": 9, "config": {"epochs": 10}}, protocol=2))
+    hub.upload_file(agent.repo, "weights/last.pt", checkpoint)
+    commits = len(hub.commits(agent.repo))
+
+    code, output = agent.run(agent.env(RUN_ARGS="epochs=10"))
+
+    assert code == ConfigError.exit_code, output[-3000:]
+    assert "trainbox.json" in output and agent.repo in output
+    assert len(hub.commits(agent.repo)) == commits  # nothing of it was resumed, judged or overwritten
+    assert not (agent.run_dir / "weights").exists()
