@@ -24,42 +24,61 @@ ENV PYTHONUNBUFFERED=1 \
     TINI_SUBREAPER=1 \
     MONITOR_HOST=0.0.0.0
 
-# tini: PID 1 that forwards SIGTERM (preemption) to the agent and reaps the training's children.
-# libgl1, libglib2.0-0: OpenCV's system libraries (libreyolo needs opencv-python, not the headless build).
+# tini: PID 1 that forwards SIGTERM (preemption) to the agent and reaps the training's children. No GUI
+# libraries (libGL/Mesa, GLib): OpenCV is the headless build (see below).
 # Versions come from the base's distribution release; pinning them would break every other base.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini libgl1 libglib2.0-0 \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 
-# The base's torch/torchvision, as pip constraints: every later pip install (ours, and a user's in a derived
-# image or a shell) fails with ResolutionImpossible instead of replacing them.
+# The base's torch/torchvision (and OpenCV, below), as pip constraints: every later pip install (ours, and a
+# user's in a derived image or a shell) fails with ResolutionImpossible instead of replacing them.
 RUN mkdir -p /etc/trainbox \
- && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /etc/trainbox/base-torch.txt \
- && if [ "$(wc -l < /etc/trainbox/base-torch.txt)" != 2 ]; then \
+ && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /etc/trainbox/constraints.txt \
+ && if [ "$(wc -l < /etc/trainbox/constraints.txt)" != 2 ]; then \
       echo "BASE_IMAGE must carry torch and torchvision (a pytorch/pytorch runtime image)" >&2; exit 1; \
     fi
-ENV PIP_CONSTRAINT=/etc/trainbox/base-torch.txt
+ENV PIP_CONSTRAINT=/etc/trainbox/constraints.txt
+
+# OpenCV without its GUI: libreyolo requires `opencv-python` (Qt, video codecs, and libGL from the system: about
+# 400 MB here), but training, validation and export only use what `opencv-python-headless` has too. pip cannot
+# swap one requirement for another, and a constraint can only pin, not exclude: so the headless build goes in
+# first, then a metadata-only `opencv-python` wheel (docker/opencv_python_standin.py) that installs no files and
+# requires the headless build of the same version. Both are pinned in the constraints file, the stand-in at a
+# `+headless` version no index has: a later `pip install libreyolo[...]` finds `opencv-python` satisfied, and
+# nothing (not even --upgrade) can fetch the GUI build back.
+# Unpinned like libreyolo's own dependencies in the next step: the newest build that fits them.
+COPY docker/opencv_python_standin.py /opt/trainbox/docker/
+# hadolint ignore=DL3013
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install opencv-python-headless \
+ && python3 /opt/trainbox/docker/opencv_python_standin.py /tmp/standin > /tmp/standin.txt \
+ && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install "$(head -n 1 /tmp/standin.txt)" \
+ && tail -n +2 /tmp/standin.txt >> /etc/trainbox/constraints.txt \
+ && rm -rf /tmp/standin /tmp/standin.txt
 
 # Dependencies before the code, so a code change rebuilds one small layer. Only pyproject.toml is needed here:
 # its build requirements and dependencies, plus libreyolo's extras for this variant. `pip check` reports
-# conflicts without failing: a base's own packages may already disagree with one another.
+# conflicts without failing: a base's own packages may already disagree with one another (the container tests
+# require it clean on the stand-in base).
 COPY pyproject.toml /opt/trainbox/
 ARG LIBREYOLO_EXTRAS=""
 RUN python3 -c 'import tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]))' > /opt/trainbox/requirements.txt \
  && if [ -n "$LIBREYOLO_EXTRAS" ]; then echo "libreyolo[$LIBREYOLO_EXTRAS]" >> /opt/trainbox/requirements.txt; fi \
  && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -r /opt/trainbox/requirements.txt \
- && if ! python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort | cmp -s - /etc/trainbox/base-torch.txt; then \
+ && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /tmp/torch.txt \
+ && if ! grep -iE '^(torch|torchvision)==' /etc/trainbox/constraints.txt | cmp -s - /tmp/torch.txt; then \
       echo "pip replaced the base image's torch/torchvision" >&2; exit 1; \
     fi \
+ && rm /tmp/torch.txt \
  && { python3 -m pip check || true; }
 
 COPY README.md /opt/trainbox/
 COPY entrypoint /opt/trainbox/entrypoint
 # pip refuses a base whose Python is outside the project's requires-python. Smoke test: the agent, torch,
-# torchvision's compiled ops and libreyolo import, and the console script is on PATH.
+# torchvision's compiled ops, OpenCV (without libGL) and libreyolo import, and the console script is on PATH.
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isolation /opt/trainbox \
- && python3 -c "import torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" \
+ && python3 -c "import cv2, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
  && trainbox --version
 
 # The persistent volume: data, runs, the Hugging Face cache and downloaded weights all live under it.

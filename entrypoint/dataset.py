@@ -10,6 +10,7 @@ and a marker written only then lets a restart on the same volume skip the work.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -17,11 +18,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -148,21 +150,33 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
             return cached["report"]
     except (OSError, ValueError, KeyError):
         pass
-    argv = [libreyolo_executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
+    if _deferred is not None:  # prepare_checked_in_background(): started once the data is in place
+        _deferred[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
+        return {}
+    argv = _doctor_argv(data_yaml, imgsz)
     logger.info("+ %s", " ".join(argv))
     result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint)
+
+
+def _doctor_argv(data_yaml: Path, imgsz: int) -> list[str]:
+    return [libreyolo_executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
+
+
+def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str) -> dict[str, Any]:
+    """Log doctor's warnings, raise on its errors; remember a pass in ``marker``."""
     try:
-        report = json.loads(result.stdout)
+        report = json.loads(stdout)
     except ValueError:
-        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise DatasetInvalidError(f"libreyolo doctor failed: {tail}", "check the data.yaml") from None
     findings = report.get("findings", [])
     for finding in findings:
         if finding.get("severity") == "warning":
             logger.warning("dataset check: %s", finding.get("message"))
     problems = [finding for finding in findings if finding.get("severity") == "error"]
-    if result.returncode != 0 or problems:
-        first = problems[0] if problems else {"message": f"exit code {result.returncode}"}
+    if returncode != 0 or problems:
+        first = problems[0] if problems else {"message": f"exit code {returncode}"}
         paths = first.get("paths") or []
         where = f" ({paths[0]})" if paths else ""
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
@@ -174,6 +188,75 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
     logger.info("dataset check: %s errors, %s warnings", summary.get("errors", 0), summary.get("warnings", 0))
     write_json_atomic(marker, {"fingerprint": fingerprint, "report": report})
     return report
+
+
+# -- the check beside the training's start ---------------------------------------------------------
+# `libreyolo doctor` spends most of its ~5 s importing torch and libreyolo, as the training child does
+# when it starts: run side by side, a cold start is not delayed by the check, and training is stopped
+# at once if the check fails. Inside prepare_checked_in_background(), doctor() notes what to check here.
+_deferred: dict[str, tuple[Path, int]] | None = None
+
+
+def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, DatasetCheck | None]:
+    """``prepare``, with the dataset check (if not cached) started once the data is in place, not waited for.
+
+    The caller starts training, watches ``done()`` and stops training if ``result()`` raises. An
+    archive is then marked ready before its check passed: a restart finds it extracted and checks it
+    again (a pass is remembered only when it happens).
+    """
+    global _deferred
+    _deferred = {}
+    try:
+        data = prepare(settings)
+        wanted = dict(_deferred)
+    finally:
+        _deferred = None
+    return data, DatasetCheck(wanted) if wanted else None
+
+
+class DatasetCheck:
+    """``libreyolo doctor`` running in the background on data in its final place."""
+
+    def __init__(self, wanted: Mapping[str, tuple[Path, int]]) -> None:
+        self._deadline = time.monotonic() + DOCTOR_TIMEOUT
+        self._files = contextlib.ExitStack()  # the children's output, read once they exit
+        self._runs: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], Path, str]] = []
+        for fingerprint, (data_yaml, imgsz) in wanted.items():
+            argv = _doctor_argv(data_yaml, imgsz)
+            logger.info("+ %s (beside the start of training)", " ".join(argv))
+            # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
+            out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+            err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+            process = subprocess.Popen(argv, stdout=out, stderr=err, cwd=data_yaml.parent)
+            self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
+
+    def done(self) -> bool:
+        return time.monotonic() > self._deadline or all(run[0].poll() is not None for run in self._runs)
+
+    def result(self) -> None:
+        """Wait for the verdict; raise what ``doctor`` raises."""
+        try:
+            for process, out, err, marker, fingerprint in self._runs:
+                try:
+                    process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise DatasetInvalidError(
+                        f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min", "check the dataset"
+                    ) from None
+                out.seek(0)
+                err.seek(0)
+                stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+                _doctor_verdict(process.returncode, stdout, stderr, marker, fingerprint)
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop what still runs (the job ends early) and let go of the output files."""
+        for process, *_ in self._runs:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self._files.close()
 
 
 def _imgsz(settings: Settings) -> int:

@@ -61,6 +61,7 @@ class Job:
         self.price = cost.configured_price(settings.price_per_hour)
         self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
         self._deadline: float | None = None  # set by SIGTERM: the process exits by then
+        self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -138,11 +139,12 @@ class Job:
                 self.already_complete = True
             else:
                 self.state.set_phase(Phase.DATASET)
-                data = dataset.prepare(self.settings)
+                data, self._dataset_check = dataset.prepare_checked_in_background(self.settings)
                 self.state.update(
                     dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
                 )
-                self.state.set_phase(Phase.TRAINING)
+                if self._dataset_check is None:  # else the phase moves on once the check passed
+                    self.state.set_phase(Phase.TRAINING)
                 self._train(data, gpus.indices, point)
         except AgentError as error:
             outcome = error
@@ -152,6 +154,8 @@ class Job:
         finally:
             self._finishing = True
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
+                self._dataset_check.cancel()
         return self._finish(outcome)
 
     def _arm_budget(self, seen: providers.Observed | None) -> None:
@@ -254,6 +258,8 @@ class Job:
             self.trainer = training.TrainingProcess(command, self.settings.env)
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
+            if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
+                self._dataset_checked()
         finally:
             if self.dashboard is not None:
                 self.dashboard.stop(grace=0.0 if self._deadline is not None else 3.0)
@@ -270,6 +276,8 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
+        if self._dataset_check is not None and self._dataset_check.done():
+            self._dataset_checked()
         self._report_progress()
         if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / "status.json").exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
@@ -278,6 +286,17 @@ class Job:
             self.request_stop(
                 StallError(f"no training output or epoch for {limit:.0f} s", "see console.log; raise STALL_TIMEOUT")
             )
+
+    def _dataset_checked(self) -> None:
+        """The background dataset check's verdict: training goes on, or is stopped at once."""
+        check, self._dataset_check = self._dataset_check, None
+        assert check is not None
+        try:
+            check.result()
+        except AgentError as error:
+            self.request_stop(error)  # the training loop (or _train, once it ended) stops the child
+            return
+        self.state.set_phase(Phase.TRAINING)
 
     def _report_progress(self) -> None:
         """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json

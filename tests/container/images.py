@@ -1,7 +1,7 @@
 """The Docker engine and the images the container tests (and bench/image_layers.py) run.
 
 The project image is built once per content: its tag is a hash of everything the build reads (Dockerfile,
-.dockerignore, pyproject.toml, README.md, entrypoint/) and of the base image's id, so an unchanged tree reuses
+.dockerignore, pyproject.toml, README.md, entrypoint/, docker/) and of the base image's id, so an unchanged tree reuses
 it and a changed one rebuilds only the layers after the change (Docker's layer cache).
 
 The base is ``TRAINBOX_TEST_BASE_IMAGE`` where a registry is reachable (e.g. the real PyTorch image on GitHub
@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE_NAME = "trainbox-test"
 # What the build context holds (see .dockerignore), and the Dockerfile itself.
 BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
+BUILD_FOLDERS = ("entrypoint", "docker")
 BUILD_TIMEOUT = 1800
 
 Unavailable = standin_base.StandinUnavailable
@@ -72,7 +73,8 @@ def base_image() -> str:
 def build_inputs_digest(base_id: str) -> str:
     digest = hashlib.sha256(base_id.encode())
     files = [REPO / name for name in BUILD_INPUTS]
-    files += sorted(p for p in (REPO / "entrypoint").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for folder in BUILD_FOLDERS:
+        files += sorted(p for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for path in files:
         digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

