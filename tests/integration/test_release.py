@@ -217,7 +217,8 @@ def test_a_refused_destroy_is_loud_and_never_shows_the_key(agent: Agent, vast: F
 
 
 def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> None:
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="3s", FAKE_TRAIN_MODE="forever")
+    # Long enough for the agent to reach training on a loaded machine, short against a run planned for hours.
+    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="8s", FAKE_TRAIN_MODE="forever")
 
     result = agent.run("run", env=env)
 
@@ -356,8 +357,8 @@ def test_a_runpod_refusal_is_an_honest_failure(
 
 # -- MAX_COST --------------------------------------------------------------------------------
 def test_max_cost_wraps_up_at_the_spend_priced_by_the_provider(agent: Agent, runpod: FakeRunPod) -> None:
-    runpod.price = 3600.0  # $1 a second, so $4 is spent within seconds
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_COST="4", FAKE_TRAIN_MODE="forever")
+    runpod.price = 3600.0  # $1 a second: $8 is spent a few seconds into training
+    env = agent.env(runpod, ON_EXIT="destroy", MAX_COST="8", FAKE_TRAIN_MODE="forever")
 
     result = agent.run("run", env=env)
 
@@ -365,8 +366,8 @@ def test_max_cost_wraps_up_at_the_spend_priced_by_the_provider(agent: Agent, run
     assert "interrupted: saving last.pt" in result.stdout  # stopped politely, like MAX_RUNTIME
     state = agent.state()
     assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == "max_cost"
-    assert "MAX_COST ($4.00) reached" in state["exit"]["message"]
-    assert state["cost"]["dollars"] >= 4.0 and state["cost"]["max_cost"] == 4.0
+    assert "MAX_COST ($8.00) reached" in state["exit"]["message"]
+    assert state["cost"]["dollars"] >= 8.0 and state["cost"]["max_cost"] == 8.0
     assert state["cost"]["price_source"] == "runpod:cost"
     epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
     assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
