@@ -16,7 +16,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from . import demo, extract
+from . import demo, extract, procs
 from .errors import (
     AmbiguousDataYamlError,
+    CrashLoopError,
     DatasetInvalidError,
     DatasetNotFoundError,
     DataYamlNotFoundError,
@@ -41,6 +41,9 @@ from .training import libreyolo_executable
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
+# Extractions of the same archive cut short without a word (the agent killed: out of memory) before
+# the next start refuses it, instead of being killed the same way on every restart.
+EXTRACT_STARTS = 3
 READY_MARKER = ".trainbox-ready.json"
 GB = 1e9
 # The guide's sizing rule: data + checkpoints + about 30 %.
@@ -105,7 +108,7 @@ def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] |
             )
         return candidate
     if candidates is not None:
-        found = sorted(root / name for name in candidates)
+        found = sorted({root / name for name in candidates})  # a member twice in a tar is one file
     else:
         found = sorted(path for path in root.rglob("*.yaml") if path.name in {"data.yaml", "dataset.yaml"})
     if not found:
@@ -149,8 +152,12 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
     except (OSError, ValueError, KeyError):
         pass
     argv = [libreyolo_executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
-    logger.info("+ %s", " ".join(argv))
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    result = procs.run(argv, timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    if result.timed_out:
+        raise DatasetInvalidError(
+            f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min",
+            "check the data.yaml (libreyolo doctor)",
+        )
     try:
         report = json.loads(result.stdout)
     except ValueError:
@@ -300,6 +307,7 @@ def install_archive(
     on failure; ``entry`` appears only once the data passed the check.
     """
     staging = entry.with_name(f".{entry.name}.staging")
+    starts = _count_extraction(entry, identity)
     shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt that was cut short
     shutil.rmtree(entry, ignore_errors=True)  # present without its marker: incomplete
     staging.mkdir(parents=True)
@@ -318,6 +326,8 @@ def install_archive(
         if not isinstance(error, extract.STOP_REQUESTS):
             shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:  # any end the agent lived to see, success or error, is not a kill
+        starts.unlink(missing_ok=True)
     prepared = _checked_yaml(settings, entry, report.data_yamls, identity, description)
     marker = {
         "identity": identity,
@@ -328,6 +338,28 @@ def install_archive(
     }
     write_json_atomic(entry / READY_MARKER, marker)
     return replace(prepared, timings=timings), marker
+
+
+def _count_extraction(entry: Path, identity: dict[str, Any]) -> Path:
+    """Count this start of the extraction on the volume; refuse after ``EXTRACT_STARTS`` that ended in a kill.
+
+    The crash-loop breaker judges attempts that ended with an exit code; an agent killed by the
+    kernel (out of memory) leaves none, so only this count on the volume stops the loop."""
+    path = entry.with_name(f".{entry.name}.starts.json")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    count = int(record.get("starts", 0)) if record.get("identity") == identity else 0
+    if count >= EXTRACT_STARTS:
+        raise CrashLoopError(
+            f"the last {count} extractions of this dataset archive were cut short without an error"
+            " (the agent was killed: out of memory?); not trying again",
+            f"check the archive, or use a machine with more memory and delete {path}",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"identity": identity, "starts": count + 1, "at": now_iso()})
+    return path
 
 
 def use_ready_archive(settings: Settings, entry: Path, marker: dict[str, Any], description: str) -> PreparedDataset:
