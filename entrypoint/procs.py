@@ -93,7 +93,9 @@ class Child:
         output: IO[bytes] | int = subprocess.PIPE,
         errors: IO[bytes] | int = subprocess.STDOUT,
         echo: bool = True,
+        label: str | None = None,
     ) -> None:
+        self.label = label or " ".join([Path(argv[0]).name, *argv[1:2]])  # for log lines
         if echo:
             logger.info("+ %s", redact(shlex.join(argv)))
         self.process = subprocess.Popen(
@@ -136,9 +138,9 @@ class Child:
                 deadline = time.monotonic() + grace
                 while self.poll() is None and time.monotonic() < deadline:
                     time.sleep(0.05)
-            if self.poll() is None:
+            if self.poll() is None and first != signal.SIGKILL:
                 logger.warning(
-                    "training did not stop within %.0f s of %s: killing it", grace, signal.Signals(first).name
+                    "%s did not stop within %.0f s of %s: killing it", self.label, grace, signal.Signals(first).name
                 )
             # Stragglers (DDP workers) must not outlive us holding GPU memory.
             self.send(signal.SIGKILL)
@@ -147,7 +149,8 @@ class Child:
             except subprocess.TimeoutExpired:
                 if not self.unreaped:
                     logger.warning(
-                        "process %d did not exit within %.0f s of SIGKILL (stuck in the kernel?): left behind",
+                        "%s (pid %d) did not exit within %.0f s of SIGKILL (stuck in the kernel?): left behind",
+                        self.label,
                         self.pid,
                         kill_wait,
                     )
@@ -180,7 +183,7 @@ def run(
         out, err = child.process.communicate(timeout=timeout)
         return Completed(child.process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
     except subprocess.TimeoutExpired:
-        pass
+        logger.warning("%s did not finish within %.0f s: killing it", child.label, timeout)
     child.stop(signal.SIGKILL, grace=0.0, kill_wait=kill_wait)
     out = err = b""
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -123,10 +123,11 @@ class TrainingProcess:
         self.command = command
         self.last_activity = time.monotonic()
         self.pump_stuck = False
+        self._activity_lock = threading.Lock()  # the output pump and the liveness watcher both report
         self._tail: list[str] = []
         self._echo = echo if echo is not None else sys.stdout.buffer
         self._log = open(command.run_dir / CONSOLE_LOG, "ab")  # noqa: SIM115 - closed by the pump
-        self.child = Child(command.argv, cwd=command.cwd, env=env)
+        self.child = Child(command.argv, cwd=command.cwd, env=env, label="training")
         self._pump = threading.Thread(target=self._forward_output, name="training-output", daemon=True)
         self._pump.start()
         self._ended = threading.Event()
@@ -144,7 +145,8 @@ class TrainingProcess:
         return self.child.unreaped
 
     def _active(self, at: float) -> None:
-        self.last_activity = max(self.last_activity, at)
+        with self._activity_lock:
+            self.last_activity = max(self.last_activity, at)
 
     def _watch_liveness(self) -> None:
         while not self._ended.wait(LIVENESS_INTERVAL) and self.child.poll() is None:
