@@ -17,6 +17,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,9 +28,10 @@ from typing import IO, Any
 
 import yaml
 
-from . import demo, extract
+from . import demo, extract, procs
 from .errors import (
     AmbiguousDataYamlError,
+    CrashLoopError,
     DatasetInvalidError,
     DatasetNotFoundError,
     DataYamlNotFoundError,
@@ -43,6 +45,9 @@ from .training import libreyolo_executable
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
+# Extractions of the same archive cut short without a word (the agent killed: out of memory) before
+# the next start refuses it, instead of being killed the same way on every restart.
+EXTRACT_STARTS = 3
 READY_MARKER = ".trainbox-ready.json"
 GB = 1e9
 # The guide's sizing rule: data + checkpoints + about 30 %.
@@ -107,7 +112,7 @@ def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] |
             )
         return candidate
     if candidates is not None:
-        found = sorted(root / name for name in candidates)
+        found = sorted({root / name for name in candidates})  # a member twice in a tar is one file
     else:
         found = sorted(path for path in root.rglob("*.yaml") if path.name in {"data.yaml", "dataset.yaml"})
     if not found:
@@ -153,9 +158,12 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
     if _deferred is not None:  # prepare_checked_in_background(): started once the data is in place
         _deferred[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
         return {}
-    argv = _doctor_argv(data_yaml, imgsz)
-    logger.info("+ %s", " ".join(argv))
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    result = procs.run(_doctor_argv(data_yaml, imgsz), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    if result.timed_out or result.returncode is None:
+        raise DatasetInvalidError(
+            f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min",
+            "check the data.yaml (libreyolo doctor)",
+        )
     return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint)
 
 
@@ -220,14 +228,14 @@ class DatasetCheck:
     def __init__(self, wanted: Mapping[str, tuple[Path, int]]) -> None:
         self._deadline = time.monotonic() + DOCTOR_TIMEOUT
         self._files = contextlib.ExitStack()  # the children's output, read once they exit
-        self._runs: list[tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes], Path, str]] = []
+        self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str]] = []
         for fingerprint, (data_yaml, imgsz) in wanted.items():
             argv = _doctor_argv(data_yaml, imgsz)
             logger.info("+ %s (beside the start of training)", " ".join(argv))
             # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
             out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
             err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
-            process = subprocess.Popen(argv, stdout=out, stderr=err, cwd=data_yaml.parent)
+            process = procs.Child(argv, cwd=data_yaml.parent, output=out, errors=err, echo=False)
             self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
 
     def done(self) -> bool:
@@ -238,7 +246,7 @@ class DatasetCheck:
         try:
             for process, out, err, marker, fingerprint in self._runs:
                 try:
-                    process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+                    code = process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     raise DatasetInvalidError(
                         f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min", "check the dataset"
@@ -246,7 +254,7 @@ class DatasetCheck:
                 out.seek(0)
                 err.seek(0)
                 stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-                _doctor_verdict(process.returncode, stdout, stderr, marker, fingerprint)
+                _doctor_verdict(code, stdout, stderr, marker, fingerprint)
         finally:
             self.cancel()
 
@@ -254,8 +262,7 @@ class DatasetCheck:
         """Stop what still runs (the job ends early) and let go of the output files."""
         for process, *_ in self._runs:
             if process.poll() is None:
-                process.kill()
-                process.wait()
+                process.stop(signal.SIGKILL, grace=0.0)  # bounded: a child stuck in the kernel is left behind
         self._files.close()
 
 
@@ -383,6 +390,7 @@ def install_archive(
     on failure; ``entry`` appears only once the data passed the check.
     """
     staging = entry.with_name(f".{entry.name}.staging")
+    starts = _count_extraction(entry, identity)
     shutil.rmtree(staging, ignore_errors=True)  # an earlier attempt that was cut short
     shutil.rmtree(entry, ignore_errors=True)  # present without its marker: incomplete
     staging.mkdir(parents=True)
@@ -401,6 +409,8 @@ def install_archive(
         if not isinstance(error, extract.STOP_REQUESTS):
             shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:  # any end the agent lived to see, success or error, is not a kill
+        starts.unlink(missing_ok=True)
     prepared = _checked_yaml(settings, entry, report.data_yamls, identity, description)
     marker = {
         "identity": identity,
@@ -411,6 +421,28 @@ def install_archive(
     }
     write_json_atomic(entry / READY_MARKER, marker)
     return replace(prepared, timings=timings), marker
+
+
+def _count_extraction(entry: Path, identity: dict[str, Any]) -> Path:
+    """Count this start of the extraction on the volume; refuse after ``EXTRACT_STARTS`` that ended in a kill.
+
+    The crash-loop breaker judges attempts that ended with an exit code; an agent killed by the
+    kernel (out of memory) leaves none, so only this count on the volume stops the loop."""
+    path = entry.with_name(f".{entry.name}.starts.json")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    count = int(record.get("starts", 0)) if record.get("identity") == identity else 0
+    if count >= EXTRACT_STARTS:
+        raise CrashLoopError(
+            f"the last {count} extractions of this dataset archive were cut short without an error"
+            " (the agent was killed: out of memory?); not trying again",
+            f"check the archive, or use a machine with more memory and delete {path}",
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {"identity": identity, "starts": count + 1, "at": now_iso()})
+    return path
 
 
 def use_ready_archive(settings: Settings, entry: Path, marker: dict[str, Any], description: str) -> PreparedDataset:

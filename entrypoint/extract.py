@@ -46,6 +46,9 @@ _DATA_YAML_NAMES = frozenset({"data.yaml", "dataset.yaml"})
 _SMALL_FILE = 8 << 20
 _PENDING_BYTES = 32 << 20  # file contents waiting for a writer thread: the memory this may take
 _WRITERS = max(1, min(4, os.cpu_count() or 1))
+# PAX and GNU long-name headers are read whole by ``tarfile``: the headers of one member may take
+# this much, never more (paths are at most 4 KiB, an extended attribute at most 64 KiB on Linux).
+MAX_HEADER_BYTES = 1 << 20
 GB = 1e9
 # A stop request (preemption, Ctrl-C, deadline) must not spend its short grace period deleting a
 # half-extracted folder: it is left as it is, and the next start removes it before extracting again.
@@ -62,20 +65,33 @@ class ExtractReport:
 
 
 class ChunkReader:
-    """A forward-only file object over an iterator of byte chunks (what ``tarfile`` needs: read, seek, tell)."""
+    """A forward-only file object over an iterator of byte chunks (what ``tarfile`` needs: read, seek, tell).
 
-    def __init__(self, chunks: Iterable[bytes]) -> None:
+    Every byte taken from the stream, headers and padding included, counts against ``max_bytes``;
+    ``read`` (what ``tarfile`` uses for headers) refuses to take more than ``MAX_HEADER_BYTES``
+    since the last ``header_starts()``, before it holds them in memory."""
+
+    def __init__(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> None:
         self._chunks = iter(chunks)
         self._buf = memoryview(b"")
         self._at = 0  # read position inside _buf
         self._pos = 0  # absolute position of the stream
+        self._taken = 0  # bytes taken from the stream so far
+        self._max_bytes = max_bytes
+        self._header_from = 0
 
     def _fill(self) -> bool:
         for chunk in self._chunks:
             if chunk:
+                self._taken += len(chunk)
+                if self._max_bytes is not None and self._taken > self._max_bytes:
+                    raise _too_big(self._max_bytes)
                 self._buf, self._at = memoryview(chunk), 0
                 return True
         return False
+
+    def header_starts(self) -> None:
+        self._header_from = self._pos
 
     def pieces(self, size: int) -> Iterator[memoryview]:
         """The next ``size`` bytes as views on the chunks (no copy); fewer at the end of the stream."""
@@ -89,8 +105,12 @@ class ChunkReader:
             yield piece
 
     def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            return b"".join(bytes(piece) for piece in self.pieces(1 << 62))
+        if size is None or size < 0 or self._pos + size - self._header_from > MAX_HEADER_BYTES:
+            raise UnsafeArchiveError(
+                f"the tar has headers of more than {MAX_HEADER_BYTES >> 20} MiB for one member"
+                f" (at byte {self._header_from}): refused",
+                _REPACK,
+            )
         if self._at + size <= len(self._buf):  # the common case: a header inside the current chunk
             data = self._buf[self._at : self._at + size].tobytes()
             self._at += size
@@ -175,7 +195,7 @@ def extract(
     """
     target.mkdir(parents=True)
     try:
-        return _Extractor(target, max_bytes, on_member).run(ChunkReader(gunzip_if_needed(chunks)))
+        return _Extractor(target, max_bytes, on_member).run(ChunkReader(gunzip_if_needed(chunks), max_bytes))
     except BaseException as error:
         if not isinstance(error, STOP_REQUESTS):
             shutil.rmtree(target, ignore_errors=True)
@@ -204,6 +224,8 @@ class _Extractor:
             archive = tarfile.TarFile(fileobj=reader, mode="r")  # type: ignore[arg-type]
         except tarfile.ReadError as error:
             raise CorruptArchiveError(f"the file is not a tar archive ({error})", "upload a .tar or .tar.gz") from None
+        except RecursionError:
+            raise _header_chain(0) from None
         member = archive.firstmember
         archive.firstmember = None
         archive.members = []  # headers are not kept: a million-file archive stays small in memory
@@ -227,6 +249,7 @@ class _Extractor:
         """The next header, telling a proper end of archive from a truncated or damaged one."""
         try:
             reader.seek(archive.offset)
+            reader.header_starts()
             return archive.tarinfo.fromtarfile(archive)
         except tarfile.EOFHeaderError:
             return None  # the end-of-archive zero block
@@ -238,6 +261,8 @@ class _Extractor:
             raise CorruptArchiveError(
                 f"the tar is truncated or damaged at byte {archive.offset}: {error}", _REUPLOAD
             ) from None
+        except RecursionError:  # a chain of extended headers, each announcing another
+            raise _header_chain(archive.offset) from None
 
     # -- one member ------------------------------------------------------------------------
     def _one(self, member: tarfile.TarInfo, reader: ChunkReader) -> None:
@@ -259,6 +284,8 @@ class _Extractor:
 
     def _safe_name(self, member: tarfile.TarInfo) -> str | None:
         name = member.name
+        if "\0" in name or "\0" in member.linkname:  # only a PAX header can carry one
+            raise UnsafeArchiveError(f"the tar holds {name!r}, a name with a NUL byte: refused", _REPACK)
         if name.startswith("/"):
             raise UnsafeArchiveError(f"the tar holds {name!r}, an absolute path: refused", _REPACK)
         parts = [part for part in name.split("/") if part not in ("", ".")]
@@ -294,10 +321,7 @@ class _Extractor:
     def _file(self, member: tarfile.TarInfo, relative: str, reader: ChunkReader) -> None:
         self.report.bytes += member.size
         if self.max_bytes is not None and self.report.bytes > self.max_bytes:
-            raise DiskSpaceError(
-                f"the dataset unpacks to more than the {self.max_bytes / GB:.1f} GB of disk left for it",
-                "use a bigger disk (see `trainbox plan`)",
-            )
+            raise _too_big(self.max_bytes)
         self._parent(relative)
         path = self._path(relative)
         # Owner read/write always; exec bits kept; setuid/setgid/sticky and group/other write dropped.
@@ -332,7 +356,8 @@ class _Extractor:
             if left:
                 raise CorruptArchiveError(f"the tar ends inside {member.name!r}: it is truncated", _REUPLOAD)
         self.report.files += 1
-        if relative.rpartition("/")[2] in _DATA_YAML_NAMES:
+        # The same member twice in a tar is one file (the later copy replaced the earlier).
+        if relative.rpartition("/")[2] in _DATA_YAML_NAMES and relative not in self.report.data_yamls:
             self.report.data_yamls.append(relative)
 
     def _create(self, path: str, relative: str, make: Callable[[], int]) -> int:
@@ -426,6 +451,17 @@ class _Extractor:
 
 _REPACK = "repack the dataset with relative paths inside one folder (tar -C DIR -cf data.tar .)"
 _REUPLOAD = "upload the tar again"
+
+
+def _too_big(max_bytes: int) -> DiskSpaceError:
+    return DiskSpaceError(
+        f"the dataset unpacks to more than the {max_bytes / GB:.1f} GB of disk left for it",
+        "use a bigger disk (see `trainbox plan`)",
+    )
+
+
+def _header_chain(offset: int) -> UnsafeArchiveError:
+    return UnsafeArchiveError(f"the tar chains extended headers without end (at byte {offset}): refused", _REPACK)
 
 
 def _replacing(path: str, relative: str, make: Callable[[], int]) -> int:

@@ -24,14 +24,14 @@ import os
 import queue
 import shutil
 import socket
-import subprocess
+import sys
 import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from . import gpu_causes
+from . import gpu_causes, procs
 
 PREFIX = "TRAINBOX_PROBE "
 MATMUL_SIZE = 2048
@@ -59,10 +59,8 @@ def _nvidia_smi(*query: str) -> str | None:
     if smi is None:
         return None
     try:
-        result = subprocess.run(
-            [smi, *query], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        result = procs.run([smi, *query], timeout=NVIDIA_SMI_TIMEOUT)
+    except OSError:
         return None
     return result.stdout if result.returncode == 0 else None
 
@@ -228,7 +226,10 @@ def all_reduce(devices: list[int], timeout: float, backend: str = "nccl") -> dic
         if worker.is_alive():
             worker.kill()
             worker.join(timeout=5)
+    stuck = [devices[rank] for rank, worker in enumerate(workers) if worker.is_alive()]
     result: dict[str, Any] = {"gpus": devices, "backend": backend, "seconds": round(time.monotonic() - started, 2)}
+    if stuck:  # stuck in the driver even after SIGKILL: left behind (see ``__main__`` below)
+        result["unreaped_gpus"] = stuck
     missing = [rank for rank in range(len(workers)) if rank not in collected]
     errors = [
         f"rank {rank} (GPU {devices[rank]}): {item['error']}"
@@ -330,3 +331,7 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    # The report is out. Exit now: multiprocessing's exit handler would join ranks stuck in the
+    # driver without a bound, and CUDA's teardown can hang on a card that fell off the bus.
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,7 +1,10 @@
-"""The one child-process helper: start in a new session, echo the command, stop the whole tree.
+"""The one child-process helper: start in a new session with the scrubbed environment, echo the
+command, stop the whole tree, and never wait on a process without a bound.
 
 libreyolo's multi-GPU launch starts its coordinator in a session of its own, so signalling the
 child's process group is not enough: ``stop`` also signals every descendant found in /proc.
+A child stuck in the kernel (a GPU that fell off the bus) survives even SIGKILL: after
+``KILL_WAIT`` it is recorded as unreaped and left behind, so the job still reaches its release.
 """
 
 from __future__ import annotations
@@ -14,15 +17,29 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from .log import logger, redact
+from .settings import child_env
+
+# How long a SIGKILLed process may take to be reaped before it is given up on.
+KILL_WAIT = 5.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def descendants(pid: int) -> list[int]:
-    """PIDs below ``pid`` (children first), read from /proc; empty where /proc is absent."""
-    children: dict[int, list[int]] = {}
+@dataclass(frozen=True)
+class ProcEntry:
+    pid: int
+    ppid: int
+    pgid: int
+    cpu: float  # seconds: its own user+system time and that of the children it reaped
+
+
+def proc_table() -> list[ProcEntry]:
+    """Every process in /proc; empty where /proc is absent."""
+    table = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
@@ -30,8 +47,19 @@ def descendants(pid: int) -> list[int]:
             continue
         # The command name may hold spaces and parentheses: fields start after the last ')'.
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        try:
+            ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+            table.append(ProcEntry(int(entry.name), int(fields[1]), int(fields[2]), ticks / _CLOCK_TICKS))
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def descendants(pid: int, table: list[ProcEntry] | None = None) -> list[int]:
+    """PIDs below ``pid`` (children first), read from /proc; empty where /proc is absent."""
+    children: dict[int, list[int]] = {}
+    for entry in proc_table() if table is None else table:
+        children.setdefault(entry.ppid, []).append(entry.pid)
     found: list[int] = []
     queue = [pid]
     while queue:
@@ -41,30 +69,53 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds by process of ``pid``, its descendants and its process group (DDP workers, loaders)."""
+    table = proc_table()
+    tree = {pid, *descendants(pid, table)}
+    return {entry.pid: entry.cpu for entry in table if entry.pid in tree or entry.pgid == pid}
+
+
+def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every child gets: ``env`` (default: ours) without the provider keys."""
+    return child_env(os.environ if env is None else env)
+
+
 class Child:
-    """A child process in its own session, with its output piped to us."""
+    """A child process in its own session, with its output piped to us and provider keys kept from it."""
 
     def __init__(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], output: IO[bytes] | int = subprocess.PIPE
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None = None,
+        output: IO[bytes] | int = subprocess.PIPE,
+        errors: IO[bytes] | int = subprocess.STDOUT,
+        echo: bool = True,
+        label: str | None = None,
     ) -> None:
-        logger.info("+ %s", redact(shlex.join(argv)))
+        self.label = label or " ".join([Path(argv[0]).name, *argv[1:2]])  # for log lines
+        if echo:
+            logger.info("+ %s", redact(shlex.join(argv)))
         self.process = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            env=dict(env),
+            env=scrubbed_env(env),
             stdin=subprocess.DEVNULL,
             stdout=output,
-            stderr=subprocess.STDOUT,
+            stderr=errors,
             start_new_session=True,
         )
         self.pid = self.process.pid
+        self.unreaped = False  # SIGKILLed and still not gone after KILL_WAIT: left behind
         self._stop_lock = threading.Lock()
         self._tree: set[int] = set()
 
     def poll(self) -> int | None:
         return self.process.poll()
 
-    def wait(self, timeout: float | None = None) -> int:
+    def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
     def send(self, signum: int) -> None:
@@ -76,18 +127,65 @@ class Child:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
-    def stop(self, first: int = signal.SIGINT, grace: float = 10.0) -> int:
-        """Ask politely with ``first``; SIGKILL the whole tree when ``grace`` runs out. Idempotent."""
+    def stop(self, first: int = signal.SIGINT, grace: float = 10.0, kill_wait: float = KILL_WAIT) -> int:
+        """Ask politely with ``first``; SIGKILL the whole tree when ``grace`` runs out. Idempotent.
+
+        Returns the exit code, or ``-SIGKILL`` when the child was not reaped ``kill_wait`` seconds
+        after SIGKILL (``unreaped`` is then set and a warning logged)."""
         with self._stop_lock:
             if self.poll() is None:
                 self.send(first)
                 deadline = time.monotonic() + grace
                 while self.poll() is None and time.monotonic() < deadline:
                     time.sleep(0.05)
-            if self.poll() is None:
+            if self.poll() is None and first != signal.SIGKILL:
                 logger.warning(
-                    "training did not stop within %.0f s of %s: killing it", grace, signal.Signals(first).name
+                    "%s did not stop within %.0f s of %s: killing it", self.label, grace, signal.Signals(first).name
                 )
             # Stragglers (DDP workers) must not outlive us holding GPU memory.
             self.send(signal.SIGKILL)
-            return self.process.wait()
+            try:
+                return self.process.wait(kill_wait)
+            except subprocess.TimeoutExpired:
+                if not self.unreaped:
+                    logger.warning(
+                        "%s (pid %d) did not exit within %.0f s of SIGKILL (stuck in the kernel?): left behind",
+                        self.label,
+                        self.pid,
+                        kill_wait,
+                    )
+                self.unreaped = True
+                return -signal.SIGKILL
+
+
+@dataclass(frozen=True)
+class Completed:
+    returncode: int | None  # None: it did not finish in time (then ``timed_out``)
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    unreaped: bool = False
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    kill_wait: float = KILL_WAIT,
+    echo: bool = True,
+) -> Completed:
+    """``subprocess.run`` with a real bound: on timeout the whole tree is killed, and a process that
+    will not die (or grandchildren holding the pipes) is left behind after ``kill_wait``."""
+    child = Child(argv, cwd=cwd or Path.cwd(), env=env, errors=subprocess.PIPE, echo=echo)
+    try:
+        out, err = child.process.communicate(timeout=timeout)
+        return Completed(child.process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+    except subprocess.TimeoutExpired:
+        logger.warning("%s did not finish within %.0f s: killing it", child.label, timeout)
+    child.stop(signal.SIGKILL, grace=0.0, kill_wait=kill_wait)
+    out = err = b""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        out, err = child.process.communicate(timeout=kill_wait)
+    return Completed(None, out.decode(errors="replace"), err.decode(errors="replace"), True, child.unreaped)

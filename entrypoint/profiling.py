@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from .log import logger, redact
+from . import procs
+from .log import logger
 from .settings import Settings
 from .training import libreyolo_executable
 
@@ -45,13 +45,13 @@ def profile(settings: Settings, data_yaml: Path, gpu_indices: tuple[int, ...] | 
         logger.warning("PROFILE=1: the profiler measures GPUs; skipped on the CPU")
         return None
     argv = profile_command(settings, data_yaml, gpu_indices[0])
-    logger.info("+ %s", redact(" ".join(argv)))
     try:
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PROFILE_TIMEOUT, cwd=settings.workdir, env=settings.env
-        )
+        result = procs.run(argv, timeout=PROFILE_TIMEOUT, cwd=settings.workdir, env=settings.env)
+        if result.timed_out:
+            logger.warning("PROFILE=1: the profile did not finish in %.0f s; training anyway", PROFILE_TIMEOUT)
+            return None
         verdict = json.loads(result.stdout[result.stdout.index("{") :])
-    except (subprocess.TimeoutExpired, ValueError, OSError) as error:
+    except (ValueError, OSError) as error:
         logger.warning("PROFILE=1: the profile did not complete (%s); training anyway", type(error).__name__)
         return None
     summary = {key: verdict.get(key) for key in ("bound", "img_per_s", "gpu_util", "profile")}

@@ -13,7 +13,6 @@ import importlib.util
 import os
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,12 +141,13 @@ def _type_name(annotation: ast.expr | None) -> str:
 
 
 def _options_from_help() -> dict[str, str]:
-    result = subprocess.run(
+    from . import procs  # not at the top: procs needs settings, which needs this module
+
+    result = procs.run(
         [sys.executable, "-c", "from libreyolo.cli import entrypoint; entrypoint()", "train", "--help"],
-        capture_output=True,
-        text=True,
         timeout=120,
         env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        echo=False,
     )
     names = set(re.findall(r"--([a-z0-9][a-z0-9-]*)", result.stdout))
     # "--no-amp" is the negative form of "--amp"; "--no-aug-epochs" is an option of its own.

@@ -25,7 +25,7 @@ DEFAULT_STALL_TIMEOUT = 30 * 60
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # Provider variables whose values are secrets.
-SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY")
+SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")

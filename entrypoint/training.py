@@ -20,11 +20,16 @@ from typing import BinaryIO
 
 from . import errors
 from .errors import AgentError, ConfigError
-from .log import redact_bytes
+from .liveness import Liveness
+from .log import logger, redact_bytes
 from .procs import Child
 from .run_args import RunArgs
 
 CONSOLE_LOG = "console.log"
+# Files the agent itself writes in the run folder: not a sign that training progresses.
+_AGENT_FILES = frozenset({CONSOLE_LOG, "trainbox.json"})
+LIVENESS_INTERVAL = 1.0
+PUMP_JOIN = 5.0
 
 
 @dataclass(frozen=True)
@@ -106,30 +111,59 @@ def error_for_exit(code: int, tail: str) -> AgentError | None:
 
 
 class TrainingProcess:
-    """``libreyolo train`` running beside the agent. ``last_activity`` feeds the stall guard."""
+    """``libreyolo train`` running beside the agent.
+
+    ``last_activity`` (monotonic) feeds the stall guard: the last output line or other sign of
+    progress (CPU, GPU, files written; see ``liveness``). ``unreaped`` and ``pump_stuck`` record
+    waits that ran out of their bound (a child stuck in the kernel, a pipe held open)."""
 
     def __init__(self, command: TrainCommand, env: dict[str, str], echo: BinaryIO | None = None) -> None:
         command.run_dir.mkdir(parents=True, exist_ok=True)
         env = {**env, "PYTHONUNBUFFERED": "1"}
         self.command = command
         self.last_activity = time.monotonic()
+        self.pump_stuck = False
+        self._activity_lock = threading.Lock()  # the output pump and the liveness watcher both report
         self._tail: list[str] = []
         self._echo = echo if echo is not None else sys.stdout.buffer
         self._log = open(command.run_dir / CONSOLE_LOG, "ab")  # noqa: SIM115 - closed by the pump
-        self.child = Child(command.argv, cwd=command.cwd, env=env)
+        self.child = Child(command.argv, cwd=command.cwd, env=env, label="training")
         self._pump = threading.Thread(target=self._forward_output, name="training-output", daemon=True)
         self._pump.start()
+        self._ended = threading.Event()
+        self._liveness = Liveness(self.child.pid, command.run_dir, _AGENT_FILES)
+        self._watcher = threading.Thread(target=self._watch_liveness, name="training-liveness", daemon=True)
+        self._watcher.start()
 
     @property
     def pid(self) -> int:
         return self.child.pid
+
+    @property
+    def unreaped(self) -> bool:
+        """SIGKILLed and still not gone: left behind (record it; the release ends the machine)."""
+        return self.child.unreaped
+
+    def _active(self, at: float) -> None:
+        with self._activity_lock:
+            self.last_activity = max(self.last_activity, at)
+
+    def _watch_liveness(self) -> None:
+        while not self._ended.wait(LIVENESS_INTERVAL) and self.child.poll() is None:
+            try:
+                sign = self._liveness.sample()
+            except Exception as error:  # a failed look is no progress, and never ends training
+                logger.debug("liveness: %s", error)
+                continue
+            if sign is not None:
+                self._active(sign)
 
     def _forward_output(self) -> None:
         stream = self.child.process.stdout
         assert stream is not None
         try:
             for line in iter(stream.readline, b""):
-                self.last_activity = time.monotonic()
+                self._active(time.monotonic())
                 clean = redact_bytes(line)
                 self._log.write(clean)
                 self._log.flush()
@@ -143,6 +177,14 @@ class TrainingProcess:
                     self._tail = [*self._tail[-19:], text]
         finally:
             self._log.close()
+
+    def _join_pump(self) -> None:
+        """The output pump ends when every holder of the pipe is gone; an orphan may keep it open."""
+        self._ended.set()
+        self._pump.join(timeout=PUMP_JOIN)
+        if self._pump.is_alive() and not self.pump_stuck:
+            self.pump_stuck = True
+            logger.warning("training output: the pipe is still held open %.0f s after the exit; not waiting", PUMP_JOIN)
 
     def error_tail(self) -> str:
         """The most telling recent line of output, for one-line error messages."""
@@ -161,10 +203,11 @@ class TrainingProcess:
             except subprocess.TimeoutExpired:
                 if poll is not None:
                     poll()
-        self._pump.join(timeout=5)
+        self._join_pump()
         return code
 
     def stop(self, first: int = signal.SIGINT, grace: float = 10.0) -> int:
+        """Stop the child (bounded: see ``Child.stop``); ``-SIGKILL`` when it could not be reaped."""
         code = self.child.stop(first, grace)
-        self._pump.join(timeout=5)
+        self._join_pump()
         return code

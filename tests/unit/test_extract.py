@@ -7,6 +7,7 @@ import io
 import os
 import stat
 import tarfile
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -219,10 +220,81 @@ def test_the_extracted_total_is_capped(place: Path) -> None:
     assert "GB" in refused(place, data, DiskSpaceError, max_bytes=5500)
 
 
+MIB = 1 << 20
+
+
+def peak_memory(run: Callable[[], object]) -> int:
+    """The most Python memory (bytes objects included) that ``run`` held at once."""
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_gzip_bomb_stops_at_the_cap_without_filling_memory(place: Path) -> None:
-    bomb = gzip.compress(tar_bytes(info("zeros", data=bytes(64 * 1024 * 1024))), compresslevel=9)
+    bomb = gzip.compress(tar_bytes(info("zeros", data=bytes(64 * MIB))), compresslevel=9)
     assert len(bomb) < 200_000
-    refused(place, bomb, DiskSpaceError, max_bytes=1024 * 1024)
+    peak = peak_memory(lambda: refused(place, bomb, DiskSpaceError, max_bytes=MIB))
+    assert peak < 16 * MIB
+
+
+def pax_bomb(size: int) -> bytes:
+    """A .tgz of a few hundred KB whose one PAX header holds ``size`` bytes."""
+    member = tarfile.TarInfo("a.txt")
+    member.pax_headers = {"comment": "x" * size}
+    return gzip.compress(tar_bytes((member, b"")), compresslevel=9)
+
+
+def gnu_long_name_bomb(size: int) -> bytes:
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = tarfile.GNUTYPE_LONGNAME, size
+    raw = header.tobuf(tarfile.GNU_FORMAT) + bytes(size) + tar_bytes(info("a.txt"), fmt=tarfile.GNU_FORMAT)
+    return gzip.compress(raw, compresslevel=9)
+
+
+@pytest.mark.parametrize("build", [pax_bomb, gnu_long_name_bomb], ids=["pax", "gnu-long-name"])
+def test_a_header_bomb_is_refused_before_it_sits_in_memory(place: Path, build: Callable[[int], bytes]) -> None:
+    bomb = build(96 * MIB)
+    assert len(bomb) < 400_000
+    # No cap at all: the header limit alone keeps the memory small.
+    peak = peak_memory(lambda: refused(place, bomb, UnsafeArchiveError))
+    assert peak < 16 * MIB
+
+
+def test_headers_and_padding_count_against_the_cap(place: Path) -> None:
+    # 100 empty files: no content at all, but 100 headers of 512 bytes read from the archive.
+    data = tar_bytes(*(info(f"f{index}") for index in range(100)), fmt=tarfile.USTAR_FORMAT)
+    refused(place, data, DiskSpaceError, max_bytes=20_000)
+
+
+def test_a_chain_of_extended_headers_is_refused(place: Path) -> None:
+    member = tarfile.TarInfo("a.txt")
+    member.pax_headers = {"comment": "c"}
+    one = tar_bytes((member, b""))
+    extended = one[:1024]  # the 'x' header and its records, announcing the next header
+    assert extended[156:157] == tarfile.XHDTYPE
+    refused(place, extended * 2000 + one, UnsafeArchiveError)
+
+
+@pytest.mark.parametrize("field", ["path", "linkpath"])
+def test_a_nul_in_a_pax_name_is_a_refused_member(place: Path, field: str) -> None:
+    member = tarfile.TarInfo("a.txt")
+    if field == "linkpath":
+        member.type = tarfile.SYMTYPE
+    member.pax_headers = {field: "a\x00b.txt"}
+    with pytest.raises(UnsafeArchiveError, match="NUL") as caught:
+        extract.extract([tar_bytes((member, None if field == "linkpath" else b""))], place / "dataset")
+    assert caught.value.exit_code == 37
+    assert not (place / "dataset").exists()
+
+
+def test_the_same_data_yaml_twice_is_one_data_yaml(tmp_path: Path) -> None:
+    data = tar_bytes(info("ds/data.yaml", data=b"old: 1\n"), info("ds/data.yaml", data=b"names: [a]\n"))
+    report = extract.extract([data], tmp_path / "dataset")
+    assert report.data_yamls == ["ds/data.yaml"]
+    assert (tmp_path / "dataset" / "ds" / "data.yaml").read_bytes() == b"names: [a]\n"
 
 
 # -- ordinary archives ---------------------------------------------------------------------------
@@ -296,9 +368,11 @@ def test_reader_only_moves_forward() -> None:
     assert reader.read(2) == b"ab" and reader.tell() == 2
     assert reader.read(3) == b"cde"
     reader.seek(6)
-    assert reader.read() == b"g" and reader.read(5) == b""
+    assert reader.read(1) == b"g" and reader.read(5) == b""
     with pytest.raises(OSError, match="forward"):
         reader.seek(1)
+    with pytest.raises(UnsafeArchiveError, match="headers of more than"):
+        reader.read()  # tarfile never needs an unbounded read: refused before anything is held
 
 
 def interrupted(data: bytes, error: BaseException) -> Iterator[bytes]:
