@@ -284,7 +284,10 @@ class Job:
         limit = self.settings.stall_timeout
         if limit and time.monotonic() - self._last_progress() > limit:
             self.request_stop(
-                StallError(f"no training output or epoch for {limit:.0f} s", "see console.log; raise STALL_TIMEOUT")
+                StallError(
+                    f"no sign of progress (output, epoch, CPU, GPU, files) for {limit:.0f} s",
+                    "see console.log; raise STALL_TIMEOUT",
+                )
             )
 
     def _dataset_checked(self) -> None:
@@ -344,6 +347,8 @@ class Job:
         if self.trainer is not None:
             self._status_mtime = 0
             self._report_progress()
+            if self.trainer.unreaped or self.trainer.pump_stuck:  # a child stuck in the kernel was left behind
+                self.state.update(training={"unreaped": self.trainer.unreaped, "pump_stuck": self.trainer.pump_stuck})
         if outcome is None and self.already_complete:
             phase, code, reason, message = Phase.DONE, 0, "already_complete", "all epochs were already trained"
         elif outcome is None:
