@@ -9,6 +9,7 @@ that landed before its response was lost is never made twice.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -351,6 +352,16 @@ def xet_stream_dataset_file(
     stop = threading.Event()
     end = object()
 
+    def hand(item: Any) -> bool:
+        """Into the pipe, unless the reader has gone (False)."""
+        while not stop.is_set():
+            try:
+                pipe.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         from hf_xet import XetFileInfo
         from huggingface_hub.utils import build_hf_headers
@@ -361,6 +372,7 @@ def xet_stream_dataset_file(
             xet_headers_without_auth,
         )
 
+        group = None
         try:
             headers = build_hf_headers(token=hub.token or False)
             data = XetFileData(file_hash=remote.xet_hash, refresh_route=remote.xet_refresh)  # type: ignore[arg-type]
@@ -369,25 +381,24 @@ def xet_stream_dataset_file(
                 endpoint=cas.endpoint,
                 token=cas.access_token,
                 token_expiry_unix_secs=cas.expiration_unix_epoch,
-                token_refresh_url=remote.xet_refresh,
+                token_refresh_url=remote.xet_refresh,  # the Hub's token route: the Hub token goes only there
                 token_refresh_headers=headers,
                 custom_headers=xet_headers_without_auth(headers),
             )
             stream = group.download_stream(XetFileInfo(remote.xet_hash, remote.size), start=start)
             for chunk in stream:
-                while not stop.is_set():
-                    try:
-                        pipe.put(chunk, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not hand(chunk):
                     stream.cancel()
                     return
-            pipe.put(end)
+            group.finish()
+            group = None
+            hand(end)
         except BaseException as error:  # handed to the reader
-            if not stop.is_set():
-                pipe.put(error)
+            hand(error)
+        finally:
+            if group is not None:
+                with contextlib.suppress(Exception):
+                    group.abort()
 
     worker = threading.Thread(target=produce, name="xet-download", daemon=True)
     worker.start()
