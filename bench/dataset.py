@@ -12,9 +12,14 @@ one run, each as a separate process, in rounds (so background load hits every me
                 which `fetch` runs next, is reported apart: it is not part of the transfer)
   f  warm       `trainbox fetch` again on the same volume (bytes of the tar downloaded: must be 0)
 
-Goals: e ≤ 0.5 × a; stretch e ≤ 1.5 × d; f ≤ 2 s with no bytes downloaded; the agent's own peak
-RSS ≤ 150 MB. Writes bench/results/dataset.json and prints a Markdown table for docs/benchmarks.md.
-Run from the repository root: ``python bench/dataset.py [--rounds 5] [--files 20000] [--mib 1024]``.
+Each measure runs with the tar stored in Xet (the Hub today: hf_hub_download and `trainbox fetch` read
+the Xet CAS, which the local Hub keeps on disk) and in LFS (a Hub or mirror without Xet, clients with
+HF_HUB_DISABLE_XET=1: plain HTTP), side by side; ``d`` is plain HTTP in both.
+
+Goals: e ≤ 0.5 × a (per transfer); stretch e ≤ 1.5 × d; f ≤ 2 s with no bytes downloaded; the agent's
+own peak RSS ≤ 150 MB. Writes bench/results/dataset.json and prints a Markdown table for
+docs/benchmarks.md. Run from the repository root:
+``python bench/dataset.py [--rounds 5] [--files 20000] [--mib 1024] [--transfer xet,lfs]``.
 """
 
 from __future__ import annotations
@@ -179,9 +184,10 @@ def one_round(hub: HubServer, tar: Path, scratch: Path, env: dict[str, str]) -> 
     row["e_doctor_s"] = seconds["check"]
     row["e_agent_peak_rss_mb"] = peak
     row["e_downloaded_bytes"] = hub.bytes_served("/resolve/")
+    row["e_xet_tokens"] = len(hub.find_requests("GET", "/xet-read-token/"))
     hub.reset_log()
     row["f_warm_s"], _, _ = timed([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
-    row["f_downloaded_bytes"] = hub.bytes_served("/resolve/")
+    row["f_downloaded_bytes"] = hub.bytes_served("/resolve/") + len(hub.find_requests("GET", "/xet-read-token/"))
     settle(work)
     return row
 
@@ -193,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=int, default=1024, help="tar size in MiB")
     parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir); e.g. /dev/shm for RAM")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dataset.json", help="results file")
+    parser.add_argument("--transfer", default="xet,lfs", help="xet, lfs or both (comma-separated)")
     args = parser.parse_args(argv)
+    transfers = [t.strip() for t in args.transfer.split(",") if t.strip()]
+    if not transfers or set(transfers) - {"xet", "lfs"}:
+        parser.error("--transfer: xet, lfs or xet,lfs")
     if shutil.which("curl") is None or shutil.which("tar") is None:
         parser.error("needs curl and tar on PATH")
 
@@ -206,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             hub.add_token(TOKEN, REPO.split("/")[0], "write")
             hub.create_repo(REPO, repo_type="dataset")
             hub.upload_file(REPO, NAME, tar, repo_type="dataset")
+            base = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
             env = {
-                **os.environ,
+                **base,
                 "HF_ENDPOINT": hub.url,
-                "HF_HUB_DISABLE_XET": "1",
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1",
                 "HF_HUB_DISABLE_TELEMETRY": "1",
                 "HF_TOKEN": TOKEN,
@@ -217,13 +227,22 @@ def main(argv: list[str] | None = None) -> int:
                 "PYTHONPATH": str(ROOT),
             }
             load_before = os.getloadavg()[0]
-            rounds = []
+            rounds: dict[str, list[dict[str, Any]]] = {transfer: [] for transfer in transfers}
             for index in range(args.rounds):
-                print(f"round {index + 1}/{args.rounds}…", file=sys.stderr)
-                rounds.append(one_round(hub, tar, scratch, env))
+                for transfer in transfers:  # alternating, so background load hits both alike
+                    print(f"round {index + 1}/{args.rounds}, {transfer}…", file=sys.stderr)
+                    hub.set_xet(transfer == "xet")
+                    mode_env = env if transfer == "xet" else {**env, "HF_HUB_DISABLE_XET": "1"}
+                    rounds[transfer].append(one_round(hub, tar, scratch, mode_env))
             load_after = os.getloadavg()[0]
-        report = summarize(rounds, args, tar.stat().st_size, (load_before, load_after))
-        report["filesystem"] = filesystem(scratch)
+        report = {
+            "benchmark": "dataset",
+            "transfers": {
+                transfer: summarize(rows, args, tar.stat().st_size, (load_before, load_after))
+                for transfer, rows in rounds.items()
+            },
+            "filesystem": filesystem(scratch),
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -274,30 +293,39 @@ def summarize(rounds: list[dict[str, Any]], args: argparse.Namespace, size: int,
 
 
 def table(report: dict[str, Any]) -> str:
-    median, best = report["median"], report["best"]
+    transfers = report["transfers"]
+    names = list(transfers)
     rows = [
         ("a  guide: hf_hub_download, then extractall", "a_guide_s", ""),
         ("b  download only (hf_hub_download)", "b_download_s", ""),
         ("c  extraction only (tarfile, local file)", "c_extract_s", ""),
-        ("d  curl … \\| tar -x", "d_curl_tar_s", ""),
+        ("d  curl … \\| tar -x (plain HTTP)", "d_curl_tar_s", ""),
         ("e  `trainbox fetch`, cold (to data ready)", "e_fetch_s", "≤ 0.5 × a; stretch ≤ 1.5 × d"),
         ("f  `trainbox fetch`, warm", "f_warm_s", "≤ 2 s, 0 bytes"),
         ("   libreyolo doctor, after e", "e_doctor_s", ""),
     ]
-    lines = ["| measure | median | best | goal |", "|---|---|---|---|"]
-    lines += [f"| {label} | {median[key]:.2f} s | {best[key]:.2f} s | {goal} |" for label, key, goal in rows]
-    ratios, goals = report["ratios"], report["goals"]
-    lines += [
-        "",
-        f"e / a = {ratios['e_over_a']:.2f}, e / d = {ratios['e_over_d']:.2f}; warm fetch downloaded "
-        f"{max(row['f_downloaded_bytes'] for row in report['rounds'])} bytes of the tar; the agent's peak RSS "
-        f"{max(row['e_agent_peak_rss_mb'] for row in report['rounds']):.0f} MB.",
-        "Goals: " + ", ".join(f"{name}: {'met' if met else 'NOT met'}" for name, met in goals.items()) + ".",
-        f"{report['date']}, {report['machine']}, on {report.get('filesystem', '?')}, "
-        f"{report['tar']['bytes'] / 2**30:.2f} GiB tar of "
-        f"{report['tar']['files']} files, {len(report['rounds'])} rounds, 1-minute load average "
-        f"{report['load_average_1m']['before']} → {report['load_average_1m']['after']}.",
-    ]
+    heads = " | ".join(f"{name.upper()} median (best)" for name in names)
+    lines = [f"| measure | {heads} | goal |", "|---" * (len(names) + 2) + "|"]
+    for label, key, goal in rows:
+        cells = " | ".join(f"{t['median'][key]:.2f} s ({t['best'][key]:.2f})" for t in transfers.values())
+        lines.append(f"| {label} | {cells} | {goal} |")
+    lines.append("")
+    for name, t in transfers.items():
+        ratios, goals = t["ratios"], t["goals"]
+        lines.append(
+            f"{name.upper()}: e / a = {ratios['e_over_a']:.2f}, e / d = {ratios['e_over_d']:.2f}; warm fetch "
+            f"downloaded {max(row['f_downloaded_bytes'] for row in t['rounds'])} bytes; the agent's peak RSS "
+            f"{max(row['e_agent_peak_rss_mb'] for row in t['rounds']):.0f} MB. Goals: "
+            + ", ".join(f"{goal}: {'met' if met else 'NOT met'}" for goal, met in goals.items())
+            + "."
+        )
+    first = next(iter(transfers.values()))
+    lines.append(
+        f"{first['date']}, {first['machine']}, on {report.get('filesystem', '?')}, "
+        f"{first['tar']['bytes'] / 2**30:.2f} GiB tar of {first['tar']['files']} files, "
+        f"{len(first['rounds'])} rounds per transfer, 1-minute load average "
+        f"{first['load_average_1m']['before']} → {first['load_average_1m']['after']}."
+    )
     return "\n".join(lines)
 
 

@@ -22,9 +22,13 @@ training it serves. ``--sequential`` runs them one after the other on every CPU 
                    exited; its exit code, the phase its last trainbox.json on the Hub reports, and
                    whether the training child is gone
 
-Goals: p95 ≤ 2 s, throughput ratio ≥ 0.97, SIGTERM → exit ≤ 5 s. Writes bench/results/sync.json
-and prints a Markdown table for docs/benchmarks.md. Run from the repository root:
-``python bench/sync.py [--rounds 4] [--epochs 10] [--latency-runs 2] [--sigterm-runs 3] [--sequential]``.
+``--transfer xet`` (the default; the Hub today): checkpoints go to the Hub's Xet CAS, kept on local disk
+by the local Hub; ``--transfer lfs``: a Hub without Xet and HF_HUB_DISABLE_XET=1 (classic LFS PUTs).
+
+Goals: p95 ≤ 2 s, throughput ratio ≥ 0.97, SIGTERM → exit ≤ 5 s. Writes bench/results/sync.json (LFS)
+or sync-xet.json and prints a Markdown table for docs/benchmarks.md. Run from the repository root:
+``python bench/sync.py [--rounds 4] [--epochs 10] [--latency-runs 2] [--sigterm-runs 3] [--sequential]
+[--transfer xet|lfs]``.
 """
 
 from __future__ import annotations
@@ -145,13 +149,18 @@ def percentile(values: list[float], share: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
+TRANSFER = {"mode": "xet"}  # set once by main
+
+
+def new_hub(root: Path) -> HubServer:
+    return HubServer(root, xet=TRANSFER["mode"] == "xet")
+
+
 def hub_env(hub: HubServer, scratch: Path) -> dict[str, str]:
-    return {
-        "HF_TOKEN": TOKEN,
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_DISABLE_XET": "1",
-        "HF_HOME": str(scratch / "hf"),
-    }
+    env = {"HF_TOKEN": TOKEN, "HF_ENDPOINT": hub.url, "HF_HOME": str(scratch / "hf")}
+    if TRANSFER["mode"] == "lfs":
+        env["HF_HUB_DISABLE_XET"] = "1"
+    return env
 
 
 @dataclass
@@ -225,7 +234,7 @@ def one_round(
     sync_cpu, plain_cpu = (None, None) if cpus is None else (cpus[index % 2], cpus[(index + 1) % 2])
     repo = f"bench/sync-{index}"
     with pinned(sync_cpu):  # its serving thread, and so every request's thread, inherits the CPU
-        hub = HubServer(root / f"hub-{index}").start()
+        hub = new_hub(root / f"hub-{index}").start()
     try:
         hub.add_token(TOKEN, "bench", "write")
         sync_env = env | hub_env(hub, root)
@@ -263,7 +272,7 @@ def one_round(
 def latency_run(env: dict[str, str], workdir: Path, root: Path, index: int) -> dict[str, Any]:
     """A sync run alone on the machine, unpinned: boundary → Hub as a GPU machine's spare CPUs would give it."""
     repo = f"bench/alone-{index}"
-    with HubServer(root / f"hub-alone-{index}") as hub:
+    with new_hub(root / f"hub-alone-{index}") as hub:
         hub.add_token(TOKEN, "bench", "write")
         run = finish_run(start_run(env | hub_env(hub, root), workdir, f"alone-{index}", repo, None))
         history = hub_history(hub, repo)
@@ -432,8 +441,13 @@ def main() -> None:
     parser.add_argument("--latency-runs", type=int, default=2, help="sync runs alone on the machine, for latency")
     parser.add_argument("--sigterm-runs", type=int, default=3)
     parser.add_argument("--preempt-after", type=int, default=2, help="epochs on the Hub before the SIGTERM")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "sync.json")
+    parser.add_argument("--transfer", choices=("xet", "lfs"), default="xet")
+    parser.add_argument("--out", type=Path, help="results file (default: bench/results/sync.json, or sync-xet.json)")
     args = parser.parse_args()
+    TRANSFER["mode"] = args.transfer
+    if args.transfer == "xet":
+        os.environ.pop("HF_HUB_DISABLE_XET", None)  # the agents inherit this environment
+    args.out = args.out or ROOT / "bench" / "results" / ("sync-xet.json" if args.transfer == "xet" else "sync.json")
     cpus = round_cpus(args)
     started = time.time()
     loads = [os.getloadavg()]
@@ -451,7 +465,7 @@ def main() -> None:
             alone.append(run)
             print(f"alone {index}: boundary → Hub {[item['latency_s'] for item in run['latencies']]}", flush=True)
         preempts = []
-        with HubServer(root / "hub-preempt") as hub:
+        with new_hub(root / "hub-preempt") as hub:
             hub.add_token(TOKEN, "bench", "write")
             long_args = train_args(max(args.epochs, 50), args.imgsz, args.batch)
             for index in range(args.sigterm_runs):
@@ -474,6 +488,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "design": "sequential" if cpus is None else f"side by side, one CPU each of {cpus}, swapped every round",
+        "transfer": args.transfer,
         "load_avg_start_end": [[round(x, 2) for x in load] for load in loads],
         "seconds": round(time.time() - started, 1),
         "training": {"args": train_args(args.epochs, args.imgsz, args.batch), "device": "cpu"},

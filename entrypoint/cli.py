@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,11 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     if quiet_transfers:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     loaded = settings.from_env(os.environ)
-    # huggingface_hub reads HF_HOME when it is imported: point it at the volume first.
+    # huggingface_hub and hf_xet read HF_HOME/HF_XET_CACHE when imported: on the volume first, for every child
+    # too (the container disk is small and lost). Callers import huggingface_hub only after this.
     os.environ.setdefault("HF_HOME", str(loaded.hf_home))
-    return loaded
+    os.environ.setdefault("HF_XET_CACHE", str(Path(os.environ["HF_HOME"]) / "xet"))
+    return replace(loaded, env=loaded.env | {"HF_XET_CACHE": os.environ["HF_XET_CACHE"]})
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,9 +45,10 @@ def cli(log_json: bool, verbose: bool) -> None:
 @cli.command()
 def run() -> None:
     """The whole job: preflight, dataset, training with live upload, release."""
+    loaded = load_settings(quiet_transfers=True)  # before huggingface_hub is imported (by pipeline)
     from . import pipeline
 
-    code = pipeline.run(load_settings(quiet_transfers=True))
+    code = pipeline.run(loaded)
     sys.exit(code)
 
 
@@ -63,9 +67,10 @@ def check(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print where the dataset is as JSON.")
 def fetch(as_json: bool) -> None:
     """The dataset stage alone: download, extract safely, check with libreyolo doctor (cached by revision)."""
+    loaded = load_settings()  # before huggingface_hub is imported
     from . import dataset
 
-    prepared = dataset.prepare(load_settings())
+    prepared = dataset.prepare(loaded)
     found = {
         "source": prepared.description,
         "revision": prepared.revision,

@@ -1,10 +1,12 @@
 """Datasets from a Hugging Face dataset repo: one tar, pinned to a commit, streamed into a checked folder.
 
-The download and the extraction overlap: a thread reads the HTTP body (resuming with ``Range``
-after a dropped connection), appends it to a partial file on the volume, hashes it and hands it
-to the extractor, so the data is ready close to max(download, extraction) instead of their sum.
-A restart continues from the partial file. Xet-backed files are fetched with ``hf_hub_download``
-(xet's own transfer) and then extracted.
+The download and the extraction overlap: a thread reads the bytes, appends them to a partial file
+on the volume, hashes them and hands them to the extractor, so the data is ready close to
+max(download, extraction) instead of their sum. The bytes come from the Xet CAS for Xet-backed
+files (hf_xet's parallel, in-order stream) or from a plain GET of the resolve URL (resuming with
+``Range`` after a dropped connection). A Xet download that makes no progress for a minute is tried
+once more, then continued over plain HTTP. Either way a stop (SIGTERM, a crash) keeps the partial
+file, and the next start continues from its last byte.
 
 Layout under ``WORKDIR/data/hub``: ``<org>--<name>/<sha>--<file>/`` holds ``tree/`` (the
 extracted tar), ``data.yaml`` (its ``path`` made absolute) and the ready marker; ``refs/`` maps a
@@ -59,6 +61,7 @@ from .hub import (
     download_dataset_file,
     is_retryable,
     stream_dataset_file,
+    xet_stream_dataset_file,
 )
 from .log import logger
 from .settings import Settings
@@ -100,16 +103,17 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
     if remote.size is None:
         raise CorruptArchiveError(f"the Hub does not tell the size of {name}", "try again later")
     partial = store.parent / ".downloads" / f"{_safe(remote.etag or sha)}.part"
-    have = _partial_size(partial, remote.size) if stream and not remote.xet else 0
+    have = _partial_size(partial, remote.size) if stream else 0
     need = DiskNeed(remote.size - have, unpacked_estimate(name, remote.size), checkpoint_estimate(settings.run_args))
     free = check_disk(settings.workdir, need)
     # The extraction may use what the tar and the checkpoints leave; this also stops a gzip bomb.
     cap = free - need.archive - need.checkpoints
-    how = "hf_hub_download, then extraction" if remote.xet or not stream else "download and extraction overlapped"
+    via = "Xet" if remote.xet else "HTTP"
+    how = "hf_hub_download, then extraction" if not stream else f"{via} download and extraction overlapped"
     resumed = f", resuming after {have / GB:.2f} GB already on disk" if have else ""
     logger.info("dataset: fetching %s (%.2f GB; %s%s)", description, remote.size / GB, how, resumed)
 
-    if remote.xet or not stream:
+    if not stream:
 
         def fill(folder: Path) -> extract.ExtractReport:
             return _download_then_extract(hub, remote, partial.parent / remote.path.replace("/", "--"), folder, cap)
@@ -214,15 +218,36 @@ def _stream_and_extract(hub: Hub, remote: RemoteFile, partial: Path, folder: Pat
 
 
 def _download_then_extract(hub: Hub, remote: RemoteFile, where: Path, folder: Path, cap: int) -> extract.ExtractReport:
+    """hf_hub_download, then extraction (for comparison). ``where`` is removed once the data is extracted,
+    not before: what hf_hub_download kept of a stopped download stays for the next start."""
     where.mkdir(parents=True, exist_ok=True)
-    try:
-        path = download_dataset_file(hub, remote, where)
-        logger.info("dataset: downloaded; extracting")
-        return extract.extract(extract.read_file(path), folder, max_bytes=cap)
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            where.parent.rmdir()  # only when empty
+    path = download_dataset_file(hub, remote, where)
+    logger.info("dataset: downloaded; extracting")
+    report = extract.extract(extract.read_file(path), folder, max_bytes=cap)
+    shutil.rmtree(where, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        where.parent.rmdir()  # only when empty
+    return report
+
+
+def remote_chunks(hub: Hub, remote: RemoteFile, start: int) -> Iterator[bytes]:
+    """The bytes of ``remote`` from ``start``: from the Xet CAS (one retry after a stall or an error),
+    then, or otherwise, by a plain GET of the resolve URL from wherever Xet stopped."""
+    offset = start
+    for attempt in (1, 2) if remote.xet else ():
+        try:
+            for chunk in xet_stream_dataset_file(hub, remote, offset):
+                offset += len(chunk)
+                yield chunk
+            return
+        except AgentError:
+            raise
+        except Exception as error:
+            again = "trying once more" if attempt == 1 else "continuing over plain HTTP"
+            logger.warning(
+                "dataset: the Xet download of %s failed at byte %d (%s); %s", remote.path, offset, error, again
+            )
+    yield from stream_dataset_file(hub, remote, offset)
 
 
 class _Download(threading.Thread):
@@ -260,7 +285,7 @@ class _Download(threading.Thread):
                 if not self._put(chunk):
                     return
             sink.seek(have)
-            for chunk in _batched(stream_dataset_file(self.hub, self.remote, have)):
+            for chunk in _batched(remote_chunks(self.hub, self.remote, have)):
                 sink.write(chunk)
                 digest.update(chunk)
                 self.progress.downloaded(len(chunk))

@@ -12,6 +12,9 @@ lost is never made twice.
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -304,9 +307,12 @@ def agent_error(error: BaseException) -> AgentError | None:
 
 # == Dataset repos: the read side of the dataset stage ======================================
 # Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
-# (resuming with Range after a dropped connection) or, for xet-backed files, via hf_hub_download.
+# from the Xet CAS for Xet-backed files, or by a plain GET of the resolve URL (resuming with Range
+# after a dropped connection); both from any offset, so a stopped download continues.
 DATASET = "dataset"
 STREAM_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
+XET_STALL_S = 60.0  # a Xet download that delivers nothing for this long is abandoned
+_PIECE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -318,8 +324,10 @@ class RemoteFile:
     revision: str  # commit sha
     size: int | None
     etag: str | None  # sha256 for LFS/xet files, git blob sha1 for regular ones
-    xet: bool  # stored on xet (the plain stream is not used for it)
+    xet: bool  # stored on Xet, and this client may use it: streamed from the CAS
     url: str
+    xet_hash: str | None = None
+    xet_refresh: str | None = None  # the Hub route that hands out (and refreshes) a CAS read token
 
 
 def dataset_revision(hub: Hub, repo_id: str, revision: str, *, sleep: Callable[[float], None] = time.sleep) -> str:
@@ -357,15 +365,104 @@ def dataset_file(hub: Hub, repo_id: str, path: str, sha: str) -> RemoteFile:
             lambda: get_hf_file_metadata(url, token=hub.token or False, endpoint=hub.endpoint),
             f"reading {path} of {repo_id}",
         )
+    xet = meta.xet_file_data
     return RemoteFile(
         repo_id=repo_id,
         path=path,
         revision=sha,
         size=meta.size,
         etag=meta.etag,
-        xet=meta.xet_file_data is not None and _xet_enabled(),
+        xet=xet is not None and _xet_enabled(),
         url=url,
+        xet_hash=xet.file_hash if xet else None,
+        xet_refresh=xet.refresh_route if xet else None,
     )
+
+
+class XetStalled(Exception):
+    """The Xet download delivered nothing for ``XET_STALL_S``."""
+
+
+def xet_stream_dataset_file(
+    hub: Hub, remote: RemoteFile, start: int = 0, *, stall_s: float | None = None
+) -> Iterator[bytes]:
+    """The bytes of Xet-backed ``remote`` from offset ``start``, in order, as hf_xet rebuilds them from the CAS.
+
+    hf_xet fetches the chunks in parallel and keeps its chunk cache under ``HF_XET_CACHE``. The transfer
+    runs in a worker thread so that a stall (no byte for ``stall_s``, token route included) raises
+    ``XetStalled`` here instead of hanging: the caller retries or falls back to the plain stream.
+    """
+    assert remote.xet_hash is not None and remote.xet_refresh is not None and remote.size is not None
+    stall_s = XET_STALL_S if stall_s is None else stall_s
+    # hf_xet hands over whole xorb ranges (~64 MB each): one waits here, and they go on in 1 MB pieces.
+    pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    end = object()
+
+    def hand(item: Any) -> bool:
+        """Into the pipe, unless the reader has gone (False)."""
+        while not stop.is_set():
+            try:
+                pipe.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        from hf_xet import XetFileInfo
+        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils._xet import (
+            XetFileData,
+            get_xet_session,
+            refresh_xet_connection_info,
+            xet_headers_without_auth,
+        )
+
+        group = None
+        try:
+            headers = build_hf_headers(token=hub.token or False)
+            data = XetFileData(file_hash=remote.xet_hash, refresh_route=remote.xet_refresh)  # type: ignore[arg-type]
+            cas = refresh_xet_connection_info(file_data=data, headers=headers)
+            group = get_xet_session().new_download_stream_group(
+                endpoint=cas.endpoint,
+                token=cas.access_token,
+                token_expiry_unix_secs=cas.expiration_unix_epoch,
+                token_refresh_url=remote.xet_refresh,  # the Hub's token route: the Hub token goes only there
+                token_refresh_headers=headers,
+                custom_headers=xet_headers_without_auth(headers),
+            )
+            stream = group.download_stream(XetFileInfo(remote.xet_hash, remote.size), start=start)
+            for chunk in stream:
+                if not hand(chunk):
+                    stream.cancel()
+                    return
+            group.finish()
+            group = None
+            hand(end)
+        except BaseException as error:  # handed to the reader
+            hand(error)
+        finally:
+            if group is not None:
+                with contextlib.suppress(Exception):
+                    group.abort()
+
+    worker = threading.Thread(target=produce, name="xet-download", daemon=True)
+    worker.start()
+    try:
+        while True:
+            try:
+                item = pipe.get(timeout=stall_s)
+            except queue.Empty:
+                raise XetStalled(f"no byte from the Xet CAS for {stall_s:.0f} s") from None
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            for at in range(0, len(item), _PIECE):
+                yield item[at : at + _PIECE]
+    finally:
+        stop.set()  # an abandoned worker (stalled in the CAS) is a daemon: it never holds up an exit
 
 
 def stream_dataset_file(

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
 _users = itertools.count(1)
+TRANSFERS = ("xet", "lfs")  # Xet first: the path production takes
 
 
 @dataclass
@@ -30,17 +31,18 @@ class HubContext:
     token: str  # write token for ``user``
     read_token: str  # read-only token for ``user``
     cache_dir: Path  # an empty HF hub cache for this test
+    transfer: str = "xet"  # "xet": the Hub hands out a CAS and clients use it; "lfs": neither speaks Xet
     _repos: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     @classmethod
-    def create(cls, hub: HubServer, tmp_path: Path) -> HubContext:
+    def create(cls, hub: HubServer, tmp_path: Path, transfer: str = "xet") -> HubContext:
         user = f"user{next(_users)}"
         token, read_token = f"hf_w_{secrets.token_hex(8)}", f"hf_r_{secrets.token_hex(8)}"
         hub.add_token(token, user, "write")
         hub.add_token(read_token, user, "read")
         cache = tmp_path / "hf-cache"
         cache.mkdir()
-        return cls(hub, user, token, read_token, cache)
+        return cls(hub, user, token, read_token, cache, transfer)
 
     @property
     def url(self) -> str:
@@ -63,8 +65,17 @@ class HubContext:
         return HfApi(endpoint=self.hub.url, token=self.token if token is None else token)
 
     def env(self, **extra: str) -> dict[str, str]:
-        """Environment for a child process (e.g. the agent): this Hub, this test's token and cache."""
-        return {**os.environ, "HF_TOKEN": self.token, "HF_HUB_CACHE": str(self.cache_dir), **extra}
+        """Environment for a child process (e.g. the agent): this Hub, this test's token, cache and transfer mode."""
+        env = {**os.environ, "HF_TOKEN": self.token, "HF_HUB_CACHE": str(self.cache_dir), **extra}
+        if self.transfer == "lfs":
+            env["HF_HUB_DISABLE_XET"] = "1"
+        elif "HF_HUB_DISABLE_XET" not in extra:
+            env.pop("HF_HUB_DISABLE_XET", None)
+        return env
+
+    @property
+    def xet(self) -> bool:
+        return self.transfer == "xet"
 
     def download_kwargs(self, **extra: Any) -> dict[str, Any]:
         """``hf_hub_download``/``snapshot_download`` keyword arguments for this test's cache and token."""

@@ -9,9 +9,19 @@ separate process (container tests, benchmarks)::
 It prints its URL on stdout once listening and, with ``--ready-file``, writes it there (atomically).
 SIGTERM/SIGINT stop it.
 
-Clients must run with ``HF_HUB_DISABLE_XET=1`` and ``HF_ENDPOINT=<url>`` set before ``huggingface_hub``
-is imported: uploads then take the classic preupload -> LFS batch -> PUT -> NDJSON commit path, which
-this server speaks. Xet is not supported (``X-Xet-Hash`` is never sent, so downloads are plain HTTP).
+Clients set ``HF_ENDPOINT=<url>`` before ``huggingface_hub`` is imported. Both transfer paths of the Hub:
+
+* Xet (default; ``xet=False`` / ``--no-xet`` / ``set_xet(False)`` for a Hub or mirror without it). The CAS
+  is a folder, ``<root>/cas``, that hf_xet reads and writes itself (endpoint ``local://<root>/cas``).
+  ``GET /api/{t}/{repo}/xet-write-token/{rev}`` and ``xet-read-token/{rev}`` answer ``X-Xet-Cas-Url``,
+  ``X-Xet-Access-Token``, ``X-Xet-Token-Expiration`` (and the same as JSON, which hf_xet's refresh reads);
+  tokens live ``xet_token_ttl`` seconds. A commit's ``lfsFile`` names only the sha256: the server maps it
+  to the Xet file hash by reading the shards the client wrote (``shard_files``). ``resolve`` of a Xet file
+  sends ``X-Xet-Hash`` and ``Link: <xet-read-token>; rel="xet-auth"``; a plain GET still serves the bytes
+  (rebuilt from the CAS on first use), as the Hub's resolve redirect does. The Python API stores LFS files
+  in the CAS too, so seeded files are Xet-backed.
+* LFS: clients with ``HF_HUB_DISABLE_XET=1`` take preupload -> LFS batch -> PUT -> NDJSON commit, and
+  plain HTTP downloads.
 
 Model
 -----
@@ -57,7 +67,8 @@ Python API (all ``repo_type`` arguments default to ``"model"``; ``revision`` to 
     request, e.g. apply a commit, then drop the connection instead of answering). ``method``/``path``
     are regexes (``re.search`` on the URL path, no query); ``skip`` lets the first N matches pass,
     ``times`` limits the fault to the next N selected requests, ``share`` (0..1) selects a random share
-    (``seed`` for reproducibility). ``Fault`` is a context manager that removes itself on exit and has
+    (``seed`` for reproducibility); ``"cas-unwritable"`` (on a Xet token route: hand out a CAS URL where
+    nothing can be written). ``Fault`` is a context manager that removes itself on exit and has
     ``fired``. Admin requests are never faulted.
 ``set_commit_rate_limit(limit: int | None, window_s=3600.0)``: more HTTP commits than ``limit`` per
     window and repo get 429 + Retry-After (the Hub allows 128/hour/repo). Off by default. (On a retried
@@ -80,9 +91,11 @@ auth, so keep the server on a loopback address)
 ``GET /_admin/commits?repo_id=&repo_type=&revision=`` -> {commits:[...]} |
 ``POST /_admin/faults`` {kind, ...inject kwargs} -> {id} | ``GET /_admin/faults`` | ``DELETE /_admin/faults`` |
 ``GET /_admin/log`` -> {requests:[...], bytes_served:{path:n}} | ``DELETE /_admin/log`` |
-``POST /_admin/config`` {commit_rate_limit, commit_rate_window}.
+``POST /_admin/config`` {commit_rate_limit, commit_rate_window, xet, xet_token_ttl}.
 
-Not supported: xet, multipart LFS, pull requests (``create_pr``), pagination (lists come in one page),
+``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``.
+
+Not supported: multipart LFS, pull requests (``create_pr``), pagination (lists come in one page),
 .gitignore handling in preupload, gated repos.
 """
 
@@ -104,6 +117,7 @@ import secrets
 import shutil
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -111,6 +125,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,7 +146,16 @@ GITATTRIBUTES = "".join(f"{p} filter=lfs diff=lfs merge=lfs -text\n" for p in LF
 TYPE_FROM_PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space", None: "model"}
 PLURAL = {"model": "models", "dataset": "datasets", "space": "spaces"}
 URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
-FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset")
+FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset", "cas-unwritable")
+XET_TOKEN_TTL = 3600.0  # seconds a CAS access token lives, as on the Hub
+# Xet shard layout (xet-core spec/shard.md): a 48-byte header (32-byte tag, version, footer size), then the
+# File Info section: per file a 48-byte header (file hash, flags, entry count, unused), its data-sequence
+# entries (48 bytes: xorb hash, flags, unpacked bytes, chunk range), as many verification entries when flag
+# bit 31 is set, and one metadata extension (the file's sha256, 48 bytes) when bit 30 is set; an all-ones
+# file hash ends the section. Hashes are four little-endian u64 words; their hex form prints each word.
+SHARD_TAG = b"HFRepoMetaData\x00UigEj{\x81W\x83\xa5\xbd\xd9\\\xcd\xd1J\xa9"
+_SHARD_ENTRY = 48
+_FLAG_VERIFICATION, _FLAG_METADATA_EXT = 1 << 31, 1 << 30
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
@@ -154,6 +178,36 @@ def iso(ts: float) -> str:
 def wants_lfs(path: str, size: int, sample: bytes) -> bool:
     name = path.rsplit("/", 1)[-1]
     return size >= LFS_THRESHOLD or b"\0" in sample or any(fnmatch.fnmatch(name, p) for p in LFS_PATTERNS)
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while data := f.read(CHUNK):
+            yield data
+
+
+def merkle_hex(raw: bytes) -> str:
+    """A Xet hash as its 64-hex name: each of the four little-endian u64 words printed big-endian."""
+    return "".join(raw[i : i + 8][::-1].hex() for i in range(0, 32, 8))
+
+
+def shard_files(data: bytes) -> dict[str, tuple[str, int]]:
+    """sha256 -> (Xet file hash, size) of every file a shard describes with its sha256 (see SHARD_TAG)."""
+    if data[:32] != SHARD_TAG:
+        return {}
+    found, pos = {}, 48
+    while pos + _SHARD_ENTRY <= len(data):
+        file_hash = data[pos : pos + 32]
+        flags, count = struct.unpack_from("<II", data, pos + 32)
+        pos += _SHARD_ENTRY
+        if file_hash == b"\xff" * 32:
+            break
+        size = sum(struct.unpack_from("<I", data, pos + i * _SHARD_ENTRY + 36)[0] for i in range(count))
+        pos += _SHARD_ENTRY * count * (2 if flags & _FLAG_VERIFICATION else 1)
+        if flags & _FLAG_METADATA_EXT:
+            found[merkle_hex(data[pos : pos + 32])] = (merkle_hex(file_hash), size)
+            pos += _SHARD_ENTRY
+    return found
 
 
 def check_path(path: str) -> str:
@@ -182,6 +236,7 @@ class FileEntry:
     sha256: str  # key of the blob on disk
     git_oid: str  # git sha1 of the content (regular) or of the LFS pointer (LFS)
     lfs: bool
+    xet_hash: str | None = None  # stored in the Xet CAS (an LFS file whose bytes the client sent there)
 
     @property
     def etag(self) -> str:
@@ -192,6 +247,8 @@ class FileEntry:
         if self.lfs:
             pointer_size = len(lfs_pointer(self.sha256, self.size))
             out["lfs"] = {"oid": self.sha256, "size": self.size, "pointerSize": pointer_size}
+        if self.xet_hash:
+            out["xetHash"] = self.xet_hash
         return out
 
 
@@ -354,6 +411,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
         ("GET", rf"/api/{_T}/{_R}/commits/(?P<rev>[^/]+)", "list_commits"),
         ("GET", rf"/api/{_T}/{_R}/refs", "refs"),
         ("POST", rf"/api/{_T}/{_R}/preupload/(?P<rev>[^/]+)", "preupload"),
+        ("GET", rf"/api/{_T}/{_R}/xet-read-token/(?P<rev>[^/]+)", "xet_read_token"),
+        ("GET", rf"/api/{_T}/{_R}/xet-write-token/(?P<rev>[^/]+)", "xet_write_token"),
         ("POST", rf"/api/{_T}/{_R}/commit/(?P<rev>[^/]+)", "commit"),
         ("POST", rf"/api/{_T}/{_R}/branch/(?P<rev>[^/]+)", "create_branch"),
         ("POST", rf"/api/{_T}/{_R}/tag/(?P<rev>[^/]+)", "create_tag"),
@@ -557,6 +616,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Abort()
         if fault.kind == "apply-then-reset":
             self.muted = True
+        # "cas-unwritable" is answered by the Xet token endpoints: a CAS URL where nothing can be written.
 
 
 class _Server(ThreadingHTTPServer):
@@ -585,7 +645,9 @@ class _Server(ThreadingHTTPServer):
 class HubServer:
     """The Hub. See the module docstring for the API."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 0, xet: bool = True
+    ):
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="hubserver-") if root is None else root)
         (self.root / "blobs").mkdir(parents=True, exist_ok=True)
@@ -599,6 +661,12 @@ class HubServer:
         self._used_uploads: dict[str, str] = {}  # spent key -> sha256, so a retried PUT stays idempotent
         self._rate_limit: tuple[int, float] | None = None
         self._counter = itertools.count()
+        self.xet = xet  # a Hub with Xet storage (the real one); False: a Hub or mirror that speaks LFS only
+        self.xet_token_ttl = XET_TOKEN_TTL
+        self.cas = self.root / "cas"  # the Xet CAS: the client's hf_xet writes xorbs and shards here itself
+        self._xet_files: dict[str, tuple[str, int]] = {}  # sha256 -> (Xet file hash, size), from the shards
+        self._shards_read: set[str] = set()
+        self._xet_tokens: dict[str, tuple[str, float]] = {}  # CAS access token -> (user, expiry)
         self._httpd = _Server((host, port), self)  # bind now: the URL is known before serving
         self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
         self.port: int = self._httpd.server_address[1]
@@ -642,6 +710,12 @@ class HubServer:
     def remove_token(self, token: str) -> None:
         with self._lock:
             self._tokens.pop(token, None)
+
+    def set_xet(self, enabled: bool, *, token_ttl: float | None = None) -> None:
+        """Xet on (the Hub) or off (LFS only); ``token_ttl``: seconds a CAS token lives (short: refreshes)."""
+        with self._lock:
+            self.xet = enabled
+            self.xet_token_ttl = XET_TOKEN_TTL if token_ttl is None else token_ttl
 
     def set_commit_rate_limit(self, limit: int | None, window_s: float = 3600.0) -> None:
         with self._lock:
@@ -727,6 +801,8 @@ class HubServer:
     def _entry_from_bytes(self, path: str, data: bytes, lfs: bool | None) -> FileEntry:
         lfs = wants_lfs(path, len(data), data[:512]) if lfs is None else lfs
         sha = self._store_bytes(data)
+        if lfs and self.xet:
+            return self._entry_from_file(path, self._blob(sha), True)
         oid = git_blob_sha1(lfs_pointer(sha, len(data))) if lfs else git_blob_sha1(data)
         return FileEntry(path, len(data), sha, oid, lfs)
 
@@ -737,20 +813,102 @@ class HubServer:
         if not (wants_lfs(path, size, sample) if lfs is None else lfs):
             return self._entry_from_bytes(path, local.read_bytes(), False)
 
-        def chunks() -> Iterator[bytes]:
-            with open(local, "rb") as f:
-                while data := f.read(CHUNK):
-                    yield data
-
-        sha, size = self._store_stream(chunks())
-        return FileEntry(path, size, sha, git_blob_sha1(lfs_pointer(sha, size)), True)
+        sha, size = self._store_stream(_file_chunks(local))
+        xet_hash = self._xet_upload(local) if self.xet else None  # the Hub stores new LFS files in Xet
+        return FileEntry(path, size, sha, git_blob_sha1(lfs_pointer(sha, size)), True, xet_hash)
 
     def _lfs_entry(self, repo: Repo, path: str, sha: str, size: int | None) -> FileEntry:
         blob = self._blob(sha)
+        xet = self._xet_file(sha) if _HEX64.fullmatch(sha) else None
+        if xet is not None and not blob.exists():  # in the CAS only: its bytes are rebuilt when first read
+            if size is not None and size != xet[1]:
+                raise HubError(422, f"Xet file {sha} for {path!r} has {xet[1]} bytes, not {size}")
+            return FileEntry(path, xet[1], sha, git_blob_sha1(lfs_pointer(sha, xet[1])), True, xet[0])
         if not _HEX64.fullmatch(sha) or not blob.exists() or (size is not None and blob.stat().st_size != size):
             raise HubError(422, f"LFS object {sha} for {path!r} was not uploaded")
         size = blob.stat().st_size
-        return FileEntry(path, size, sha, git_blob_sha1(lfs_pointer(sha, size)), True)
+        return FileEntry(path, size, sha, git_blob_sha1(lfs_pointer(sha, size)), True, xet and xet[0])
+
+    # -- Xet storage --------------------------------------------------------------------------------
+    @property
+    def cas_url(self) -> str:
+        """The CAS endpoint the Hub hands out: hf_xet reads and writes xorbs and shards in this folder."""
+        return f"local://{self.cas}"
+
+    def _xet_file(self, sha256: str) -> tuple[str, int] | None:
+        """(Xet hash, size) of content a client uploaded to the CAS, read from the shards it wrote there."""
+        with self._lock:
+            if sha256 not in self._xet_files:
+                for shard in sorted(self.cas.rglob("*.mdb")) if self.cas.is_dir() else ():
+                    if shard.name in self._shards_read:
+                        continue
+                    try:
+                        self._xet_files.update(shard_files(shard.read_bytes()))
+                        self._shards_read.add(shard.name)
+                    except OSError:
+                        continue  # being written: read again next time
+            return self._xet_files.get(sha256)
+
+    def _xet_upload(self, local: Path) -> str:
+        """Store ``local`` in the CAS (what a client's hf_xet does), returning its Xet hash."""
+        import hf_xet
+
+        self.cas.mkdir(exist_ok=True)
+        with warnings.catch_warnings():  # the one-call API is deprecated, and just what a server needs
+            warnings.simplefilter("ignore", DeprecationWarning)
+            info = hf_xet.upload_files([str(local)], self.cas_url, None, None, None, None)[0]
+        with self._lock:
+            self._xet_files[info.sha256] = (info.hash, info.file_size)
+        return info.hash
+
+    def _ensure_blob(self, entry: FileEntry) -> Path:
+        """The bytes of ``entry`` on disk: Xet-uploaded files are rebuilt from the CAS on first use."""
+        blob = self._blob(entry.sha256)
+        if blob.exists() or not entry.xet_hash:
+            return blob
+        import hf_xet
+
+        tmp = self.root / "tmp" / secrets.token_hex(8)
+        try:
+            info = hf_xet.PyXetDownloadInfo(str(tmp), entry.xet_hash, entry.size)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                hf_xet.download_files([info], self.cas_url, None, None, None, None)
+            sha, _ = self._store_stream(_file_chunks(tmp))
+        finally:
+            tmp.unlink(missing_ok=True)
+        if sha != entry.sha256:
+            raise HubError(500, f"the CAS rebuilt {entry.path} with sha256 {sha}, expected {entry.sha256}")
+        return blob
+
+    def _xet_token(self, h: _Handler, c: _Call, write: bool) -> None:
+        h.drain()
+        if not self.xet:
+            raise HubError(404, f"Not found: {c.method} {h.record.path}")  # a Hub without Xet storage
+        with self._lock:
+            if write:
+                self._writable(c)
+            else:
+                self._readable(c).resolve(c.rev)
+            token, ttl = secrets.token_urlsafe(24), self.xet_token_ttl
+            expiry = int(time.time() + ttl)
+            self._xet_tokens[token] = (c.user.user if c.user else "", expiry)
+        cas = self.cas_url
+        if h.fault is not None and h.fault.kind == "cas-unwritable":
+            blocker = self.root / "cas-blocked"  # a file where the client's hf_xet needs a folder
+            blocker.touch()
+            cas = f"local://{blocker}/cas"
+        else:
+            self.cas.mkdir(exist_ok=True)
+        headers = {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(expiry)}
+        # hf_xet refreshes from the JSON body, huggingface_hub reads the headers: the Hub sends both.
+        h.send_json(200, {"accessToken": token, "exp": expiry, "casUrl": cas}, headers)
+
+    def _api_xet_read_token(self, h: _Handler, c: _Call) -> None:
+        self._xet_token(h, c, write=False)
+
+    def _api_xet_write_token(self, h: _Handler, c: _Call) -> None:
+        self._xet_token(h, c, write=True)
 
     # -- repos & commits (shared by the Python API and the HTTP endpoints) ---------------------------
     def _repo(self, repo_type: str, repo_id: str) -> Repo:
@@ -906,7 +1064,7 @@ class HubServer:
         entry = self.files(repo_id, repo_type=repo_type, revision=revision).get(path)
         if entry is None:
             raise HubError(404, f"Entry not found: {path}", "EntryNotFound")
-        return self._blob(entry.sha256)
+        return self._ensure_blob(entry)
 
     def file_bytes(self, repo_id: str, path: str, *, repo_type: str = "model", revision: str = "main") -> bytes:
         return self.blob_path(repo_id, path, repo_type=repo_type, revision=revision).read_bytes()
@@ -1177,8 +1335,10 @@ class HubServer:
             elif key == "lfsFile":
                 path = check_path(value["path"])
                 with self._lock:
-                    if value["oid"] not in repo.lfs_oids:
-                        raise HubError(422, f"LFS object {value['oid']} was not uploaded to this repo")
+                    known = value["oid"] in repo.lfs_oids
+                # Uploaded through Xet: the commit names only the sha256; the client's shard maps it to the file.
+                if not known and self._xet_file(str(value["oid"])) is None:
+                    raise HubError(422, f"LFS object {value['oid']} was not uploaded to this repo")
                 ops.append((path, self._lfs_entry(repo, path, value["oid"], value.get("size"))))
             elif key in ("deletedFile", "deletedFolder"):
                 path = check_path(value["path"].rstrip("/"))
@@ -1290,6 +1450,10 @@ class HubServer:
         }
         if entry.lfs:
             headers.update({"X-Linked-Size": str(entry.size), "X-Linked-Etag": f'"{entry.sha256}"'})
+        if entry.xet_hash and self.xet:
+            # As the Hub: the Xet hash, and where to get a read token for the CAS (also the refresh route).
+            refresh = f"{h.base_url}/api/{PLURAL[repo.repo_type]}/{repo.repo_id}/xet-read-token/{commit.oid}"
+            headers.update({"X-Xet-Hash": entry.xet_hash, "Link": f'<{refresh}>; rel="xet-auth"'})
         start, length, status = 0, entry.size, 200
         wanted = h.headers.get("Range") if c.method == "GET" else None
         if wanted:
@@ -1305,8 +1469,9 @@ class HubServer:
                     raise HubError(416, "Requested range not satisfiable", None, unsatisfiable)
                 status, length = 206, end - start + 1
                 headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+        blob = self._ensure_blob(entry) if c.method == "GET" else None  # a plain GET of a Xet file too
         h.start_response(status, headers, length)
-        h.write_body(None, self._blob(entry.sha256), length, start)
+        h.write_body(None, blob, length, start)
 
     # -- admin API ----------------------------------------------------------------------------------
     def _admin(self, h: _Handler, path: str, query: dict[str, list[str]]) -> None:
@@ -1364,7 +1529,10 @@ class HubServer:
         elif route == ("DELETE", "log"):
             self.reset_log()
         elif route == ("POST", "config"):
-            self.set_commit_rate_limit(body.get("commit_rate_limit"), float(body.get("commit_rate_window", 3600)))
+            if "commit_rate_limit" in body:
+                self.set_commit_rate_limit(body["commit_rate_limit"], float(body.get("commit_rate_window", 3600)))
+            if "xet" in body:
+                self.set_xet(bool(body["xet"]), token_ttl=body.get("xet_token_ttl"))
         else:
             raise HubError(404, f"Unknown admin route {route}")
         h.send_json(200, result)
@@ -1435,6 +1603,9 @@ class RemoteHub:
     def set_commit_rate_limit(self, limit: int | None, window_s: float = 3600.0) -> None:
         self._call("POST", "config", {"commit_rate_limit": limit, "commit_rate_window": window_s})
 
+    def set_xet(self, enabled: bool, *, token_ttl: float | None = None) -> None:
+        self._call("POST", "config", {"xet": enabled, "xet_token_ttl": token_ttl})
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Local Hugging Face Hub for tests")
@@ -1443,8 +1614,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", help="directory for blobs (default: a temp dir removed on exit)")
     parser.add_argument("--token", action="append", default=[], metavar="TOKEN:USER:ROLE[:ORG,...]")
     parser.add_argument("--ready-file", help="write the URL here once listening")
+    parser.add_argument("--no-xet", action="store_true", help="a Hub without Xet storage: LFS only")
     args = parser.parse_args(argv)
-    hub = HubServer(args.data, host=args.host, port=args.port)
+    hub = HubServer(args.data, host=args.host, port=args.port, xet=not args.no_xet)
     for spec in args.token:
         token, user, role, *orgs = spec.split(":")
         hub.add_token(token, user, role, orgs=orgs[0].split(",") if orgs and orgs[0] else ())

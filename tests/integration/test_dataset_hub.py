@@ -2,7 +2,8 @@
 
 Every error of the stage, public and private repos, a pinned revision, the cache, a connection reset
 mid-download and a restart mid-download, both transports, and one `trainbox run` that trains on a Hub
-dataset end to end.
+dataset end to end. The module runs with the Hub in Xet mode (the tar is Xet-backed and streamed from
+the CAS) and in LFS mode (a plain HTTP stream); see tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ def assert_ready(result: Result, token: str | None = None) -> dict:
     return found
 
 
+def assert_downloaded(ctx: HubContext, size: int) -> None:
+    """The tar came whole the way of this transfer mode: from the Xet CAS, or over the resolve URL."""
+    if ctx.xet:
+        assert ctx.hub.find_requests(method="GET", path="/xet-read-token/"), "the Xet CAS was not used"
+        assert ctx.hub.bytes_served("/resolve/") == 0
+    else:
+        assert ctx.hub.bytes_served("/resolve/") == size
+
+
 # -- success paths ------------------------------------------------------------------------------
 def test_public_dataset_is_fetched_then_served_from_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path), "README.md": b"# cones\n"})
@@ -92,20 +102,20 @@ def test_public_dataset_is_fetched_then_served_from_the_volume(hub_ctx: HubConte
     entry = Path(found["data_yaml"]).parent
     assert entry.name.startswith(found["revision"])
     assert not list((workdir / "data" / "hub").rglob("*.staging")) and not list((workdir / "data").rglob("*.part"))
-    assert hub_ctx.hub.bytes_served("/resolve/") == (tmp_path / "src" / "cones.tar").stat().st_size
+    assert_downloaded(hub_ctx, (tmp_path / "src" / "cones.tar").stat().st_size)
 
     # A restart on the same volume: the marker is trusted, not one byte of the tar is downloaded.
     hub_ctx.hub.reset_log()
     again = fetch(workdir, repo)
     assert assert_ready(again)["data_yaml"] == found["data_yaml"]
-    assert hub_ctx.hub.find_requests(path="/resolve/") == []
+    assert hub_ctx.hub.find_requests(path="/resolve/|/xet-read-token/") == []
     assert "nothing downloaded" in again.stderr and "doctor" not in again.stderr
 
     # A dataset whose marker is gone (a restart cut the last step short) is fetched again, not trusted.
     (entry / ".trainbox-ready.json").unlink()
     hub_ctx.hub.reset_log()
     assert_ready(fetch(workdir, repo))
-    assert hub_ctx.hub.bytes_served("/resolve/") > 0
+    assert_downloaded(hub_ctx, (tmp_path / "src" / "cones.tar").stat().st_size)
 
 
 def test_private_dataset_at_a_pinned_tag(hub_ctx: HubContext, tmp_path: Path) -> None:
@@ -143,9 +153,10 @@ def test_gzipped_tar_chosen_by_dataset_file_and_the_download_then_extract_path(
     assert not (workdir / "data" / "hub" / ".downloads").exists() or not any(
         (workdir / "data" / "hub" / ".downloads").iterdir()
     )
-    assert hub_ctx.hub.bytes_served("/resolve/") == gz.stat().st_size
+    assert_downloaded(hub_ctx, gz.stat().st_size)
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_several_data_yamls_need_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
     extra = {"cones/copy/data.yaml": b"train: x\nval: x\nnames: [a]\n"}
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path, extra=extra)})
@@ -157,6 +168,7 @@ def test_several_data_yamls_need_data_yaml(hub_ctx: HubContext, tmp_path: Path) 
     assert_ready(fetch(workdir, repo, DATA_YAML="cones/data.yaml"))
 
 
+@pytest.mark.transfer("xet")  # nothing is downloaded
 def test_plan_sizes_the_disk_from_the_hub_without_downloading(hub_ctx: HubContext, tmp_path: Path) -> None:
     from entrypoint import dataset, settings
 
@@ -197,6 +209,7 @@ def big_dataset(tmp_path: Path) -> Path:
     return dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(6 * 1024 * 1024)})
 
 
+@pytest.mark.transfer("lfs")  # the plain HTTP stream (Xet: the tests below)
 def test_connection_reset_mid_download_resumes_with_range(hub_ctx: HubContext, tmp_path: Path) -> None:
     tar = big_dataset(tmp_path)
     size = tar.stat().st_size
@@ -212,6 +225,7 @@ def test_connection_reset_mid_download_resumes_with_range(hub_ctx: HubContext, t
     assert f"resuming at byte {cut}" in result.stderr
 
 
+@pytest.mark.transfer("lfs")  # the plain HTTP stream (Xet: the tests below)
 def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_ctx: HubContext, tmp_path: Path) -> None:
     tar = big_dataset(tmp_path)
     size = tar.stat().st_size
@@ -245,6 +259,89 @@ def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_c
     assert not partial.exists()
 
 
+def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
+    hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from entrypoint import dataset_hub, extract, settings
+
+    # Bigger than the bytes in flight between download and extraction (~17 MB), so the stop lands mid-download.
+    tar = dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(48 * 1024 * 1024)})
+    size = tar.stat().st_size
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    extract_all = extract.extract
+
+    def stopped_at_a_quarter(chunks: object, *args: object, **kwargs: object) -> object:
+        def until_stopped() -> object:
+            got = 0
+            for chunk in chunks:  # type: ignore[attr-defined]
+                yield chunk
+                got += len(chunk)
+                if got >= size // 4:  # what the SIGTERM handler does to the stage in progress
+                    raise errors.PreemptedError("received SIGTERM: the machine is being taken back")
+
+        return extract_all(until_stopped(), *args, **kwargs)
+
+    monkeypatch.setattr(extract, "extract", stopped_at_a_quarter)
+    with pytest.raises(errors.PreemptedError):
+        dataset_hub.prepare(settings.from_env(env))
+    (partial,) = (tmp_path / "work" / "data" / "hub" / ".downloads").glob("*.part")
+    kept = partial.stat().st_size
+    assert size // 4 <= kept < size, "the bytes of the stopped download were not kept"
+
+    monkeypatch.setattr(extract, "extract", extract_all)
+    starts: list[int] = []
+    xet_stream = dataset_hub.xet_stream_dataset_file
+
+    def watched(hub: object, remote: object, start: int = 0, **kwargs: object) -> object:
+        starts.append(start)
+        return xet_stream(hub, remote, start, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dataset_hub, "xet_stream_dataset_file", watched)
+    hub_ctx.hub.reset_log()
+    prepared = dataset_hub.prepare(settings.from_env(env))
+    assert (prepared.root / "cones" / "extras" / "blob.bin").stat().st_size == 48 * 1024 * 1024
+    assert not partial.exists()
+    if hub_ctx.xet:
+        assert starts == [kept] and hub_ctx.hub.bytes_served("/resolve/") == 0
+    else:
+        (get,) = hub_ctx.hub.find_requests(method="GET", path="/resolve/")
+        assert get.range == f"bytes={kept}-" and hub_ctx.hub.bytes_served("/resolve/") == size - kept
+
+
+@pytest.mark.transfer("xet")
+def test_a_stalled_xet_download_is_retried_then_continued_over_http(
+    hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from entrypoint import dataset_hub, settings
+    from entrypoint import hub as agent_hub
+
+    tar = big_dataset(tmp_path)
+    repo = publish(hub_ctx, {"cones.tar": tar})
+    monkeypatch.setattr(agent_hub, "XET_STALL_S", 1.0)  # a minute in production
+    hub_ctx.hub.inject("slow", method="GET", path="/xet-read-token/", rate=1)  # the CAS never answers
+    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    with caplog.at_level("WARNING", logger="trainbox"):
+        prepared = dataset_hub.prepare(settings.from_env(env))
+    assert (prepared.root / "cones" / "images" / "train" / "000.png").is_file()
+    assert "trying once more" in caplog.text and "continuing over plain HTTP" in caplog.text
+    assert hub_ctx.hub.bytes_served("/resolve/") == tar.stat().st_size
+
+
+@pytest.mark.transfer("xet")
+def test_the_agents_hugging_face_state_lives_on_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
+    workdir, home = tmp_path / "work", tmp_path / "home"
+    home.mkdir()
+    env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, HOME=str(home))
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE", "XDG_CACHE_HOME"):
+        env.pop(name, None)
+    assert_ready(run_trainbox("fetch", "--json", env=env))
+    assert hub_ctx.hub.find_requests(method="GET", path="/xet-read-token/")  # hf_xet did the transfer
+    assert list(home.rglob("*")) == []  # nothing under $HOME/.cache (nor anywhere in $HOME)
+    assert (workdir / ".cache" / "huggingface" / "xet").is_dir()
+
+
 def test_a_corrupt_partial_file_fails_the_checksum_and_is_not_reused(hub_ctx: HubContext, tmp_path: Path) -> None:
     tar = big_dataset(tmp_path)
     data = tar.read_bytes()
@@ -267,6 +364,7 @@ def test_a_corrupt_partial_file_fails_the_checksum_and_is_not_reused(hub_ctx: Hu
 
 
 # -- every error, each with its own message and exit code -----------------------------------------
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_repo_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
     result = fetch(tmp_path / "work", f"{hub_ctx.user}/no-such-data", HF_TOKEN=hub_ctx.token)
     assert result.returncode == errors.DatasetNotFoundError.exit_code, result.output[-2000:]
@@ -274,6 +372,7 @@ def test_repo_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
     assert hub_ctx.token not in result.output
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_private_repo_without_a_token_or_with_a_bad_one(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
     anonymous = fetch(tmp_path / "work", repo)
@@ -291,6 +390,7 @@ def test_private_repo_without_a_token_or_with_a_bad_one(hub_ctx: HubContext, tmp
     assert left_behind(tmp_path / "work") == []
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_revision_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
     result = fetch(tmp_path / "work", repo, DATASET_REVISION="v9")
@@ -307,6 +407,7 @@ def test_revision_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
     ],
     ids=["no-tar", "several-tars", "missing-dataset-file"],
 )
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_archive_choice_errors(
     hub_ctx: HubContext, tmp_path: Path, files: dict[str, bytes], env: dict[str, str], code: int, words: str
 ) -> None:
@@ -317,6 +418,7 @@ def test_archive_choice_errors(
     assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_truncated_tar(hub_ctx: HubContext, tmp_path: Path) -> None:
     whole = dataset_tar(tmp_path).read_bytes()
     repo = publish(hub_ctx, {"cones.tar": whole[: len(whole) // 2]})
@@ -327,6 +429,7 @@ def test_truncated_tar(hub_ctx: HubContext, tmp_path: Path) -> None:
     assert left_behind(workdir) == []
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_refused_member_is_named_and_nothing_is_left(hub_ctx: HubContext, tmp_path: Path) -> None:
     tar = dataset_tar(tmp_path, extra={"../../escaped.txt": b"pwned"})
     repo = publish(hub_ctx, {"cones.tar": tar})
@@ -338,6 +441,7 @@ def test_refused_member_is_named_and_nothing_is_left(hub_ctx: HubContext, tmp_pa
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_disk_too_small_stops_before_downloading(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
     # A run that keeps a checkpoint of the biggest model every epoch for a million epochs needs petabytes.
@@ -348,6 +452,7 @@ def test_disk_too_small_stops_before_downloading(hub_ctx: HubContext, tmp_path: 
     assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_no_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
     root = tmp_path / "src" / "cones"
     make_dataset(root).unlink()
@@ -359,6 +464,7 @@ def test_no_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
     assert left_behind(workdir) == []
 
 
+@pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> None:
     root = tmp_path / "src" / "cones"
     make_dataset(root)
@@ -372,13 +478,21 @@ def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> No
 
 
 # -- the whole job ----------------------------------------------------------------------------------
+@pytest.mark.transfer("xet")  # the transfers are covered in both modes above; this one trains
 def test_run_trains_on_a_private_hub_dataset(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
-    workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=repo, HF_TOKEN=hub_ctx.read_token, GPUS="cpu", RUN_ARGS=TRAIN_ARGS)
-    result = run_trainbox("run", env=env)
+    workdir, home = tmp_path / "work", tmp_path / "home"
+    home.mkdir()
+    env = trainbox_env(workdir, DATASET_REPO=repo, HF_TOKEN=hub_ctx.token, GPUS="cpu", RUN_ARGS=TRAIN_ARGS)
+    env["OUTPUT_REPO"] = output = hub_ctx.repo_id("trained")
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE", "XDG_CACHE_HOME"):
+        env.pop(name, None)  # the agent's own defaults: its Hugging Face state on the volume
+    result = run_trainbox("run", env=env | {"HOME": str(home)})
     assert result.returncode == 0, result.output[-3000:]
-    assert hub_ctx.read_token not in result.output
+    assert hub_ctx.token not in result.output
+    assert hub_ctx.hub.files(output)["weights/last.pt"].xet_hash  # uploaded through Xet
+    assert not (home / ".cache").exists(), sorted(str(p) for p in home.rglob("*"))[:20]
+    assert (workdir / ".cache" / "huggingface" / "xet").is_dir()
 
     (state_file,) = (workdir / "runs").glob("*/trainbox.json")
     state = json.loads(state_file.read_text())
@@ -387,7 +501,7 @@ def test_run_trains_on_a_private_hub_dataset(hub_ctx: HubContext, tmp_path: Path
     assert state["dataset"]["source"].startswith(f"{repo}@")
     weights = state_file.parent / "weights"
     assert (weights / "best.pt").stat().st_size > 0 and (weights / "last.pt").stat().st_size > 0
-    assert hub_ctx.read_token not in state_file.read_text()
+    assert hub_ctx.token not in state_file.read_text()
 
 
 # -- a local tar goes through the same safe extraction and cache -----------------------------------

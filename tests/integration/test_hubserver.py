@@ -71,6 +71,7 @@ def test_create_repo_private_public_and_exist_ok(hub_ctx: HubContext) -> None:
 # -- uploads ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.transfer("lfs")  # asserts the LFS requests
 def test_upload_file_binary_takes_lfs_path_and_downloads_back(hub_ctx: HubContext, tmp_path: Path) -> None:
     api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
     api.create_repo(repo)
@@ -111,6 +112,7 @@ def test_download_cache_hit_sends_no_body_and_regular_etag_is_git_sha1(hub_ctx: 
     assert hub.bytes_served("/resolve/") == 0
 
 
+@pytest.mark.transfer("lfs")  # asserts the LFS requests
 def test_upload_folder_then_unchanged_files_are_skipped(hub_ctx: HubContext, tmp_path: Path) -> None:
     api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
     api.create_repo(repo, repo_type="dataset")
@@ -297,6 +299,7 @@ def test_typed_not_found_errors(hub_ctx: HubContext) -> None:
 # -- faults -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.transfer("lfs")  # asserts the LFS requests
 def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: HubContext) -> None:
     api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
     api.create_repo(repo)
@@ -323,6 +326,7 @@ def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: Hu
     assert "b.txt" not in hub.files(repo)
 
 
+@pytest.mark.transfer("lfs")  # the plain HTTP download
 def test_download_resumes_with_range_after_a_mid_body_reset(hub_ctx: HubContext) -> None:
     repo, hub = hub_ctx.repo_id(), hub_ctx.hub
     hub.create_repo(repo, private=True)
@@ -340,6 +344,7 @@ def test_download_resumes_with_range_after_a_mid_body_reset(hub_ctx: HubContext)
     assert 0 < offset <= 12 * MiB and second.bytes_out == len(data) - offset
 
 
+@pytest.mark.transfer("lfs")  # the plain HTTP download
 def test_get_503_is_not_retried_and_slow_body_is_throttled(hub_ctx: HubContext) -> None:
     repo, hub = hub_ctx.repo_id(), hub_ctx.hub
     hub.create_repo(repo)
@@ -466,9 +471,89 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         kwargs = {"repo_type": "dataset", "endpoint": url, "token": "ro", "cache_dir": tmp_path / "cache"}
         path = hf_hub_download("acme/data", "train.tar", **kwargs)
         assert Path(path).read_bytes() == b"\0tar"
-        assert remote.bytes_served("/resolve/") == 4
+        assert remote.bytes_served("/resolve/") == 0  # an LFS file lives in the Xet CAS: read from there
         assert {r["user"] for r in remote.requests} == {"bob"}
+        remote.set_xet(False)  # a Hub without Xet: the plain download
+        path = hf_hub_download("acme/data", "train.tar", **kwargs, force_download=True)
+        assert Path(path).read_bytes() == b"\0tar" and remote.bytes_served("/resolve/") == 4
         remote.clear_faults()
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+# -- Xet: the transfer path of the real Hub ------------------------------------------------------------
+
+
+def test_xet_upload_fills_the_cas_and_downloads_byte_identical(hub_ctx: HubContext, tmp_path: Path) -> None:
+    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
+    api.create_repo(repo)
+    data = os.urandom(5 * MiB)
+    local = tmp_path / "last.pt"
+    local.write_bytes(data)
+
+    api.upload_file(path_or_fileobj=local, path_in_repo="weights/last.pt", repo_id=repo)
+
+    assert _statuses(hub_ctx, "GET", r"/xet-write-token/main$") == [200]
+    assert not hub.find_requests(path=r"/info/lfs/|^/_lfs/")  # no byte went the LFS way
+    xorbs = [p for p in (hub.cas / "xet" / "xorbs" / "xorbs").iterdir() if not p.name.endswith(".tagset")]
+    assert xorbs and sum(p.stat().st_size for p in xorbs) >= len(data) // 2  # random bytes: little compression
+    entry = hub.files(repo)["weights/last.pt"]
+    assert entry.lfs and entry.xet_hash and entry.sha256 == hashlib.sha256(data).hexdigest()
+    tree = {e.path: e for e in api.list_repo_tree(repo, recursive=True)}
+    assert tree["weights/last.pt"].xet_hash == entry.xet_hash
+
+    hub.reset_log()
+    path = hf_hub_download(repo, "weights/last.pt", **hub_ctx.download_kwargs())
+    assert Path(path).read_bytes() == data
+    (head,) = hub.find_requests("HEAD", "/resolve/")
+    assert head.status == 200 and _statuses(hub_ctx, "GET", r"/xet-read-token/") == [200]
+    assert hub.bytes_served("/resolve/") == 0  # the bytes came from the CAS, not the resolve URL
+    # what a client without Xet gets: the same bytes by a plain GET of the resolve URL
+    with urllib.request.urlopen(hf_hub_url(repo, "weights/last.pt", endpoint=hub.url)) as plain:
+        assert plain.read() == data
+
+
+def test_xet_token_errors_are_retried_and_a_short_token_is_refreshed(hub_ctx: HubContext, tmp_path: Path) -> None:
+    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
+    api.create_repo(repo)
+    hub.set_xet(True, token_ttl=1)  # already "expired" by the client's 60 s safety margin: every use refreshes
+    hub.inject("503", path=r"/xet-write-token/", times=1)
+    hub.inject("reset", path=r"/xet-read-token/", times=1)
+    for i in range(2):
+        local = tmp_path / f"epoch_{i}.pt"
+        local.write_bytes(os.urandom(MiB))
+        api.upload_file(path_or_fileobj=local, path_in_repo=local.name, repo_id=repo)
+        path = hf_hub_download(repo, local.name, **hub_ctx.download_kwargs())
+        assert Path(path).read_bytes() == local.read_bytes()
+    assert _statuses(hub_ctx, "GET", r"/xet-write-token/")[:2] == [503, 200]
+    assert len(hub.find_requests("GET", r"/xet-write-token/")) >= 3  # a fresh token for the second upload
+    assert _statuses(hub_ctx, "GET", r"/xet-read-token/")[0] == 0
+
+
+def test_a_cas_write_failure_commits_nothing(hub_ctx: HubContext, tmp_path: Path) -> None:
+    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
+    api.create_repo(repo)
+    head = hub.head(repo)
+    local = tmp_path / "last.pt"
+    local.write_bytes(os.urandom(MiB))
+    with hub.inject("cas-unwritable", path=r"/xet-write-token/") as fault, pytest.raises(Exception):  # noqa: B017
+        api.upload_file(path_or_fileobj=local, path_in_repo="last.pt", repo_id=repo)
+    assert fault.fired and hub.head(repo) == head and not hub.find_requests("POST", "/commit/")
+    api.upload_file(path_or_fileobj=local, path_in_repo="last.pt", repo_id=repo)  # the CAS is back
+    assert hub.file_bytes(repo, "last.pt") == local.read_bytes()
+
+
+@pytest.mark.transfer("lfs")
+def test_a_hub_without_xet_has_no_token_route_and_serves_plain_files(hub_ctx: HubContext) -> None:
+    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
+    api.create_repo(repo)
+    data = os.urandom(MiB)
+    hub.upload_bytes(repo, "data.tar", data)
+    assert hub.files(repo)["data.tar"].xet_hash is None
+    url = f"{hub.url}/api/models/{repo}/xet-read-token/main"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {hub_ctx.token}"}))
+    assert err.value.code == 404
+    assert Path(hf_hub_download(repo, "data.tar", **hub_ctx.download_kwargs())).read_bytes() == data
+    assert "X-Xet-Hash" not in get_hf_file_metadata(hf_hub_url(repo, "data.tar", endpoint=hub.url)).__dict__
