@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, monitor, preflight, profiling, release, resume, sync, training
+from . import cost, dataset, monitor, preflight, profiling, progress, release, resume, sync, training
 from .errors import AgentError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .log import logger
@@ -43,6 +43,7 @@ class Job:
         self.started = time.monotonic()
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         self.state = RunState.load(settings.run_dir, settings.run_name)
+        self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: training.TrainingProcess | None = None
         self.uploader: sync.Uploader | None = None
         self.hub: Hub | None = None
@@ -145,7 +146,12 @@ class Job:
         resume.check_same_run(remote, self.settings.run_name, repo)
         self.state.adopt_history(remote)
         self.uploader = sync.Uploader(
-            self.hub, repo, self.settings.run_dir, self._work_dir() / "sync", before_snapshot=self._report_progress
+            self.hub,
+            repo,
+            self.settings.run_dir,
+            self._work_dir() / "sync",
+            before_snapshot=self._before_snapshot,
+            on_commit=self.progress.committed,
         )
         self.uploader.start()
         self.state.on_phase(self.uploader.notify)
@@ -215,6 +221,7 @@ class Job:
             self._stop_trainer()
             raise self._stop
         self._report_progress()
+        self.progress.tick(publish=self.uploader is None)
         if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / "status.json").exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         limit = self.settings.stall_timeout
@@ -222,6 +229,11 @@ class Job:
             self.request_stop(
                 StallError(f"no training output or epoch for {limit:.0f} s", "see console.log; raise STALL_TIMEOUT")
             )
+
+    def _before_snapshot(self) -> None:
+        """The uploader's hook: trainbox.json, the plot and README.md are current in every snapshot."""
+        self._report_progress()
+        self.progress.publish(self.hub, self.settings.output_repo)
 
     def _report_progress(self) -> None:
         """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
@@ -276,6 +288,7 @@ class Job:
         code = self._final_sync(phase, code)
         self._summary(phase, outcome)
         release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+        self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
 
     def _final_sync(self, phase: Phase, code: int) -> int:
