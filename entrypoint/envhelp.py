@@ -59,6 +59,10 @@ class Variable:
         return self.name in _SECRETS or self.name.endswith(("_TOKEN", "_KEY"))
 
 
+# Read by a library rather than by settings.py.
+LIBRARY_VARIABLES = (Variable("HF_ENDPOINT", "the public Hub", "Hub URL, honoured through huggingface_hub"),)
+
+
 def _literal(node: ast.expr | None) -> str | None:
     """A default as text: a literal, or a module constant of settings (``DEFAULT_WORKDIR``)."""
     if node is None:
@@ -121,7 +125,8 @@ def variables() -> tuple[Variable, ...]:
         found["PROFILE"] = "0"
     known = list(MEANINGS)  # the README's order; a variable new to settings goes last
     ordered = sorted(found, key=lambda name: (known.index(name) if name in known else len(known), name))
-    return tuple(Variable(name, found[name], MEANINGS.get(name, "see README.md")) for name in ordered)
+    ours = tuple(Variable(name, found[name], MEANINGS.get(name, "see README.md")) for name in ordered)
+    return ours + LIBRARY_VARIABLES
 
 
 def epilog() -> str:

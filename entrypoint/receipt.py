@@ -107,8 +107,10 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
     phases: dict[str, dict[str, Any]] = state.get("phases") or {}
     released = marks.get("released")
     end = released if released is not None else now
-    if price_per_hour is None:
+    if price_per_hour is None:  # the cost block's (it may come from the provider), else the one at start
         price_per_hour = (state.get("cost") or {}).get("price_per_hour")
+    if price_per_hour is None:
+        price_per_hour = timeline.get("price_per_hour")
 
     def duration(name: str) -> float:
         phase = phases.get(name) or {}
@@ -116,7 +118,7 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
             return float(phase["seconds"])
         return max(0.0, end - marks[name]) if name in marks else 0.0
 
-    first_phase = marks.get("preflight", end)
+    first_phase = min((at for name, at in marks.items() if name not in {"release", "released"}), default=end)
     preflight = duration("preflight")
     gpu = min(float((state.get("gpus") or {}).get("check_seconds") or 0.0), preflight)
     ended_at = next((marks[name] for name in TERMINAL if name in marks), None)
