@@ -47,7 +47,8 @@ def test_the_epoch_line_without_price_validation_or_hub() -> None:
         rows, 3, started_at=NOW - 200, now=NOW, price_per_hour=None, hub=None, last_commit_at=None
     )
     assert line == (
-        "epoch 1/3 · 2m10/epoch · ETA 4m20 · mAP50 — (not validated yet) · 3m20 billed so far · local only (no OUTPUT_REPO)"
+        "epoch 1/3 · 2m10/epoch · ETA 4m20 · mAP50 — (not validated yet) · 3m20 billed so far"
+        " · local only (no OUTPUT_REPO)"
     )
     assert progress.hub_text("acme/yolo", None, NOW) == "not on the Hub yet"
 
