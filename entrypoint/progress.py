@@ -197,8 +197,9 @@ class Progress:
             return []
         self._metrics_signature = signature
         self._rows = plot.read_rows(path)
-        if self._logged_epoch is None:
-            self._logged_epoch = 0
+        if self._logged_epoch is None:  # before training starts, epochs on disk are an earlier attempt's
+            self._logged_epoch = self._rows[-1]["epoch"] if self._rows else 0
+            return []
         lines = []
         snapshot = self.state.snapshot()
         total = total_epochs(self.run_dir, snapshot)
