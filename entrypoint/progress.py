@@ -137,6 +137,7 @@ class Progress:
         self._card_base: str | None = None
         self._card_base_known = False
         self._receipt_written = False
+        self._total_cache: tuple[tuple[int, int] | None, int | None] = (None, None)
         self._warned_no_plot = False
         self._save_timeline()
         state.on_phase(self._phase_changed)
@@ -177,6 +178,9 @@ class Progress:
             return
         try:
             new = self._new_rows()
+        except Exception as error:  # a log line must never stop the training loop
+            logger.debug("progress: %s", error)
+            new = []
         finally:
             self._tick_lock.release()
         for line in new:
@@ -202,7 +206,7 @@ class Progress:
             return []
         lines = []
         snapshot = self.state.snapshot()
-        total = total_epochs(self.run_dir, snapshot)
+        total = self._total(snapshot)
         for index, row in enumerate(self._rows):
             if row["epoch"] > self._logged_epoch:
                 lines.append(self._line(self._rows[: index + 1], total))
@@ -240,13 +244,16 @@ class Progress:
         """Bring the plot and README.md in the run folder up to date; cheap when nothing changed."""
         self.tick()
         with self._publish_lock:
-            snapshot = self.state.snapshot()
-            self._note_release(snapshot)
-            rows = plot.read_rows(self.run_dir / "metrics.jsonl")
-            self._maybe_plot(rows, final=snapshot.get("phase") in receipt.TERMINAL)
-            if not self._load_card_base(hub, repo_id):
-                return  # the Hub's card could not be read: never overwrite a card we have not seen
-            self._write_card(self.state.snapshot(), rows)
+            try:
+                snapshot = self.state.snapshot()
+                self._note_release(snapshot)
+                rows = plot.read_rows(self.run_dir / "metrics.jsonl")
+                self._maybe_plot(rows, final=snapshot.get("phase") in receipt.TERMINAL)
+                if not self._load_card_base(hub, repo_id):
+                    return  # the Hub's card could not be read: never overwrite a card we have not seen
+                self._write_card(self.state.snapshot(), rows)
+            except Exception as error:  # the card is a courtesy: never let it stop training or the upload
+                logger.warning("card: not updated: %s: %s", type(error).__name__, error)
 
     def _note_release(self, snapshot: dict[str, Any]) -> None:
         released = snapshot.get("release")
@@ -275,9 +282,8 @@ class Progress:
             logger.warning("plot: not drawn: %s", error)
             drawn = False
         self._plot_seconds = time.monotonic() - started
-        if drawn:
-            self._plotted_epoch = rows[-1]["epoch"]
-        elif not self._warned_no_plot and not plot.available():
+        self._plotted_epoch = rows[-1]["epoch"]  # drawn, or tried: the next epoch tries again
+        if not drawn and not self._warned_no_plot and not plot.available():
             self._warned_no_plot = True
             logger.warning("plot: matplotlib is not installed; the model card has no training plot")
 
@@ -309,9 +315,9 @@ class Progress:
             snapshot,
             rows,
             repo_id=self.settings.output_repo,
-            receipt=receipt.compute(snapshot, time.time()),
+            receipt=receipt.compute(snapshot, self._as_of()),
             plot=(self.run_dir / card.PLOT_FILE).is_file(),
-            total=total_epochs(self.run_dir, snapshot),
+            total=self._total(snapshot),
         )
         text = card.render(info, self._card_base)
         self._card_base = text
@@ -323,6 +329,26 @@ class Progress:
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
 
+    def _total(self, snapshot: dict[str, Any]) -> int | None:
+        """The epoch count, reading status.json only after it changed: a read is an inotify event,
+        and the uploader wakes on events of status.json."""
+        try:
+            stat = (self.run_dir / "status.json").stat()
+            signature: tuple[int, int] | None = (stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            signature = None
+        if signature is None or signature != self._total_cache[0]:
+            self._total_cache = (signature, total_epochs(self.run_dir, snapshot))
+        return self._total_cache[1] or (snapshot.get("progress") or {}).get("epochs_total")
+
+    def _as_of(self) -> float:
+        """The card's "so far" moment: the last phase change or epoch, so the card only changes with them
+        (a card that changed at every snapshot would be uploaded at every snapshot)."""
+        moments = list(self._marks.values())
+        with contextlib.suppress(OSError):
+            moments.append((self.run_dir / "metrics.jsonl").stat().st_mtime)
+        return max(moments, default=self.started_at)
+
     # -- the end --------------------------------------------------------------------------
     def _save_receipt(self) -> None:
         found = receipt.compute(self.state.snapshot(), time.time())
@@ -332,6 +358,12 @@ class Progress:
 
     def finished(self) -> None:
         """After the release: the receipt into trainbox.json; the summary, then the receipt, logged last."""
+        try:
+            self._finished()
+        except Exception as error:  # the job is over and released: report, never fail now
+            logger.warning("receipt: not written: %s: %s", type(error).__name__, error)
+
+    def _finished(self) -> None:
         self.tick()  # the last epoch may have ended after the training loop's last look
         # Without an upload before it, "release" stays unmarked: all after the end is the release.
         self._marks["released"] = round(time.time(), 3)
