@@ -134,3 +134,20 @@ def test_finished_writes_the_receipt_and_logs_it_last(job: progress.Progress, ca
     # no OUTPUT_REPO: the card and the plot are written into the run folder
     assert (job.run_dir / "README.md").read_text().count("library_name: libreyolo") == 1
     assert (job.run_dir / "training.png").is_file()
+
+
+def test_the_card_changes_only_with_an_epoch_or_a_phase(
+    job: progress.Progress, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job.state.set_phase(Phase.TRAINING)
+    append(job, rows_until(1, pace=1.0))
+    job.publish()
+    card = job.run_dir / "README.md"
+    first = card.read_text()
+    clock = progress.time.time
+    monkeypatch.setattr(progress.time, "time", lambda: clock() + 500)  # much later, nothing new
+    job.publish()
+    assert card.read_text() == first, "an unchanged run must not produce a new card to upload"
+    append(job, rows_until(2, pace=1.0)[1:])
+    job.publish()
+    assert card.read_text() != first
