@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
-
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from typing import TYPE_CHECKING, Any
 
 from .receipt import Receipt
+
+if TYPE_CHECKING:
+    from huggingface_hub import ModelCardData
 
 BEGIN = "<!-- trainbox:begin (this section is rewritten by Trainbox at every upload; edit outside it) -->"
 END = "<!-- trainbox:end -->"
@@ -57,6 +58,9 @@ class CardInfo:
 
 
 def metadata(info: CardInfo) -> ModelCardData:
+    # Imported here: `trainbox status` shows the receipt without paying for huggingface_hub's import.
+    from huggingface_hub import EvalResult, ModelCardData
+
     data = ModelCardData(
         library_name="libreyolo",
         pipeline_tag="object-detection",
@@ -84,6 +88,8 @@ def metadata(info: CardInfo) -> ModelCardData:
 
 def render(info: CardInfo, existing: str | None = None) -> str:
     """The whole README.md: ``existing`` (the user's card, or our previous one) with our parts replaced."""
+    from huggingface_hub import ModelCard
+
     ours = metadata(info)
     section = f"{BEGIN}\n{page(info)}\n{END}"
     if not existing or not existing.strip():
