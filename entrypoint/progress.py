@@ -311,6 +311,10 @@ class Progress:
         return True
 
     def _write_card(self, snapshot: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        previous = self.state.previous or {}
+        for key in ("training", "dataset"):  # until this attempt gets there (or never: already complete)
+            if not snapshot.get(key) and previous.get(key):
+                snapshot[key] = previous[key]
         info = card_info(
             snapshot,
             rows,

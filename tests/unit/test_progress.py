@@ -151,3 +151,16 @@ def test_the_card_changes_only_with_an_epoch_or_a_phase(
     append(job, rows_until(2, pace=1.0)[1:])
     job.publish()
     assert card.read_text() != first
+
+
+def test_a_new_attempt_card_keeps_the_last_attempts_command_until_it_has_its_own(tmp_path: Path) -> None:
+    settings = from_env({"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu"}, options={})
+    settings.run_dir.mkdir(parents=True)
+    earlier = RunState.load(settings.run_dir, settings.run_name)
+    earlier.update(training={"argv": ["train", "epochs=3", "device=cpu"]}, dataset={"source": "x", "revision": "r1"})
+    earlier.finish(Phase.DONE, 0, "success")
+    job = progress.Progress(settings, RunState.load(settings.run_dir, settings.run_name))
+    append(job, rows_until(3, pace=1.0))
+    job.publish()
+    text = (job.run_dir / "README.md").read_text()
+    assert "libreyolo train epochs=3 device=cpu" in text and "revision: r1" in text
