@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .receipt import Receipt
@@ -54,7 +54,6 @@ class CardInfo:
     receipt: Receipt | None
     plot: bool
     updated_at: str | None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def metadata(info: CardInfo) -> ModelCardData:

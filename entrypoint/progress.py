@@ -136,7 +136,6 @@ class Progress:
         self._plot_seconds = 0.0
         self._card_base: str | None = None
         self._card_base_known = False
-        self._receipt_written = False
         self._total_cache: tuple[tuple[int, int] | None, int | None] = (None, None)
         self._warned_no_plot = False
         self._save_timeline()
@@ -358,7 +357,6 @@ class Progress:
         found = receipt.compute(self.state.snapshot(), time.time())
         if found is not None:
             self.state.update(receipt=found.as_dict())
-            self._receipt_written = True
 
     def finished(self) -> None:
         """After the release: the receipt into trainbox.json; the summary, then the receipt, logged last."""
