@@ -33,7 +33,20 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     return replace(loaded, env=loaded.env | {"HF_XET_CACHE": os.environ["HF_XET_CACHE"]})
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _EnvHelp(click.Command):
+    """``--help`` ends with the environment variables and their defaults, read from settings.py."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .envhelp import epilog
+
+        formatter.write("\n" + epilog() + "\n")
+
+
+class _EnvHelpGroup(_EnvHelp, click.Group):
+    pass
+
+
+@click.group(cls=_EnvHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="trainbox")
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail too.")
@@ -42,9 +55,18 @@ def cli(log_json: bool, verbose: bool) -> None:
     log.setup(json_lines=log_json, verbose=verbose)
 
 
-@cli.command()
-def run() -> None:
+@cli.command(cls=_EnvHelp)
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would happen (settings, command, resume, release); spend nothing."
+)
+def run(dry_run: bool) -> None:
     """The whole job: preflight, dataset, training with live upload, release."""
+    if dry_run:
+        settings = load_settings()
+        from . import dryrun
+
+        click.echo(redact("\n".join(dryrun.report(settings, dict(os.environ)))))
+        return
     loaded = load_settings(quiet_transfers=True)  # before huggingface_hub is imported (by pipeline)
     from . import pipeline
 
@@ -190,16 +212,36 @@ def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float
 @cli.command()
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print trainbox.json as it is.")
-def status(run_dir: Path | None, as_json: bool) -> None:
+@click.option("--watch", is_flag=True, help="Redraw every few seconds until the run ends (a run on this machine).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between redraws with --watch.")
+def status(run_dir: Path | None, as_json: bool, watch: bool, interval: float) -> None:
     """What the agent is doing, or did (reads trainbox.json)."""
-    path = _find_state(run_dir)
-    data = read_state(path) if path else None
-    if data is None:
-        raise ConfigError("no trainbox.json found", "pass the run folder, or set WORKDIR / RUN_NAME")
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    click.echo(render_status(data))
+    import time
+
+    from .progress import watch_view
+    from .state import TERMINAL_PHASES
+
+    while True:
+        path = _find_state(run_dir)
+        data = read_state(path) if path else None
+        if data is None:
+            raise ConfigError("no trainbox.json found", "pass the run folder, or set WORKDIR / RUN_NAME")
+        if as_json:
+            click.echo(json.dumps(data, indent=2))
+            return
+        assert path is not None
+        text = "\n".join([render_status(data), *watch_view(path.parent, data, path.parent.parent.parent, time.time())])
+        if not watch:
+            click.echo(text)
+            return
+        click.clear()
+        click.echo(text)
+        if data.get("phase") in TERMINAL_PHASES:
+            return
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            return
 
 
 def _find_state(run_dir: Path | None) -> Path | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, monitor, preflight, profiling, providers, release, resume, sync, training
+from . import cost, dataset, monitor, preflight, profiling, progress, providers, release, resume, sync, training
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .log import logger
@@ -49,6 +49,7 @@ class Job:
         self.started = time.monotonic()
         settings.run_dir.mkdir(parents=True, exist_ok=True)
         self.state = RunState.load(settings.run_dir, settings.run_name)
+        self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: training.TrainingProcess | None = None
         self.uploader: sync.Uploader | None = None
         self.hub: Hub | None = None
@@ -206,8 +207,9 @@ class Job:
             self.settings.output_repo,
             self.settings.run_dir,
             self._work_dir() / "sync",
-            before_snapshot=self._report_progress,
+            before_snapshot=self._before_snapshot,
             superseded=newer.__contains__ if newer else None,
+            on_commit=self.progress.committed,
         )
         self.uploader.start()
         self.state.on_phase(self.uploader.notify)
@@ -279,6 +281,7 @@ class Job:
         if self._dataset_check is not None and self._dataset_check.done():
             self._dataset_checked()
         self._report_progress()
+        self.progress.tick(publish=self.uploader is None)
         if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / "status.json").exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         limit = self.settings.stall_timeout
@@ -300,6 +303,11 @@ class Job:
             self.request_stop(error)  # the training loop (or _train, once it ended) stops the child
             return
         self.state.set_phase(Phase.TRAINING)
+
+    def _before_snapshot(self) -> None:
+        """The uploader's hook: trainbox.json, the plot and README.md are current in every snapshot."""
+        self._report_progress()
+        self.progress.publish(self.hub, self.settings.output_repo)
 
     def _report_progress(self) -> None:
         """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
@@ -368,6 +376,7 @@ class Job:
         finally:
             if self.uploader is not None:
                 self.uploader.stop(timeout=min(5.0, self._remaining()))
+        self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
 
     def _final_sync(self, phase: Phase, code: int) -> int:

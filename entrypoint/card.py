@@ -1,0 +1,202 @@
+"""The model card (README.md of OUTPUT_REPO): Hub metadata, then a page a person reads.
+
+Built with huggingface_hub's ``ModelCard``/``ModelCardData``. Trainbox owns only the text between
+``BEGIN``/``END`` and a few metadata keys: ``library_name`` and ``pipeline_tag`` when unset, its
+tags and dataset added to the user's, and the ``model-index`` (best mAP50 / mAP50-95). A card the
+user wrote keeps every other line and key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .receipt import Receipt
+
+if TYPE_CHECKING:
+    from huggingface_hub import ModelCardData
+
+BEGIN = "<!-- trainbox:begin (this section is rewritten by Trainbox at every upload; edit outside it) -->"
+END = "<!-- trainbox:end -->"
+_SECTION = re.compile(r"<!-- trainbox:begin[^>]*-->.*?<!-- trainbox:end -->", re.DOTALL)
+TAGS = ("libreyolo", "object-detection", "trainbox")
+PLOT_FILE = "training.png"
+
+_STATE_WORDS = {
+    "done": "done",
+    "failed": "failed",
+    "preempted": "preempted (the machine was taken back)",
+    "stalled": "stopped: training stalled",
+    "timed_out": "stopped: MAX_RUNTIME expired",
+}
+
+
+@dataclass(frozen=True)
+class CardInfo:
+    """What the card says, gathered from trainbox.json, metrics.jsonl and status.json."""
+
+    repo_id: str | None
+    run_name: str
+    phase: str
+    exit: dict[str, Any] | None
+    epochs_done: int | None
+    epochs_total: int | None
+    best: dict[str, Any] | None  # a metrics.jsonl row: the best mAP50-95 epoch
+    last: dict[str, Any] | None  # the last validated row
+    dataset: dict[str, Any]  # source, revision
+    dataset_repo: str | None  # org/name when the data came from the Hub
+    argv: list[str]
+    run_args: str
+    versions: dict[str, Any]
+    gpus: list[str]
+    receipt: Receipt | None
+    plot: bool
+    updated_at: str | None
+
+
+def metadata(info: CardInfo) -> ModelCardData:
+    # Imported here: `trainbox status` shows the receipt without paying for huggingface_hub's import.
+    from huggingface_hub import EvalResult, ModelCardData
+
+    data = ModelCardData(
+        library_name="libreyolo",
+        pipeline_tag="object-detection",
+        tags=list(TAGS),
+        datasets=[info.dataset_repo] if info.dataset_repo else None,
+    )
+    mAP50, mAP50_95 = _metric(info.best, "mAP50"), _metric(info.best, "mAP50-95")
+    if mAP50 is not None or mAP50_95 is not None:
+        data.model_name = info.repo_id.split("/", 1)[1] if info.repo_id else info.run_name
+        common = {
+            "task_type": "object-detection",
+            "task_name": "Object Detection",
+            "dataset_type": info.dataset_repo or "custom",
+            "dataset_name": info.dataset_repo or str(info.dataset.get("source") or "custom"),
+            "dataset_split": "val",
+            "dataset_revision": info.dataset.get("revision"),
+        }
+        data.eval_results = [
+            EvalResult(metric_type=name, metric_name=name, metric_value=round(value, 4), **common)
+            for name, value in (("mAP50", mAP50), ("mAP50-95", mAP50_95))
+            if value is not None
+        ]
+    return data
+
+
+def render(info: CardInfo, existing: str | None = None) -> str:
+    """The whole README.md: ``existing`` (the user's card, or our previous one) with our parts replaced."""
+    from huggingface_hub import ModelCard
+
+    ours = metadata(info)
+    section = f"{BEGIN}\n{page(info)}\n{END}"
+    if not existing or not existing.strip():
+        card = ModelCard(f"---\n{ours.to_yaml()}\n---\n\n# {info.run_name}\n\n{section}\n")
+        return str(card)
+    card = ModelCard(existing, ignore_metadata_errors=True)
+    theirs = card.data
+    theirs.library_name = theirs.library_name or ours.library_name
+    theirs.pipeline_tag = theirs.pipeline_tag or ours.pipeline_tag
+    theirs.tags = _union(theirs.tags, ours.tags)
+    if ours.datasets:
+        theirs.datasets = _union(_as_list(theirs.datasets), ours.datasets)
+    if ours.eval_results:
+        theirs.model_name, theirs.eval_results = ours.model_name, ours.eval_results
+    if _SECTION.search(card.text):
+        card.text = _SECTION.sub(lambda _: section, card.text, count=1)
+    else:
+        card.text = card.text.rstrip("\n") + f"\n\n## Training run\n\n{section}\n"
+    return str(card)
+
+
+def page(info: CardInfo) -> str:
+    """The human part: state, metrics, plot, how to load, arguments, cost, versions, GPUs."""
+    lines = [_state_line(info), ""]
+    lines += _metrics_table(info)
+    if info.plot:
+        lines += [f"![Loss and mAP per epoch]({PLOT_FILE})", ""]
+    lines += _load_snippet(info)
+    lines += ["### Training arguments", "", "```bash", " ".join(_quote(arg) for arg in info.argv) or "(not started)"]
+    lines += ["```", "", f"`RUN_ARGS`: `{info.run_args or '(empty)'}`", ""]
+    if info.receipt is not None:
+        lines += ["### Cost", "", info.receipt.markdown(), ""]
+    lines += ["### Versions and hardware", "", "| | |", "|---|---|"]
+    for name, version in info.versions.items():
+        lines.append(f"| {name} | {version or '—'} |")
+    lines.append(f"| GPU(s) | {', '.join(info.gpus) if info.gpus else 'CPU'} |")
+    if info.dataset:
+        revision = info.dataset.get("revision")
+        lines.append(f"| dataset | {info.dataset.get('source')}{f' @ `{revision}`' if revision else ''} |")
+    lines += ["", f"<sub>Updated {info.updated_at or ''} by Trainbox.</sub>"]
+    return "\n".join(lines)
+
+
+def _state_line(info: CardInfo) -> str:
+    epochs = f"{info.epochs_done if info.epochs_done is not None else 0}/{info.epochs_total or '?'} epochs"
+    if info.phase in _STATE_WORDS:
+        text = f"**State: {_STATE_WORDS[info.phase]}** after {epochs}"
+        message = (info.exit or {}).get("message")
+        if info.phase != "done" and message:
+            text += f": {message}"
+        return text + "."
+    return f"**State: running** ({info.phase}), {epochs} so far."
+
+
+def _metrics_table(info: CardInfo) -> list[str]:
+    if info.best is None and info.last is None:
+        return ["No validated epoch yet.", ""]
+    rows = ["| | epoch | mAP50 | mAP50-95 | train loss |", "|---|---:|---:|---:|---:|"]
+    for label, row in (("best", info.best), ("last", info.last)):
+        if row is not None:
+            rows.append(
+                f"| {label} | {row.get('epoch')} | {_fmt(_metric(row, 'mAP50'))} | {_fmt(_metric(row, 'mAP50-95'))}"
+                f" | {_fmt(row.get('train/loss'))} |"
+            )
+    return [*rows, ""]
+
+
+def _load_snippet(info: CardInfo) -> list[str]:
+    """Three lines with LibreYOLO's own Hub loader (``hf://owner/repo/file``, needs ``libreyolo[hf]``)."""
+    source = f"hf://{info.repo_id}/weights/best.pt" if info.repo_id else f"runs/{info.run_name}/weights/best.pt"
+    return [
+        "### Use the weights",
+        "",
+        "```python",
+        "from libreyolo import LibreYOLO  # pip install 'libreyolo[hf]'",
+        f'model = LibreYOLO("{source}")',
+        'results = model.predict("image.jpg")',
+        "```",
+        "",
+        "`weights/last.pt` is the last epoch (resumable); `weights/epoch_N.pt` every `save_period` epochs.",
+        "",
+    ]
+
+
+def _metric(row: dict[str, Any] | None, name: str) -> float | None:
+    if not row:
+        return None
+    value = row.get(f"metrics/{name}")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else "—"
+
+
+def _quote(arg: str) -> str:
+    return json.dumps(arg) if any(ch.isspace() for ch in arg) or not arg else arg
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _union(first: Any, second: Any) -> list[str]:
+    merged: list[str] = []
+    for item in [*_as_list(first), *_as_list(second)]:
+        if item not in merged:
+            merged.append(item)
+    return merged

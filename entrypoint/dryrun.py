@@ -1,0 +1,96 @@
+"""``trainbox run --dry-run``: what the job would do, before anything is spent.
+
+Reads the settings and the run folder on this disk only: no GPU check, no download, no Hub call,
+no training, no release. Secrets show as set/unset.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from . import resume, training
+from .envhelp import variables
+from .run_args import RunArgs
+from .settings import DatasetKind, ExitAction, Settings
+
+
+def report(settings: Settings, env: dict[str, str]) -> list[str]:
+    lines = ["dry run: nothing is checked on the GPU, downloaded, trained, uploaded or released", "", "settings"]
+    for var in variables():
+        value = env.get(var.name) or None
+        if var.secret:
+            shown = "set" if value else "unset"
+        else:
+            shown = value if value is not None else f"{var.default} (default)" if var.default else "unset"
+        lines.append(f"  {var.name:<18} {shown}")
+    lines += ["", f"run name   {settings.run_name}", f"run folder {settings.run_dir}"]
+    lines.append(f"dataset    {_dataset(settings)}")
+    if settings.output_repo:
+        lines.append(f"output     {settings.output_repo} (created private if missing; every epoch is uploaded)")
+    else:
+        lines.append("output     none: OUTPUT_REPO is unset, the weights stay in the run folder")
+    point_text, args = _resume(settings)
+    lines.append(f"resume     {point_text}")
+    lines.append(f"command    + {shlex.join(_command(settings, args))}")
+    lines.append(f"release    {_release(settings)}")
+    return lines
+
+
+def _dataset(settings: Settings) -> str:
+    if settings.dataset_kind is DatasetKind.DEMO:
+        return "the bundled demo (generated into WORKDIR/data/demo)"
+    if settings.dataset_kind is DatasetKind.HUB:
+        file = settings.dataset_file or "the only tar at the repo root"
+        return (
+            f"{settings.dataset_repo} @ {settings.dataset_revision} (pinned to a commit at start), {file},"
+            f" data.yaml: {settings.data_yaml or 'the only one'}"
+        )
+    return f"{settings.dataset_repo} (local {settings.dataset_kind.value.replace('local_', '')})"
+
+
+def _resume(settings: Settings) -> tuple[str, RunArgs]:
+    args = settings.run_args
+    if args.get("resume") is not None:
+        return "RUN_ARGS sets resume: the agent leaves resuming to you", args
+    found = resume.newest_local(settings.run_dir)
+    hub = f"; {settings.output_repo}'s newest checkpoint is compared at start" if settings.output_repo else ""
+    if found is None:
+        return f"no checkpoint of {settings.run_name} on this disk{hub}; otherwise a fresh start", args
+    path, info = found
+    total = resume._requested_epochs(args, info)
+    done = info.completed_epochs or 0
+    if done >= total:
+        return f"{path.name} on this disk has all {total} epochs: nothing would be trained", args
+    point = resume.ResumePoint(
+        checkpoint=settings.run_dir / "weights" / "last.pt", completed_epochs=done, total_epochs=total, source="volume"
+    )
+    return f"continue from {path.name} on this disk, epoch {done} of {total}{hub}", resume.resume_args(args, point)
+
+
+def _command(settings: Settings, args: RunArgs) -> list[str]:
+    if settings.gpus.cpu:
+        device = "cpu"
+    elif settings.gpus.indices is not None:
+        device = training.device_arg(settings.gpus.indices)
+    else:
+        device = "<every GPU the check proves, e.g. 0,1>"
+    # The real path holds the dataset's commit, known only once the dataset stage ran.
+    folder = "demo" if settings.is_demo else "<dataset>"
+    data_yaml = settings.workdir / "data" / folder / "data.yaml"
+    command = training.build_command(
+        args, data_yaml=data_yaml, workdir=settings.workdir, run_name=settings.run_name, device=device
+    )
+    return list(command.argv)
+
+
+def _release(settings: Settings) -> str:
+    def say(action: ExitAction) -> str:
+        if action is ExitAction.EXIT:
+            return "exit (the agent ends; a marketplace instance keeps billing until you stop it)"
+        instance = settings.provider.instance_id or "?"
+        return f"{action} {settings.provider.provider} instance {instance}, confirmed with the provider"
+
+    text = f"on success: {say(settings.on_exit)}"
+    if settings.on_failure is not settings.on_exit:
+        text += f"; on failure: {say(settings.on_failure)}"
+    return text

@@ -1,0 +1,138 @@
+"""The environment variables for ``--help``, found in settings.py itself so the list cannot drift.
+
+``settings.from_env`` is the only reader of the environment; every name it reads appears there as
+a string literal next to ``env`` (``env.get("X", default)``, ``_flag(env, "X")``, ``"X" in env`` …).
+This module collects those names from the module's syntax tree, with the default when it is a
+literal or a module constant. Meanings come from ``MEANINGS``; a variable without one still shows.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from . import settings
+
+_NAME = re.compile(r"^[A-Z][A-Z0-9_]+$")
+MEANINGS = {
+    "HF_TOKEN": "Hugging Face token (secret)",
+    "HF_HOME": "huggingface_hub's home (default: WORKDIR/.cache/huggingface)",
+    "DATASET_REPO": "org/name of an HF dataset repo, or a local folder / .tar (unset: the demo)",
+    "DATASET_FILE": "which tar in the dataset repo",
+    "DATASET_REVISION": "branch, tag or commit of the dataset",
+    "DATA_YAML": "which data.yaml, relative to the dataset root",
+    "OUTPUT_REPO": "org/name of the HF model repo that receives every epoch",
+    "RUN_ARGS": "extra `libreyolo train` key=value arguments",
+    "GPUS": "all, cpu, or indices like 0,1",
+    "WORKDIR": "persistent volume root",
+    "RUN_NAME": "stable run id (default: derived from dataset, output repo and RUN_ARGS)",
+    "MAX_RUNTIME": "wall-clock limit like 90m or 6h",
+    "STALL_TIMEOUT": "no epoch or output for this long ends the run (off disables)",
+    "ON_EXIT": "exit, stop or destroy the instance at the end",
+    "ON_FAILURE": "the same for a failed run (default: ON_EXIT)",
+    "PROVIDER": "auto, vast, runpod or none",
+    "CONTAINER_ID": "Vast.ai instance id (set by Vast.ai)",
+    "CONTAINER_API_KEY": "Vast.ai API key (secret; set by Vast.ai)",
+    "RUNPOD_POD_ID": "RunPod pod id (set by RunPod)",
+    "RUNPOD_API_KEY": "RunPod API key (secret)",
+    "VAST_API_URL": "Vast.ai API base URL",
+    "RUNPOD_API_URL": "RunPod API base URL",
+    "PRICE_PER_HOUR": "instance price in $/h, for the cost receipt",
+    "MONITOR": "1 starts `libreyolo monitor` beside training",
+    "MONITOR_HOST": "address the dashboard binds",
+    "PROFILE": "1 profiles a few steps first",
+}
+_SECRETS = {"HF_TOKEN", *settings.SECRET_PROVIDER_VARS}
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str | None
+    meaning: str
+
+    @property
+    def secret(self) -> bool:
+        return self.name in _SECRETS or self.name.endswith(("_TOKEN", "_KEY"))
+
+
+# Read by a library rather than by settings.py.
+LIBRARY_VARIABLES = (Variable("HF_ENDPOINT", "the public Hub", "Hub URL, honoured through huggingface_hub"),)
+
+
+def _literal(node: ast.expr | None) -> str | None:
+    """A default as text: a literal, or a module constant of settings (``DEFAULT_WORKDIR``)."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and node.value is not None:
+        return str(node.value) if node.value != "" else '""'
+    if isinstance(node, ast.Name) and isinstance(getattr(settings, node.id, None), str | int | float):
+        value = getattr(settings, node.id)
+        if node.id == "DEFAULT_STALL_TIMEOUT":
+            return f"{value // 60}m"
+        return str(value)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        found = getattr(getattr(settings, node.value.id, None), node.attr, None)
+        return None if found is None else str(found)
+    return None
+
+
+@cache
+def variables() -> tuple[Variable, ...]:
+    tree = ast.parse(inspect.getsource(settings))
+    found: dict[str, str | None] = {}
+
+    def add(name: object, default: str | None = None) -> None:
+        if isinstance(name, str) and _NAME.match(name) and (name not in found or found[name] is None):
+            found[name] = default
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            args = node.args
+            # env.get("X", default) / env.get("X")
+            if isinstance(func, ast.Attribute) and func.attr == "get" and args and isinstance(args[0], ast.Constant):
+                if isinstance(func.value, ast.Name) and func.value.id in {"env", "vast_env"}:
+                    add(args[0].value, _literal(args[1]) if len(args) > 1 else None)
+            # helper(env, "X", …): _flag, _choice, _optional_duration
+            elif (
+                len(args) >= 2
+                and isinstance(args[0], ast.Name)
+                and args[0].id == "env"
+                and isinstance(args[1], ast.Constant)
+            ):
+                add(args[1].value, _literal(args[-1]) if len(args) > 2 else None)
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+            # "X" in env
+            if any(isinstance(c, ast.Name) and c.id == "env" for c in node.comparators):
+                add(node.left.value)
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "env"
+            and isinstance(node.slice, ast.Constant)
+        ):
+            add(node.slice.value)
+    for name in settings.SECRET_PROVIDER_VARS:
+        add(name)
+    # the helpers' own defaults, as the code spells them
+    if found.get("MONITOR") is None:
+        found["MONITOR"] = "0"
+    if found.get("PROFILE") is None:
+        found["PROFILE"] = "0"
+    known = list(MEANINGS)  # the README's order; a variable new to settings goes last
+    ordered = sorted(found, key=lambda name: (known.index(name) if name in known else len(known), name))
+    ours = tuple(Variable(name, found[name], MEANINGS.get(name, "see README.md")) for name in ordered)
+    return ours + LIBRARY_VARIABLES
+
+
+def epilog() -> str:
+    """The text under ``--help``: one line per variable, ``NAME [default]: meaning``."""
+    lines = ["Environment variables (defaults in brackets; secrets are never printed):", ""]
+    for var in variables():
+        default = f" [{var.default}]" if var.default is not None else ""
+        lines.append(f"  {var.name}{default}: {var.meaning}")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""The cost receipt: where an attempt's billed seconds (and dollars) went, from trainbox.json.
+
+Billed time runs from the agent's process start to the end of the release (or now, for a live
+run). It is split along the phase timeline: ``phases.*.seconds`` as the run state measured them,
+and the ``timeline`` marks the agent records (its start, each phase change, the release). The
+parts are contiguous, so they add up to the billed time; a gap would show as a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# In the order they happen; labels as a person reads them.
+PARTS = (
+    ("setup", "setup"),
+    ("gpu_check", "GPU check"),
+    ("dataset", "dataset"),
+    ("training", "training"),
+    ("uploads", "uploads after training"),
+    ("release", "release"),
+)
+TERMINAL = ("done", "failed", "preempted", "stalled", "timed_out")
+
+
+@dataclass(frozen=True)
+class Receipt:
+    seconds: dict[str, float]  # by part key, in PARTS order
+    billed_seconds: float
+    price_per_hour: float | None
+    final: bool  # the release has ended: nothing more is billed by this attempt
+
+    def dollars(self, seconds: float) -> float | None:
+        return None if self.price_per_hour is None else seconds / 3600 * self.price_per_hour
+
+    @property
+    def efficiency(self) -> float | None:
+        """Training seconds per billed second."""
+        return self.seconds["training"] / self.billed_seconds if self.billed_seconds > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        def money(seconds: float) -> float | None:
+            value = self.dollars(seconds)
+            return None if value is None else round(value, 4)
+
+        return {
+            "parts": {
+                key: {"seconds": round(self.seconds[key], 2), "dollars": money(self.seconds[key])} for key, _ in PARTS
+            },
+            "billed_seconds": round(self.billed_seconds, 2),
+            "billed_dollars": money(self.billed_seconds),
+            "price_per_hour": self.price_per_hour,
+            "billing_efficiency": None if self.efficiency is None else round(self.efficiency, 4),
+            "final": self.final,
+        }
+
+    def _money(self, seconds: float) -> str:
+        value = self.dollars(seconds)
+        return "" if value is None else f" ${value:.2f}"
+
+    def one_line(self) -> str:
+        """``receipt: setup 12 s $0.01 · … · billed 3605 s $2.50 · billing efficiency 91 %``."""
+        parts = [f"{label} {format_seconds(self.seconds[key])}{self._money(self.seconds[key])}" for key, label in PARTS]
+        parts.append(f"billed {format_seconds(self.billed_seconds)}{self._money(self.billed_seconds)}")
+        if self.efficiency is not None:
+            parts.append(f"billing efficiency {self.efficiency:.0%}")
+        return "receipt: " + " · ".join(parts)
+
+    def markdown(self) -> str:
+        price = "" if self.price_per_hour is None else f" at ${self.price_per_hour:g}/h"
+        rows = ["| | seconds | dollars |", "|---|---:|---:|"]
+        for key, label in PARTS:
+            dollars = self.dollars(self.seconds[key])
+            rows.append(f"| {label} | {self.seconds[key]:.1f} | {'—' if dollars is None else f'{dollars:.2f}'} |")
+        billed = self.dollars(self.billed_seconds)
+        rows.append(
+            f"| **billed{price}** | **{self.billed_seconds:.1f}** | **{'—' if billed is None else f'{billed:.2f}'}** |"
+        )
+        tail = (
+            "" if self.efficiency is None else f"\n\nBilling efficiency (training ÷ billed): **{self.efficiency:.0%}**"
+        )
+        if self.price_per_hour is None:
+            tail += "\n\nSet `PRICE_PER_HOUR` to see dollars."
+        if not self.final:
+            tail += "\n\nThe run is still billing; this is the receipt so far."
+        return "\n".join(rows) + tail
+
+
+def format_seconds(seconds: float) -> str:
+    """``42 s``, ``7m05``, ``1h02``: short and unambiguous."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}"
+    return f"{minutes // 60}h{minutes % 60:02d}"
+
+
+def compute(state: dict[str, Any], now: float, price_per_hour: float | None = None) -> Receipt | None:
+    """The receipt of trainbox.json's attempt at wall-clock ``now``; None without a timeline."""
+    timeline = state.get("timeline") or {}
+    started = timeline.get("agent_started_at")
+    if not isinstance(started, int | float):
+        return None
+    marks: dict[str, float] = timeline.get("marks") or {}
+    phases: dict[str, dict[str, Any]] = state.get("phases") or {}
+    released = marks.get("released")
+    end = released if released is not None else now
+    if price_per_hour is None:  # the cost block's (it may come from the provider), else the one at start
+        price_per_hour = (state.get("cost") or {}).get("price_per_hour")
+    if price_per_hour is None:
+        price_per_hour = timeline.get("price_per_hour")
+
+    def duration(name: str) -> float:
+        phase = phases.get(name) or {}
+        if phase.get("seconds") is not None:
+            return float(phase["seconds"])
+        return max(0.0, end - marks[name]) if name in marks else 0.0
+
+    first_phase = min((at for name, at in marks.items() if name not in {"release", "released"}), default=end)
+    preflight = duration("preflight")
+    gpu = min(float((state.get("gpus") or {}).get("check_seconds") or 0.0), preflight)
+    ended_at = next((marks[name] for name in TERMINAL if name in marks), None)
+    # Without an upload before it (no OUTPUT_REPO) everything after the end of the job is the release.
+    release_start = marks.get("release", ended_at)
+    after_end = 0.0 if ended_at is None or release_start is None else max(0.0, release_start - ended_at)
+    seconds = {
+        "setup": max(0.0, first_phase - started) + preflight - gpu + duration("resume"),
+        "gpu_check": gpu,
+        "dataset": duration("dataset"),
+        "training": duration("training"),
+        "uploads": duration("finishing") + after_end,
+        "release": 0.0 if release_start is None else max(0.0, end - release_start),
+    }
+    return Receipt(seconds, max(0.0, end - started), price_per_hour, final=released is not None)
