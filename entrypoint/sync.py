@@ -562,7 +562,10 @@ class Uploader:
         except OSError as error:  # only a restart's shortcut is lost: the Hub has the files
             logger.warning("sync: cannot save the upload ledger (%s); a restart checks the Hub again", error)
         if self.on_commit is not None:
-            self.on_commit(sha, names)
+            try:  # the log line and the card: never a reason to stop uploading
+                self.on_commit(sha, names)
+            except Exception:
+                logger.exception("sync: after-commit hook failed")
 
     def _settle(self, batch: list[StagedFile], *, committed: bool, boundary_at: float | None) -> None:
         """After a commit attempt: drop what it delivered and the copies superseded meanwhile."""

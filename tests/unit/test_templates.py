@@ -236,6 +236,7 @@ def test_every_template_pins_a_release_of_the_image() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     found = {
         "vast.json": json.loads((TEMPLATES / "vast.json").read_text())["tag"],
+        "runpod.json": json.loads((TEMPLATES / "runpod.json").read_text())["image"],
         "skypilot.yaml": yaml.safe_load((TEMPLATES / "skypilot.yaml").read_text())["resources"]["image_id"],
         "kubernetes.yaml": list(yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text()))[1]["spec"]["template"][
             "spec"
