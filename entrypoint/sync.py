@@ -33,7 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    EVENT_TYPE_CLOSED_NO_WRITE,
+    EVENT_TYPE_OPENED,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from . import checkpoint
@@ -153,6 +158,9 @@ class CommitBudget:
         self.tokens -= 1
 
 
+_READ_ONLY_EVENTS = frozenset({EVENT_TYPE_OPENED, EVENT_TYPE_CLOSED_NO_WRITE})
+
+
 class _BoundaryHandler(FileSystemEventHandler):
     """Runs on watchdog's thread: it only signals, never does I/O."""
 
@@ -160,6 +168,8 @@ class _BoundaryHandler(FileSystemEventHandler):
         self.wake = wake
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in _READ_ONLY_EVENTS:  # a reader (the dashboard, trainbox status) changes nothing
+            return
         target = getattr(event, "dest_path", "") or event.src_path
         if os.path.basename(os.fsdecode(target)) in {BOUNDARY_FILE, STATE_FILE}:
             self.wake.set()
