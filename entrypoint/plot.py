@@ -8,12 +8,11 @@ picture against the run's numbers.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from .state import replace_atomically
 
 SERIES_KEY = "Trainbox-Series"
 LOSSES = ("train/loss", "train/box_loss", "train/cls_loss", "train/dfl_loss")
@@ -81,14 +80,6 @@ def draw(rows: list[dict[str, Any]], target: Path, title: str) -> bool:
         axes.xaxis.get_major_locator().set_params(integer=True)
     map_axes.set_ylim(bottom=0)
     figure.suptitle(title, fontsize=10)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format="png", metadata={SERIES_KEY: json.dumps(data, separators=(",", ":"))})
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    embedded = {SERIES_KEY: json.dumps(data, separators=(",", ":"))}
+    replace_atomically(target, lambda handle: figure.savefig(handle, format="png", metadata=embedded))
     return True

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from . import __version__
 from .log import redact
@@ -73,13 +73,19 @@ def versions() -> dict[str, str | None]:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write via a temporary file in the same folder and rename, so readers never see half a file."""
+    """trainbox.json and friends, scrubbed of secrets, written whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = redact(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    replace_atomically(path, lambda handle: handle.write(text.encode()))
+
+
+def replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write via a hidden temporary file in the same folder and rename, so readers (the uploader
+    among them) never see half a file; the dot prefix keeps the uploader off the temporary one."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
