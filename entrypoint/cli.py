@@ -30,7 +30,10 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     # too (the container disk is small and lost). Callers import huggingface_hub only after this.
     os.environ.setdefault("HF_HOME", str(loaded.hf_home))
     os.environ.setdefault("HF_XET_CACHE", str(Path(os.environ["HF_HOME"]) / "xet"))
-    return replace(loaded, env=loaded.env | {"HF_XET_CACHE": os.environ["HF_XET_CACHE"]})
+    # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
+    os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
+    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR")}
+    return replace(loaded, env=loaded.env | on_volume)
 
 
 class _EnvHelp(click.Command):
