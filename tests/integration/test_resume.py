@@ -116,6 +116,7 @@ def test_new_machine_resumes_from_the_hub_then_a_finished_run_is_not_trained_aga
     assert len(hub.commits(repo)) > commits_before  # the final state is on the Hub
 
 
+@pytest.mark.transfer("xet")  # the fallback is decided after the download: once is enough
 def test_corrupt_last_pt_on_the_hub_falls_back(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
     repo = hub_ctx.repo_id("corrupt")
     hub = hub_ctx.hub

@@ -107,6 +107,7 @@ def _write_slowly(path: Path, data: bytes, stop: threading.Event) -> None:
                 time.sleep(0.002)
 
 
+@pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
 def test_a_checkpoint_being_written_is_never_uploaded(hub_ctx: HubContext, tmp_path: Path) -> None:
     import torch
 
@@ -183,7 +184,8 @@ def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_
 
     again = run_trainbox("sync", str(run_dir), "--once", env=env, timeout=300)
     assert again.returncode == 0, again.output[-2000:]
-    assert hub_ctx.hub.find_requests(method="PUT", path=r"^/_lfs/") == []
+    assert hub_ctx.hub.find_requests(method="PUT", path=r"^/_lfs/") == []  # no LFS upload
+    assert hub_ctx.hub.find_requests(path=r"/xet-write-token/") == []  # no Xet upload either
     assert hub_ctx.hub.find_requests(method="POST", path=r"/commit/") == []
     assert len(hub_ctx.hub.commits(repo)) == commits_before
 
@@ -194,6 +196,7 @@ def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_
     assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
 
 
+@pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
 def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
     repo = hub_ctx.repo_id("preempt")
     workdir = tmp_path / "work"
@@ -227,6 +230,7 @@ def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -
     assert assert_every_checkpoint_valid(hub, repo) >= 2
 
 
+@pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
 def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
     canary = hub_ctx.token  # the real token of this run: it must never leave the agent
     repo = hub_ctx.repo_id("canary")
