@@ -11,6 +11,7 @@ and a marker written only then lets a restart on the same volume skip the work.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -75,6 +76,18 @@ def data_dir(settings: Settings) -> Path:
 
 
 def prepare(settings: Settings) -> PreparedDataset:
+    try:
+        return _prepare(settings)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskSpaceError(
+            f"the disk of WORKDIR filled up while preparing the dataset: {error.strerror}",
+            f"free space in {settings.workdir}, or rent a bigger disk",
+        ) from None
+
+
+def _prepare(settings: Settings) -> PreparedDataset:
     if settings.dataset_kind is DatasetKind.DEMO:
         data_yaml = demo.write_demo_dataset(data_dir(settings) / "demo")
         logger.info(

@@ -55,6 +55,17 @@ def write_demo_dataset(root: Path) -> Path:
         return data_yaml
     if root.exists():
         shutil.rmtree(root)
+    try:
+        _write(root)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)  # half a dataset would only fill the disk
+        raise
+    return data_yaml
+
+
+def _write(root: Path) -> None:
+    data_yaml = root / "data.yaml"
+    marker = root / ".trainbox-demo"
     rng = random.Random(20261202)
     for split, count in (("train", TRAIN_IMAGES), ("val", VAL_IMAGES)):
         (root / "images" / split).mkdir(parents=True)
@@ -68,4 +79,3 @@ def write_demo_dataset(root: Path) -> Path:
         f"path: {root.resolve()}\ntrain: images/train\nval: images/val\nnc: {len(CLASSES)}\nnames:\n{names}\n"
     )
     marker.write_text(f"{DEMO_VERSION}\n")
-    return data_yaml

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import __version__
-from .log import redact
+from .log import logger, redact
 
 STATE_FILE = "trainbox.json"
 SCHEMA_VERSION = 1
@@ -239,7 +239,14 @@ class RunState:
     def save(self) -> None:
         with self._lock:
             self._data["updated_at"] = now_iso()
-            write_json_atomic(self.path, self._data)
+            try:
+                write_json_atomic(self.path, self._data)
+            except OSError as error:
+                # A full or failing disk must not stop the job short of its final upload and
+                # release: the state stays whole in memory and the next save that can writes it.
+                logger.warning(
+                    "cannot write %s: %s; trying again at the next change", self.path, error.strerror or error
+                )
 
     def _phase_changed(self) -> None:
         for listener in self._listeners:

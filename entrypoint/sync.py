@@ -268,6 +268,7 @@ class Uploader:
             asked = self._snapshots_asked
             self._flush_deadlines.append(deadline)
             self._retry_at = 0.0  # someone waits now: no backoff left over from before
+        restaged = False
         try:
             self._wake.set()
             with self._changed:
@@ -277,6 +278,16 @@ class Uploader:
                             return True
                         if self._denied_at > began or self.budget.hold() > remaining:
                             break  # a refused token or a rate limit longer than our time: no use waiting
+                        if self._failed and not self._pending:
+                            # Nothing left to commit, so no staged copy will free room: a file that
+                            # still cannot be staged after one more try (disk full) will not be by waiting.
+                            if restaged:
+                                break
+                            restaged = True
+                            self._snapshots_asked += 1
+                            asked = self._snapshots_asked
+                            self._wake.set()
+                            continue
                         self._work.set()
                     self._changed.wait(min(remaining, 0.25))
                 left = sorted(set(self._pending) | set(self._failed))

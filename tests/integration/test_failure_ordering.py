@@ -33,7 +33,7 @@ import pytest
 
 from entrypoint import pipeline
 from entrypoint.checkpoint import inspect
-from entrypoint.errors import AccessError, ConfigError, PreemptedError, SyncError
+from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
 from tests.hubfixtures import HubContext
 from tests.hubserver import HubServer
@@ -142,7 +142,12 @@ class Agent:
 
     def run(self, env: dict[str, str]) -> tuple[int, str]:
         process = self.start(env)
-        output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+        try:
+            output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # never leave an agent behind
+            output, _ = process.communicate()
+            pytest.fail(f"no exit within {AGENT_TIMEOUT} s\n{output[-3000:]}")
         return process.returncode, output
 
     @property
@@ -438,3 +443,147 @@ def test_a_repo_without_proof_of_this_run_is_refused(agent: Agent) -> None:
     assert "trainbox.json" in output and agent.repo in output
     assert len(hub.commits(agent.repo)) == commits  # nothing of it was resumed, judged or overwritten
     assert not (agent.run_dir / "weights").exists()
+
+
+# -- SIGTERM mid-extraction ------------------------------------------------------------------
+@pytest.mark.transfer("lfs")  # a plain HTTP stream, which the Hub can slow down
+def test_sigterm_mid_extraction_keeps_no_half_dataset_and_the_restart_finishes(agent: Agent, tmp_path: Path) -> None:
+    from tests.integration.test_dataset_hub import dataset_tar, publish
+
+    hub = agent.hub_ctx.hub
+    blob = os.urandom(4 * 1024 * 1024)
+    tar = dataset_tar(tmp_path, extra={"cones/extras/blob.bin": blob})
+    repo = publish(agent.hub_ctx, {"cones.tar": tar})
+    env = agent.env(DATASET_REPO=repo, RUN_ARGS="epochs=2")
+    # The tar trickles in; the extraction, overlapped with the download, is held half-way through.
+    slow = hub.inject("slow", method="GET", path=r"/datasets/.*/resolve/", rate=512 * 1024)
+    store = agent.volume / "data" / "hub" / repo.replace("/", "--")
+    process = agent.start(env)
+    wait_for(lambda: any(store.glob(".*.staging/tree/cones/images/train/*.png")), "files extracted", process)
+
+    code, output = sigterm(process)
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    assert agent.state()["phase"] == Phase.PREEMPTED
+    assert not list(store.glob("*--cones.tar")), "a half-extracted dataset looks ready"
+    (partial,) = (store.parent / ".downloads").glob("*.part")
+    kept = partial.stat().st_size
+    assert 0 < kept < tar.stat().st_size
+    assert_invariants(agent, code, output, {})
+
+    slow.remove()
+    hub.reset_log()
+    code, output = agent.run(env)  # the same env, after the machine came back
+
+    assert code == 0, output[-3000:]
+    assert agent.state()["phase"] == Phase.DONE
+    (entry,) = store.glob("*--cones.tar")
+    assert (entry / "tree" / "cones" / "extras" / "blob.bin").read_bytes() == blob
+    assert (entry / "tree" / "cones" / "images" / "train" / "000.png").is_file()
+    (get,) = hub.find_requests(method="GET", path=r"/datasets/.*/resolve/")
+    assert get.range == f"bytes={kept}-"  # the download went on from the bytes kept, the extraction anew
+    assert not list(store.glob(".*.staging")) and not partial.exists()
+    assert {"weights/epoch_1.pt", "weights/epoch_2.pt"} <= hub_epochs(hub, agent.repo)
+    assert_invariants(agent, code, output, {})
+
+
+# -- a full disk -----------------------------------------------------------------------------
+@pytest.fixture
+def small_disk() -> Iterator[Callable[[Path, str], Path]]:
+    """``mount(folder, size)``: a tmpfs of ``size`` (mount's syntax: 64k, 8m) at ``folder``, a disk
+    that really fills up; skips where mounting is not permitted (needs root or CAP_SYS_ADMIN)."""
+    mounted: list[Path] = []
+
+    def mount(folder: Path, size: str) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+            )
+        except FileNotFoundError:
+            pytest.skip("a small real disk needs the mount command")
+        if done.returncode != 0:
+            pytest.skip(f"a small real disk needs `mount -t tmpfs` (root or CAP_SYS_ADMIN): {done.stderr.strip()}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in reversed(mounted):
+        subprocess.run(["umount", "--lazy", str(folder)], check=False)
+
+
+def fill_up(folder: Path, leave: int) -> None:
+    """Fill the disk of ``folder`` until ``leave`` bytes are free (another process's files, say)."""
+    free = shutil.disk_usage(folder).free
+    with open(folder / "filler", "wb") as filler:
+        filler.truncate(0)
+        for _ in range(max(0, free - leave) // 65536):
+            filler.write(b"\0" * 65536)
+
+
+def test_a_disk_full_during_the_dataset_is_38_and_loses_nothing(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    small_disk(agent.volume, "4m")
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=6", ON_FAILURE="destroy")
+    process = agent.start(env)
+    wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+    before = epochs_on_volume(agent.run_dir)
+    # The dataset has to be written again on a disk that meanwhile filled up.
+    shutil.rmtree(agent.volume / "data")
+    fill_up(agent.volume, leave=256 * 1024)
+
+    code, output = agent.run(env)
+
+    assert code == DiskSpaceError.exit_code, output[-3000:]
+    assert "no space left" in output.lower() or "disk" in output.lower()
+    assert "Traceback" not in output
+    assert agent.state()["phase"] == Phase.FAILED
+    assert not (agent.volume / "data" / "demo").exists(), "the half-written dataset was left on the full disk"
+    assert vast.actions(), "the machine was not released"
+    assert_invariants(agent, code, output, before, vast)
+
+
+def test_a_disk_full_while_staging_is_an_honest_70_and_no_destroy(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    # The upload's staging copies land on a disk with one page free: no checkpoint fits.
+    small_disk(agent.volume / ".trainbox" / "order" / "sync", "4k")
+    env = agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", ON_FAILURE="destroy")
+
+    code, output = agent.run(env)
+
+    assert code == SyncError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["exit"]["code"] == SyncError.exit_code and state["exit"]["job"]["code"] == 0
+    assert state["sync"]["pending"] and "No space left" in (state["sync"]["last_error"] or ""), state["sync"]
+    assert not hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert [action.method for action in vast.actions()] == ["PUT"], "destroyed without the epochs on the Hub"
+    assert state["release"]["downgraded_from"] == "destroy"
+    assert len(epochs_on_volume(agent.run_dir)) == 2
+    assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
+
+
+def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    small_disk(agent.volume, "4m")
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=4", ON_FAILURE="destroy")
+    process = agent.start(env)
+    wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
+    fill_up(agent.volume, leave=0)  # the next checkpoint, trainbox.json, the staging copies: nothing fits
+    output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+
+    assert process.returncode not in (0, 1), output[-3000:]  # a failure the agent names, not a crash
+    assert "Traceback" not in output.split("libreyolo", 1)[0]
+    assert "cannot write" in output and "trainbox.json" in output
+    assert [action.method for action in vast.actions()] == ["PUT"], "the disk was not stopped, or destroyed"
+    (agent.volume / "filler").unlink()  # room again: the same job on the same volume goes on
+
+    code, output = agent.run(env)
+
+    assert code == 0, output[-3000:]
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert_invariants(agent, code, output, {}, vast)
