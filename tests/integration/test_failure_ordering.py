@@ -2,9 +2,10 @@
 
 Real ``trainbox run`` processes against the local Hub and provider fakes, with a stand-in
 ``libreyolo`` that writes real (tiny) checkpoints epoch by epoch, like libreyolo: the weights,
-then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM, SIGKILL then a restart
-(same volume, new volume), a revoked token, a Hub that rate-limits for an hour, a child that
-ignores signals. After each, the invariants:
+then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM (extraction included),
+SIGKILL then a restart (same volume, new volume), a revoked token, a Hub that rate-limits for an
+hour, Hub errors and dropped connections, a disk that really fills up (a small tmpfs; skipped
+where mounting is not permitted), a child that ignores signals. After each, the invariants:
 
 * no epoch that was on the volume is lost: on the volume, or on the Hub;
 * the Hub never goes back to an older state;
@@ -39,6 +40,7 @@ from tests.hubfixtures import HubContext
 from tests.hubserver import HubServer
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.providers import FakeVast
+from tests.support import make_dataset
 
 VAST_KEY = "vast-canary-key-0rd3r1ng5"
 AGENT_TIMEOUT = 120
@@ -626,12 +628,20 @@ def clear_faults(agent: Agent, vast: FakeVast) -> None:
 def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
     agent: Agent, vast: FakeVast, phase: str, volume: str
 ) -> None:
-    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=4", ON_EXIT="stop")
-    first = agent.start(env | {"FAKE_EPOCH_SECONDS": "0.6"})
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=6", ON_EXIT="stop")
+    # 6 epochs: the first attempt stops far from the end even when the Hub lags behind the volume.
+    doctor: dict[str, str] = {}
+    if phase == "dataset":  # a dataset folder: libreyolo doctor checks it beside the training's start
+        env["DATASET_REPO"] = str(make_dataset(agent.tmp_path / "cones").parent)
+        # Its verdict is kept on the volume: the first attempt must not reach it either.
+        doctor = {"FAKE_DOCTOR_SECONDS": "60"}
+    first = agent.start(env | {"FAKE_EPOCH_SECONDS": "0.6"} | doctor)
     wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", first)
     os.killpg(first.pid, signal.SIGKILL)
     first.communicate()
     extra, held = hold_phase(agent, vast, phase)
+    if phase not in {"finishing", "release"}:  # training still runs when the kill comes
+        extra["FAKE_EPOCH_SECONDS"] = "3"
     second = agent.start(env | extra)
     wait_for(held, f"the restart held in {phase}", second)
     os.killpg(second.pid, signal.SIGKILL)  # the machine goes away, mid-phase
@@ -651,7 +661,7 @@ def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
     # after the Hub has trainbox.json; a final upload held by the Hub never published it).
     written = phase == "release" or (phase == "finishing" and volume == "same")
     assert state["attempts"][-2]["reason"] == ("success" if written else "lost")
-    assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     if volume == "new":
         assert state.get("resume", {}).get("from") == "hub"
     assert vast.actions() and vast.actions()[-1].method == "PUT"
