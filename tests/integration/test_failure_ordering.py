@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -573,11 +574,31 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
 ) -> None:
     small_disk(agent.volume, "4m")
-    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=4", ON_FAILURE="destroy")
-    process = agent.start(env)
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=6", ON_FAILURE="destroy")
+    process = agent.start(env | {"FAKE_EPOCH_SECONDS": "2"})  # the disk fills mid-epoch
     wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
-    fill_up(agent.volume, leave=0)  # the next checkpoint, trainbox.json, the staging copies: nothing fits
-    output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    # Another writer keeps the disk full (room the agent frees is taken again): the next checkpoint,
+    # trainbox.json, the staging copies: nothing fits.
+    stop = threading.Event()
+
+    def keep_full() -> None:
+        fd = os.open(agent.volume / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while not stop.is_set():
+                try:
+                    os.write(fd, b"\0" * 4096)
+                except OSError:
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
+
+    writer = threading.Thread(target=keep_full, daemon=True)
+    writer.start()
+    try:
+        output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    finally:
+        stop.set()
+        writer.join()
 
     assert process.returncode not in (0, 1), output[-3000:]  # a failure the agent names, not a crash
     assert "Traceback" not in output.split("libreyolo", 1)[0]
@@ -588,7 +609,7 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     code, output = agent.run(env)
 
     assert code == 0, output[-3000:]
-    assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert_invariants(agent, code, output, {}, vast)
 
 
