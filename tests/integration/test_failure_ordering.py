@@ -2,9 +2,10 @@
 
 Real ``trainbox run`` processes against the local Hub and provider fakes, with a stand-in
 ``libreyolo`` that writes real (tiny) checkpoints epoch by epoch, like libreyolo: the weights,
-then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM, SIGKILL then a restart
-(same volume, new volume), a revoked token, a Hub that rate-limits for an hour, a child that
-ignores signals. After each, the invariants:
+then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM (extraction included),
+SIGKILL then a restart (same volume, new volume), a revoked token, a Hub that rate-limits for an
+hour, Hub errors and dropped connections, a disk that really fills up (a small tmpfs; skipped
+where mounting is not permitted), a child that ignores signals. After each, the invariants:
 
 * no epoch that was on the volume is lost: on the volume, or on the Hub;
 * the Hub never goes back to an older state;
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -39,6 +41,7 @@ from tests.hubfixtures import HubContext
 from tests.hubserver import HubServer
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.providers import FakeVast
+from tests.support import make_dataset
 
 VAST_KEY = "vast-canary-key-0rd3r1ng5"
 AGENT_TIMEOUT = 120
@@ -49,10 +52,11 @@ EXIT_BOUND = pipeline.PREEMPT_BUDGET + 4.0
 # A stand-in for `libreyolo`: `train` writes one epoch every FAKE_EPOCH_SECONDS (checkpoints,
 # metrics.jsonl, then status.json renamed last); resumes from model=<checkpoint> resume=true;
 # SIGINT ends it with 130 like libreyolo. FAKE_TRAIN_MODE=deaf ignores SIGINT and SIGTERM (stuck
-# in native code). Other commands (doctor) report no findings.
+# in native code). Other commands (doctor) report no findings, after FAKE_DOCTOR_SECONDS.
 FAKE_LIBREYOLO = r"""
 import io, json, os, pickle, signal, sys, time, zipfile
 if sys.argv[1] != "train":
+    time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
     print(json.dumps({"findings": [], "summary": {}}))
     sys.exit(0)
 args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
@@ -570,11 +574,31 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
 ) -> None:
     small_disk(agent.volume, "4m")
-    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=4", ON_FAILURE="destroy")
-    process = agent.start(env)
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=6", ON_FAILURE="destroy")
+    process = agent.start(env | {"FAKE_EPOCH_SECONDS": "2"})  # the disk fills mid-epoch
     wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
-    fill_up(agent.volume, leave=0)  # the next checkpoint, trainbox.json, the staging copies: nothing fits
-    output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    # Another writer keeps the disk full (room the agent frees is taken again): the next checkpoint,
+    # trainbox.json, the staging copies: nothing fits.
+    stop = threading.Event()
+
+    def keep_full() -> None:
+        fd = os.open(agent.volume / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while not stop.is_set():
+                try:
+                    os.write(fd, b"\0" * 4096)
+                except OSError:
+                    time.sleep(0.01)
+        finally:
+            os.close(fd)
+
+    writer = threading.Thread(target=keep_full, daemon=True)
+    writer.start()
+    try:
+        output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    finally:
+        stop.set()
+        writer.join()
 
     assert process.returncode not in (0, 1), output[-3000:]  # a failure the agent names, not a crash
     assert "Traceback" not in output.split("libreyolo", 1)[0]
@@ -585,5 +609,116 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     code, output = agent.run(env)
 
     assert code == 0, output[-3000:]
-    assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert_invariants(agent, code, output, {}, vast)
+
+
+# -- SIGKILL in each phase, then a restart on the same or a new volume -------------------------
+KILL_PHASES = ["preflight", "resume", "dataset", "training", "sync", "finishing", "release"]
+
+
+def hold_phase(agent: Agent, vast: FakeVast, phase: str) -> tuple[dict[str, str], Callable[[], bool]]:
+    """Extra env and a condition: the next start of the job is held in ``phase`` once it is true."""
+    hub = agent.hub_ctx.hub
+    if phase in {"preflight", "resume"}:  # a slow answer while the agent checks access / lists the repo
+        fault = hub.inject("slow", path=r"/whoami" if phase == "preflight" else r"/tree/", rate=40, times=1)
+        return {}, lambda: local_phase(agent) == phase and fault.fired >= 1
+    if phase == "dataset":  # the dataset check (libreyolo doctor) runs long beside the training's start
+        return {"FAKE_DOCTOR_SECONDS": "60"}, lambda: local_phase(agent) == "dataset"
+    if phase == "training":
+        return {}, lambda: local_phase(agent) == "training" and (agent.run_dir / "fake-pid").exists()
+    if phase == "sync":  # a commit applied by the Hub, its answer trickling back
+        fault = hub.inject("slow", method="POST", path=r"/commit/", rate=10, times=1)
+        return {}, lambda: fault.fired >= 1
+    if phase == "finishing":  # the final upload waits out a rate limit
+        fault = hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+        return {}, lambda: local_phase(agent) == Phase.DONE and fault.fired >= 1
+    assert phase == "release"  # the provider answers 503, come back in a minute
+    refusal = vast.fail(503, method="PUT", times=3, retry_after=60)
+    return {}, lambda: refusal.times is not None and refusal.times < 3
+
+
+def clear_faults(agent: Agent, vast: FakeVast) -> None:
+    agent.hub_ctx.hub.clear_faults()
+    for fault in vast._faults:
+        fault.times = 0
+
+
+@pytest.mark.parametrize("volume", ["same", "new"])
+@pytest.mark.parametrize("phase", KILL_PHASES)
+def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
+    agent: Agent, vast: FakeVast, phase: str, volume: str
+) -> None:
+    env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=6", ON_EXIT="stop")
+    # 6 epochs: the first attempt stops far from the end even when the Hub lags behind the volume.
+    doctor: dict[str, str] = {}
+    if phase == "dataset":  # a dataset folder: libreyolo doctor checks it beside the training's start
+        env["DATASET_REPO"] = str(make_dataset(agent.tmp_path / "cones").parent)
+        # Its verdict is kept on the volume: the first attempt must not reach it either.
+        doctor = {"FAKE_DOCTOR_SECONDS": "60"}
+    first = agent.start(env | {"FAKE_EPOCH_SECONDS": "0.6"} | doctor)
+    wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", first)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate()
+    extra, held = hold_phase(agent, vast, phase)
+    if phase not in {"finishing", "release"}:  # training still runs when the kill comes
+        extra["FAKE_EPOCH_SECONDS"] = "3"
+    second = agent.start(env | extra)
+    wait_for(held, f"the restart held in {phase}", second)
+    os.killpg(second.pid, signal.SIGKILL)  # the machine goes away, mid-phase
+    second.communicate()
+    clear_faults(agent, vast)
+    before = epochs_on_volume(agent.run_dir)
+    if volume == "new":
+        agent.volume = agent.tmp_path / "volume2"
+        env = env | {"WORKDIR": str(agent.volume)}
+
+    code, output = agent.run(env)
+
+    assert code == 0, output[-3000:]
+    state = agent.state()
+    assert state["phase"] == Phase.DONE and state["exit"]["code"] == 0
+    # Killed after its outcome was written: it stands where it was published (a release comes
+    # after the Hub has trainbox.json; a final upload held by the Hub never published it).
+    written = phase == "release" or (phase == "finishing" and volume == "same")
+    assert state["attempts"][-2]["reason"] == ("success" if written else "lost")
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    if volume == "new":
+        assert state.get("resume", {}).get("from") == "hub"
+    assert vast.actions() and vast.actions()[-1].method == "PUT"
+    assert_invariants(agent, code, output, before if volume == "same" else {}, vast)
+
+
+# -- Hub errors and dropped connections while resuming and finishing ---------------------------
+HUB_TROUBLE = [("503", {}), ("500", {}), ("reset", {})]
+
+
+@pytest.mark.parametrize("phase", ["resume", "finishing"])
+def test_hub_errors_while_resuming_or_finishing_lose_nothing(agent: Agent, phase: str) -> None:
+    hub = agent.hub_ctx.hub
+    env = agent.env(FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=4")
+    if phase == "resume":  # an attempt was lost after 2 epochs; the restart reads the Hub through errors
+        first = agent.start(env)
+        wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", first)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+        faults = [
+            hub.inject(kind, method="GET", path=r"/(tree|resolve)/", times=2, **extra) for kind, extra in HUB_TROUBLE
+        ]
+        process = agent.start(env)
+    else:  # from the last epoch on, the Hub fails commits, and loses the answer of one it applied
+        process = agent.start(env)
+        wait_for(lambda: (agent.run_dir / "weights" / "epoch_4.pt").exists(), "the last epoch", process)
+        faults = [hub.inject(kind, path=r"/(commit|preupload)/", times=1, **extra) for kind, extra in HUB_TROUBLE]
+        faults.append(hub.inject("apply-then-reset", method="POST", path=r"/commit/", times=1))
+    before = epochs_on_volume(agent.run_dir)
+    output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    code = process.returncode
+
+    assert sum(fault.fired for fault in faults) > 0, "no fault was injected"
+    hub.clear_faults()
+    assert code == 0, output[-3000:]
+    assert agent.state()["phase"] == Phase.DONE
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(hub, agent.repo)
+    assert hub.file_bytes(agent.repo, "weights/last.pt") == (agent.run_dir / "weights" / "last.pt").read_bytes()
+    assert_invariants(agent, code, output, before)
