@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -192,8 +193,8 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         on_exit=on_exit,
         on_failure=_choice(env, "ON_FAILURE", ExitAction, on_exit),
         provider=_provider(env),
-        price_per_hour=_price(env.get("PRICE_PER_HOUR")),
-        max_cost=_max_cost(env.get("MAX_COST")),
+        price_per_hour=_dollars("PRICE_PER_HOUR", env.get("PRICE_PER_HOUR"), "2.49", zero_ok=True),
+        max_cost=_dollars("MAX_COST", env.get("MAX_COST"), "25", zero_ok=False),
         monitor=_flag(env, "MONITOR"),
         monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
@@ -328,27 +329,16 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise ConfigError(f"{name}={value!r} is not 0 or 1", f"e.g. {name}=1")
 
 
-def _price(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        price = float(value.strip().lstrip("$"))
-    except ValueError:
-        price = -1.0
-    if price < 0:
-        raise ConfigError(f"PRICE_PER_HOUR={value!r} is not a price", "give dollars per hour, e.g. PRICE_PER_HOUR=2.49")
-    return price
-
-
-def _max_cost(value: str | None) -> float | None:
+def _dollars(name: str, value: str | None, example: str, *, zero_ok: bool) -> float | None:
+    """PRICE_PER_HOUR (0 allowed: a free machine) and MAX_COST (must be positive): finite dollars."""
     if value is None:
         return None
     try:
         dollars = float(value.strip().lstrip("$"))
     except ValueError:
-        dollars = 0.0
-    if not dollars > 0 or dollars == float("inf"):
-        raise ConfigError(f"MAX_COST={value!r} is not an amount of dollars", "give dollars, e.g. MAX_COST=25")
+        dollars = math.nan
+    if not math.isfinite(dollars) or dollars < 0 or (dollars == 0 and not zero_ok):
+        raise ConfigError(f"{name}={value!r} is not an amount of dollars", f"give dollars, e.g. {name}={example}")
     return dollars
 
 
