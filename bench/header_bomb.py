@@ -1,7 +1,7 @@
 """Benchmark: the extractor's memory on archives built to exhaust it.
 
 Each archive is a .tgz of a few hundred KB, written to disk as a stream (never whole in memory)
-and extracted by ``entrypoint.extract`` in a process of its own; its peak RSS is the kernel's
+and extracted by ``entrypoint.dataset.extract`` in a process of its own; its peak RSS is the kernel's
 ``ru_maxrss`` for that process (``wait4``). The baseline is the same process on an ordinary small
 tar, so the difference is what the archive cost.
 
@@ -34,7 +34,7 @@ MIB = 1 << 20
 EXTRACT = """\
 import sys
 from pathlib import Path
-from entrypoint import extract
+from entrypoint.dataset import extract
 from entrypoint.errors import AgentError
 cap = int(sys.argv[3]) or None
 try:

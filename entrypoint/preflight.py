@@ -1,8 +1,8 @@
 """Preflight: prove the GPUs run kernels (in a child process), before a byte of the dataset is paid for.
 
 The agent never creates a CUDA context itself: it would hold memory on every card and skew
-libreyolo's ``batch=-1`` sizing. ``gpu_probe`` runs in a child, watched by a hang watchdog
-that kills its whole process tree; ``gpu_causes`` turns what it reports into a typed error
+libreyolo's ``batch=-1`` sizing. ``gpu.probe`` runs in a child, watched by a hang watchdog
+that kills its whole process tree; ``gpu.causes`` turns what it reports into a typed error
 naming the fix.
 """
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from . import gpu_causes
 from .errors import AgentError, ConfigError, GpuError, GpuHangError, NcclError, NoGpuError
-from .gpu_causes import Facts
-from .gpu_probe import PREFIX
+from .gpu import causes as gpu_causes
+from .gpu.causes import Facts
+from .gpu.probe import PREFIX
 from .log import logger, redact, step
 from .procs import Child
 from .run_args import RunArgs
@@ -101,7 +101,7 @@ def run_probe(
     argv: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run the probe child; its report, or ``{"hang": step}`` / ``{"crashed": …}``. Never leaves a process behind."""
-    command = list(argv or [sys.executable, "-m", "entrypoint.gpu_probe", "--gpus", selection])
+    command = list(argv or [sys.executable, "-m", "entrypoint.gpu.probe", "--gpus", selection])
     if argv is None:
         command += ["--nccl-timeout", str(NCCL_TIMEOUT)]
     child = Child(command, cwd=Path.cwd(), env=env)

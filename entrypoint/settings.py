@@ -163,7 +163,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
     run_args.validate(user_args, dict(options) if options is not None else run_args.libreyolo_options())
     effective = user_args
     if dataset_kind is DatasetKind.DEMO:
-        from .demo import DEMO_RUN_ARGS
+        from .dataset.demo import DEMO_RUN_ARGS
 
         effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
     if "batch" not in effective:

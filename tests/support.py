@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoint.demo import _image
+from entrypoint.dataset.demo import _image
 
 # Fast, offline, from-scratch training settings for tests.
 TINY_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=64 workers=0 eval_interval=1"

@@ -73,7 +73,7 @@ def test_the_check_leaves_no_process_on_the_gpus(check: dict[str, Any]) -> None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue  # another container's process
-        assert b"gpu_probe" not in cmdline
+        assert b"entrypoint.gpu.probe" not in cmdline
 
 
 def test_gpus_selects_one_card(tmp_path: Path) -> None:

@@ -139,7 +139,8 @@ def test_private_dataset_at_a_pinned_tag(hub_ctx: HubContext, tmp_path: Path) ->
 def test_gzipped_tar_chosen_by_dataset_file_and_the_download_then_extract_path(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:
-    from entrypoint import dataset_hub, settings
+    from entrypoint import settings
+    from entrypoint.dataset import hub as dataset_hub
 
     gz = dataset_tar(tmp_path, gz=True)
     repo = publish(hub_ctx, {"packed/cones.tar.gz": gz, "old.tar": b"not even a tar"})
@@ -186,7 +187,7 @@ def test_plan_sizes_the_disk_from_the_hub_without_downloading(hub_ctx: HubContex
 
 
 def test_an_unreachable_hub_falls_back_to_the_commit_already_on_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
-    from entrypoint import dataset_hub
+    from entrypoint.dataset import hub as dataset_hub
     from entrypoint.errors import DatasetError
     from entrypoint.hub import Hub
 
@@ -262,7 +263,9 @@ def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_c
 def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
     hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from entrypoint import dataset_hub, extract, settings
+    from entrypoint import settings
+    from entrypoint.dataset import extract
+    from entrypoint.dataset import hub as dataset_hub
 
     # Bigger than the bytes in flight between download and extraction (~17 MB), so the stop lands mid-download.
     tar = dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(48 * 1024 * 1024)})
@@ -313,8 +316,9 @@ def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
 def test_a_stalled_xet_download_is_retried_then_continued_over_http(
     hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from entrypoint import dataset_hub, settings
     from entrypoint import hub as agent_hub
+    from entrypoint import settings
+    from entrypoint.dataset import hub as dataset_hub
 
     tar = big_dataset(tmp_path)
     repo = publish(hub_ctx, {"cones.tar": tar})

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import gpu_causes, gpu_probe, preflight
+from entrypoint import preflight
 from entrypoint.errors import GpuHangError, NoGpuError
+from entrypoint.gpu import causes as gpu_causes
+from entrypoint.gpu import probe as gpu_probe
 from entrypoint.settings import GpuSelection
 from tests.hubfixtures import HubContext
 from tests.support import make_dataset, run_trainbox, trainbox_env

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import extract
+from entrypoint.dataset import extract
 from entrypoint.errors import CorruptArchiveError, DiskSpaceError, PreemptedError, UnsafeArchiveError
 
 Member = tuple[tarfile.TarInfo, bytes | None]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import gpu_causes
 from entrypoint.errors import GpuArchitectureError, GpuDriverError, GpuError, NcclError, NoGpuError
-from entrypoint.gpu_causes import Facts, Origin
+from entrypoint.gpu import causes as gpu_causes
+from entrypoint.gpu.causes import Facts, Origin
 
 # torch.cuda.get_arch_list() of the two torch 2.14 builds the image variants carry.
 CU130_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")

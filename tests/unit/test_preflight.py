@@ -1,6 +1,6 @@
 """The GPU check's verdicts: what a probe report means, and the CPU / demo / no-GPU paths.
 
-Reports here have the shape ``gpu_probe`` prints; the texts inside are real ones (see
+Reports here have the shape ``gpu.probe`` prints; the texts inside are real ones (see
 test_gpu_causes). The child itself runs in tests/integration and, on a GPU, in tests/gpu.
 """
 

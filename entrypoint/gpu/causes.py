@@ -1,6 +1,6 @@
 """What a failed GPU check means, and what to do about it.
 
-The GPU check (``gpu_probe``, run in a child) reports raw error texts from torch, the CUDA
+The GPU check (``gpu.probe``, run in a child) reports raw error texts from torch, the CUDA
 runtime and NCCL. ``classify`` turns such a text into one of the typed ``GpuError``s with a
 one-line cause and the fix. Each known text below names where it comes from, so a change in a
 future torch or NCCL release can be checked against its source.
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .errors import GpuArchitectureError, GpuDriverError, GpuError, NcclError, NoGpuError
+from ..errors import GpuArchitectureError, GpuDriverError, GpuError, NcclError, NoGpuError
 
 P2P_ADVICE = "set NCCL_P2P_DISABLE=1 (GPU-to-GPU copies then go through host memory, slower but working)"
 

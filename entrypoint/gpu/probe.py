@@ -31,7 +31,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from . import gpu_causes, procs
+from .. import procs
+from . import causes as gpu_causes
 
 PREFIX = "TRAINBOX_PROBE "
 MATMUL_SIZE = 2048
@@ -198,7 +199,7 @@ def all_reduce(devices: list[int], timeout: float, backend: str = "nccl") -> dic
 
     context = mp.get_context("spawn")  # fork is unsafe once CUDA is initialised
     # Pickled by its importable name: run as ``python -m``, this module's own functions live in __main__.
-    rank_main = importlib.import_module("entrypoint.gpu_probe")._all_reduce_rank
+    rank_main = importlib.import_module("entrypoint.gpu.probe")._all_reduce_rank
     results = context.Queue()
     port = _free_port()
     workers = [
@@ -317,7 +318,7 @@ def probe(selection: list[int] | None, nccl_timeout: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m entrypoint.gpu_probe")
+    parser = argparse.ArgumentParser(prog="python -m entrypoint.gpu.probe")
     parser.add_argument("--gpus", default="all", help="all, or indices like 0,1")
     parser.add_argument("--nccl-timeout", type=float, default=45.0)
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Dataset stage: get the data onto the volume, find its data.yaml, and have libreyolo check it.
 
 Sources: the bundled demo (generated), a local folder holding a data.yaml, a local tar, or a
-Hugging Face dataset repo holding the dataset as one tar (``dataset_hub``).
+Hugging Face dataset repo holding the dataset as one tar (``dataset.hub``).
 
 A tar is extracted by ``extract`` (checked member by member) into a staging folder beside its
 final one; the folder is renamed into place once extraction and ``libreyolo doctor`` succeeded,
@@ -29,8 +29,8 @@ from typing import IO, Any
 
 import yaml
 
-from . import demo, extract, procs
-from .errors import (
+from .. import procs
+from ..errors import (
     AmbiguousDataYamlError,
     CrashLoopError,
     DatasetInvalidError,
@@ -38,11 +38,12 @@ from .errors import (
     DataYamlNotFoundError,
     DiskSpaceError,
 )
-from .log import logger
-from .run_args import RunArgs
-from .settings import DatasetKind, Settings
-from .state import now_iso, write_json_atomic
-from .training import libreyolo_executable
+from ..log import logger
+from ..run_args import RunArgs
+from ..settings import DatasetKind, Settings
+from ..state import now_iso, write_json_atomic
+from ..training import libreyolo_executable
+from . import demo, extract
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
@@ -107,7 +108,7 @@ def _prepare(settings: Settings) -> PreparedDataset:
         return PreparedDataset(data_yaml=resolved, root=root, description=str(root))
     if settings.dataset_kind is DatasetKind.LOCAL_TAR:
         return _prepare_local_tar(settings)
-    from . import dataset_hub
+    from . import hub as dataset_hub
 
     return dataset_hub.prepare(settings)
 
@@ -514,7 +515,7 @@ def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
     checkpoints = checkpoint_estimate(settings.run_args)
     kind = settings.dataset_kind
     if kind is DatasetKind.HUB:
-        from . import dataset_hub
+        from . import hub as dataset_hub
 
         remote = dataset_hub.remote_archive(settings)
         size = remote.size or 0

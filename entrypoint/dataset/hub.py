@@ -29,21 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from . import extract
-from .dataset import (
-    GB,
-    READY_MARKER,
-    DiskNeed,
-    PreparedDataset,
-    check_disk,
-    checkpoint_estimate,
-    data_dir,
-    install_archive,
-    read_ready_marker,
-    unpacked_estimate,
-    use_ready_archive,
-)
-from .errors import (
+from ..errors import (
     AgentError,
     AmbiguousArchiveError,
     CorruptArchiveError,
@@ -51,7 +37,7 @@ from .errors import (
     NoArchiveError,
     UnsafeArchiveError,
 )
-from .hub import (
+from ..hub import (
     NETWORK_ERRORS,
     Hub,
     RemoteFile,
@@ -63,8 +49,22 @@ from .hub import (
     stream_dataset_file,
     xet_stream_dataset_file,
 )
-from .log import logger
-from .settings import Settings
+from ..log import logger
+from ..settings import Settings
+from . import (
+    GB,
+    READY_MARKER,
+    DiskNeed,
+    PreparedDataset,
+    check_disk,
+    checkpoint_estimate,
+    data_dir,
+    extract,
+    install_archive,
+    read_ready_marker,
+    unpacked_estimate,
+    use_ready_archive,
+)
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BATCH_BYTES = 1 << 20

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import (
+from ..errors import (
     CorruptArchiveError,
     DatasetError,
     DeadlineError,
