@@ -37,33 +37,20 @@ from ..errors import (
     NoArchiveError,
     UnsafeArchiveError,
 )
-from ..hub import (
-    NETWORK_ERRORS,
-    Hub,
+from ..hub import NETWORK_ERRORS, Hub, is_retryable
+from ..log import logger
+from ..settings import Settings
+from . import extract
+from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
+from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
+from .remote import (
     RemoteFile,
     dataset_file,
     dataset_revision,
     dataset_root_files,
     download_dataset_file,
-    is_retryable,
     stream_dataset_file,
     xet_stream_dataset_file,
-)
-from ..log import logger
-from ..settings import Settings
-from . import (
-    GB,
-    READY_MARKER,
-    DiskNeed,
-    PreparedDataset,
-    check_disk,
-    checkpoint_estimate,
-    data_dir,
-    extract,
-    install_archive,
-    read_ready_marker,
-    unpacked_estimate,
-    use_ready_archive,
 )
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -431,8 +418,3 @@ def _read(path: Path) -> str | None:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:100] or "x"
-
-
-def disk_need(settings: Settings, remote: RemoteFile) -> DiskNeed:
-    assert remote.size is not None
-    return DiskNeed(remote.size, unpacked_estimate(remote.path, remote.size), checkpoint_estimate(settings.run_args))

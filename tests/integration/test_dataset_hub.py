@@ -316,13 +316,13 @@ def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
 def test_a_stalled_xet_download_is_retried_then_continued_over_http(
     hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from entrypoint import hub as agent_hub
     from entrypoint import settings
     from entrypoint.dataset import hub as dataset_hub
+    from entrypoint.dataset import remote
 
     tar = big_dataset(tmp_path)
     repo = publish(hub_ctx, {"cones.tar": tar})
-    monkeypatch.setattr(agent_hub, "XET_STALL_S", 1.0)  # a minute in production
+    monkeypatch.setattr(remote, "XET_STALL_S", 1.0)  # a minute in production
     hub_ctx.hub.inject("slow", method="GET", path="/xet-read-token/", rate=1)  # the CAS never answers
     env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     with caplog.at_level("WARNING", logger="trainbox"):

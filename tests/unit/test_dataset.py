@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import dataset, settings
+from entrypoint import settings
+from entrypoint.dataset import cache, checks
 from entrypoint.errors import CorruptArchiveError, CrashLoopError
 
 IDENTITY = {"source": "acme/data", "revision": "abc123", "file": "data.tgz"}
@@ -21,12 +22,13 @@ IDENTITY = {"source": "acme/data", "revision": "abc123", "file": "data.tgz"}
 KILLED_START = """
 import json, os, signal, sys
 from pathlib import Path
-from entrypoint import dataset, settings
+from entrypoint import settings
+from entrypoint.dataset import cache
 workdir = Path(sys.argv[1])
 config = settings.from_env({"WORKDIR": str(workdir)})
 def fill(folder):
     os.kill(os.getpid(), signal.SIGKILL)
-dataset.install_archive(config, workdir / "data" / "entry", json.loads(sys.argv[2]), fill, "acme/data")
+cache.install_archive(config, workdir / "data" / "entry", json.loads(sys.argv[2]), fill, "acme/data")
 """
 
 
@@ -39,22 +41,22 @@ def killed_start(workdir: Path) -> int:
 def test_the_same_data_yaml_listed_twice_is_one(tmp_path: Path) -> None:
     (tmp_path / "ds").mkdir()
     (tmp_path / "ds" / "data.yaml").write_text("names: [a]\n")
-    assert dataset.locate_data_yaml(tmp_path, None, ["ds/data.yaml", "ds/data.yaml"]) == tmp_path / "ds" / "data.yaml"
+    assert checks.locate_data_yaml(tmp_path, None, ["ds/data.yaml", "ds/data.yaml"]) == tmp_path / "ds" / "data.yaml"
 
 
 def test_an_extraction_killed_every_time_is_not_retried_forever(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
-    for _ in range(dataset.EXTRACT_STARTS):
+    for _ in range(cache.EXTRACT_STARTS):
         assert killed_start(workdir) == -signal.SIGKILL
     config = settings.from_env({"WORKDIR": str(workdir)})
     calls: list[Path] = []
     with pytest.raises(CrashLoopError, match="out of memory") as caught:
-        dataset.install_archive(config, workdir / "data" / "entry", IDENTITY, calls.append, "acme/data")  # type: ignore[arg-type]
+        cache.install_archive(config, workdir / "data" / "entry", IDENTITY, calls.append, "acme/data")  # type: ignore[arg-type]
     assert calls == []  # refused before extracting again
     assert caught.value.exit_code == 11
     # Another archive (a fixed upload) is tried.
     with pytest.raises(CorruptArchiveError):
-        dataset.install_archive(config, workdir / "data" / "entry", {**IDENTITY, "revision": "def456"}, _corrupt, "x")
+        cache.install_archive(config, workdir / "data" / "entry", {**IDENTITY, "revision": "def456"}, _corrupt, "x")
 
 
 def _corrupt(folder: Path) -> object:
@@ -64,6 +66,6 @@ def _corrupt(folder: Path) -> object:
 def test_an_extraction_that_ends_in_an_error_is_not_a_kill(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     config = settings.from_env({"WORKDIR": str(workdir)})
-    for _ in range(dataset.EXTRACT_STARTS + 1):  # an error the agent lived to report: the breaker decides
+    for _ in range(cache.EXTRACT_STARTS + 1):  # an error the agent lived to report: the breaker decides
         with pytest.raises(CorruptArchiveError):
-            dataset.install_archive(config, workdir / "data" / "entry", IDENTITY, _corrupt, "acme/data")
+            cache.install_archive(config, workdir / "data" / "entry", IDENTITY, _corrupt, "acme/data")

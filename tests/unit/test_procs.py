@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import dataset, procs, profiling, settings, training
+from entrypoint import procs, profiling, settings, training
+from entrypoint.dataset import checks
 from entrypoint.run_args import parse
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint"
@@ -139,7 +140,7 @@ def test_libreyolo_doctor_never_sees_a_provider_key(tmp_path: Path, monkeypatch:
     data_yaml = tmp_path / "data" / "data.yaml"
     data_yaml.parent.mkdir()
     data_yaml.write_text("names: [a]\n")
-    dataset.doctor(data_yaml, imgsz=64, fingerprint="x")
+    checks.doctor(data_yaml, imgsz=64, fingerprint="x")
     seen = json.loads((tmp_path / "env.json").read_text())
     assert not set(PROVIDER_KEYS) & set(seen)
 

@@ -1,0 +1,183 @@
+"""Which data.yaml, made portable, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from .. import procs
+from ..errors import AmbiguousDataYamlError, DatasetInvalidError, DataYamlNotFoundError
+from ..log import logger
+from ..settings import Settings
+from ..state import write_json_atomic
+from ..training import libreyolo_executable
+
+DOCTOR_TIMEOUT = 30 * 60.0
+_DOCTOR_MARKER = ".trainbox-doctor.json"
+
+
+def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] | None = None) -> Path:
+    """``DATA_YAML`` (relative to the root) or the only data.yaml in the tree.
+
+    ``candidates`` (relative paths, e.g. noted while extracting) saves walking a large tree.
+    """
+    if wanted is not None:
+        candidate = (root / wanted).resolve()
+        if not candidate.is_relative_to(root.resolve()) or not candidate.is_file():
+            raise DataYamlNotFoundError(
+                f"DATA_YAML={wanted} is not a file in the dataset", "give a path relative to its root"
+            )
+        return candidate
+    if candidates is not None:
+        found = sorted({root / name for name in candidates})  # a member twice in a tar is one file
+    else:
+        found = sorted(path for path in root.rglob("*.yaml") if path.name in {"data.yaml", "dataset.yaml"})
+    if not found:
+        raise DataYamlNotFoundError(f"no data.yaml in {root}", "add one (YOLO format), or set DATA_YAML")
+    if len(found) > 1:
+        listed = ", ".join(str(path.relative_to(root)) for path in found[:5])
+        raise AmbiguousDataYamlError(f"several data.yaml files: {listed}", "choose one with DATA_YAML")
+    return found[0]
+
+
+def write_resolved_yaml(source: Path, target: Path) -> Path:
+    """A copy of ``source`` whose ``path`` is absolute, so libreyolo finds the data wherever it runs."""
+    try:
+        config = yaml.safe_load(source.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise DatasetInvalidError(f"{source.name} is not valid YAML: {error}".splitlines()[0], "fix the file") from None
+    if not isinstance(config, dict):
+        raise DatasetInvalidError(f"{source.name} is not a YAML mapping", "see libreyolo's dataset format")
+    root = source.parent
+    given = config.get("path")
+    if isinstance(given, str) and given:
+        given_path = Path(given)
+        # An absolute path from the machine the dataset was made on is meaningless here.
+        if not given_path.is_absolute() and (root / given_path).is_dir():
+            root = (root / given_path).resolve()
+    config["path"] = str(root.resolve())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(config, sort_keys=False))
+    return target
+
+
+def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
+    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed."""
+    marker = data_yaml.parent / _DOCTOR_MARKER
+    fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
+    try:
+        cached = json.loads(marker.read_text())
+        if cached.get("fingerprint") == fingerprint:
+            logger.info("dataset check: passed before, not repeated")
+            return cached["report"]
+    except (OSError, ValueError, KeyError):
+        pass
+    if _deferred is not None:  # prepare_checked_in_background(): started once the data is in place
+        _deferred[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
+        return {}
+    result = procs.run(_doctor_argv(data_yaml, imgsz), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    if result.timed_out or result.returncode is None:
+        raise DatasetInvalidError(
+            f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min",
+            "check the data.yaml (libreyolo doctor)",
+        )
+    return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint)
+
+
+def _doctor_argv(data_yaml: Path, imgsz: int) -> list[str]:
+    return [libreyolo_executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
+
+
+def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str) -> dict[str, Any]:
+    """Log doctor's warnings, raise on its errors; remember a pass in ``marker``."""
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise DatasetInvalidError(f"libreyolo doctor failed: {tail}", "check the data.yaml") from None
+    findings = report.get("findings", [])
+    for finding in findings:
+        if finding.get("severity") == "warning":
+            logger.warning("dataset check: %s", finding.get("message"))
+    problems = [finding for finding in findings if finding.get("severity") == "error"]
+    if returncode != 0 or problems:
+        first = problems[0] if problems else {"message": f"exit code {returncode}"}
+        paths = first.get("paths") or []
+        where = f" ({paths[0]})" if paths else ""
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise DatasetInvalidError(
+            f"the dataset check found errors: {first.get('message')}{where}{more}",
+            "fix the dataset; run `libreyolo doctor <data.yaml>` to see every finding",
+        )
+    summary = report.get("summary", {})
+    logger.info("dataset check: %s errors, %s warnings", summary.get("errors", 0), summary.get("warnings", 0))
+    write_json_atomic(marker, {"fingerprint": fingerprint, "report": report})
+    return report
+
+
+# -- the check beside the training's start ---------------------------------------------------------
+# `libreyolo doctor` spends most of its ~5 s importing torch and libreyolo, as the training child does
+# when it starts: run side by side, a cold start is not delayed by the check, and training is stopped
+# at once if the check fails. Inside prepare_checked_in_background(), doctor() notes what to check here.
+_deferred: dict[str, tuple[Path, int]] | None = None
+
+
+class DatasetCheck:
+    """``libreyolo doctor`` running in the background on data in its final place."""
+
+    def __init__(self, wanted: Mapping[str, tuple[Path, int]]) -> None:
+        self._deadline = time.monotonic() + DOCTOR_TIMEOUT
+        self._files = contextlib.ExitStack()  # the children's output, read once they exit
+        self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str]] = []
+        for fingerprint, (data_yaml, imgsz) in wanted.items():
+            argv = _doctor_argv(data_yaml, imgsz)
+            logger.info("+ %s (beside the start of training)", " ".join(argv))
+            # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
+            out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+            err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+            process = procs.Child(argv, cwd=data_yaml.parent, output=out, errors=err, echo=False)
+            self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
+
+    def done(self) -> bool:
+        return time.monotonic() > self._deadline or all(run[0].poll() is not None for run in self._runs)
+
+    def result(self) -> None:
+        """Wait for the verdict; raise what ``doctor`` raises."""
+        try:
+            for process, out, err, marker, fingerprint in self._runs:
+                try:
+                    code = process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise DatasetInvalidError(
+                        f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min", "check the dataset"
+                    ) from None
+                out.seek(0)
+                err.seek(0)
+                stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+                _doctor_verdict(code, stdout, stderr, marker, fingerprint)
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop what still runs (the job ends early) and let go of the output files."""
+        for process, *_ in self._runs:
+            if process.poll() is None:
+                process.stop(signal.SIGKILL, grace=0.0)  # bounded: a child stuck in the kernel is left behind
+        self._files.close()
+
+
+def imgsz_of(settings: Settings) -> int:
+    value = settings.run_args.get("imgsz") or "640"
+    try:
+        return max(int(part) for part in value.lower().replace("x", ",").split(",") if part.strip())
+    except ValueError:
+        return 640

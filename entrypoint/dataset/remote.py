@@ -1,0 +1,333 @@
+"""Dataset repos on the Hub, the read side: revision → commit, root listing, file metadata, and the
+bytes of one file (Xet CAS stream, plain GET with Range resume, or hf_hub_download)."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.errors import RepositoryNotFoundError
+
+from ..errors import (
+    AgentError,
+    CorruptArchiveError,
+    DatasetAccessError,
+    DatasetError,
+    DatasetNotFoundError,
+    NoArchiveError,
+    RevisionNotFoundError,
+)
+from ..hub import BASE_WAIT, MAX_WAIT, Hub, _describe, is_retryable, status_of, with_retries
+from ..log import logger
+
+# == Dataset repos: the read side of the dataset stage ======================================
+# Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
+# from the Xet CAS for Xet-backed files, or by a plain GET of the resolve URL (resuming with Range
+# after a dropped connection); both from any offset, so a stopped download continues.
+DATASET = "dataset"
+STREAM_ATTEMPTS = 6  # consecutive failures without a byte of progress before giving up
+XET_STALL_S = 60.0  # a Xet download that delivers nothing for this long is abandoned
+_PIECE = 1 << 20
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a dataset repo at a pinned commit."""
+
+    repo_id: str
+    path: str
+    revision: str  # commit sha
+    size: int | None
+    etag: str | None  # sha256 for LFS/xet files, git blob sha1 for regular ones
+    xet: bool  # stored on Xet, and this client may use it: streamed from the CAS
+    url: str
+    xet_hash: str | None = None
+    xet_refresh: str | None = None  # the Hub route that hands out (and refreshes) a CAS read token
+
+
+def dataset_revision(hub: Hub, repo_id: str, revision: str, *, sleep: Callable[[float], None] = time.sleep) -> str:
+    """The commit sha that ``revision`` (branch, tag or sha) of dataset ``repo_id`` points at."""
+    with _DatasetErrors(hub, repo_id, revision):
+        info = with_retries(
+            lambda: hub.api.dataset_info(repo_id, revision=revision),
+            f"reading dataset {repo_id}@{revision}",
+            sleep=sleep,
+        )
+    if not info.sha:
+        raise RevisionNotFoundError(f"the Hub gave no commit for {repo_id}@{revision}", "set DATASET_REVISION")
+    return info.sha
+
+
+def dataset_root_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
+    """Path → size of the files at the root of the dataset repo at commit ``sha``."""
+    from huggingface_hub.hf_api import RepoFile
+
+    with _DatasetErrors(hub, repo_id, sha):
+        entries = with_retries(
+            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=False)),
+            f"listing dataset {repo_id}",
+        )
+    return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
+
+
+def dataset_file(hub: Hub, repo_id: str, path: str, sha: str) -> RemoteFile:
+    """Size, ETag and storage of one file (a HEAD request; nothing is downloaded)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, path, repo_type=DATASET, revision=sha, endpoint=hub.endpoint)
+    with _DatasetErrors(hub, repo_id, sha, path):
+        meta = with_retries(
+            lambda: get_hf_file_metadata(url, token=hub.token or False, endpoint=hub.endpoint),
+            f"reading {path} of {repo_id}",
+        )
+    xet = meta.xet_file_data
+    return RemoteFile(
+        repo_id=repo_id,
+        path=path,
+        revision=sha,
+        size=meta.size,
+        etag=meta.etag,
+        xet=xet is not None and _xet_enabled(),
+        url=url,
+        xet_hash=xet.file_hash if xet else None,
+        xet_refresh=xet.refresh_route if xet else None,
+    )
+
+
+class XetStalled(Exception):
+    """The Xet download delivered nothing for ``XET_STALL_S``."""
+
+
+def xet_stream_dataset_file(
+    hub: Hub, remote: RemoteFile, start: int = 0, *, stall_s: float | None = None
+) -> Iterator[bytes]:
+    """The bytes of Xet-backed ``remote`` from offset ``start``, in order, as hf_xet rebuilds them from the CAS.
+
+    hf_xet fetches the chunks in parallel and keeps its chunk cache under ``HF_XET_CACHE``. The transfer
+    runs in a worker thread so that a stall (no byte for ``stall_s``, token route included) raises
+    ``XetStalled`` here instead of hanging: the caller retries or falls back to the plain stream.
+    """
+    assert remote.xet_hash is not None and remote.xet_refresh is not None and remote.size is not None
+    stall_s = XET_STALL_S if stall_s is None else stall_s
+    # hf_xet hands over whole xorb ranges (~64 MB each): one waits here, and they go on in 1 MB pieces.
+    pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    end = object()
+
+    def hand(item: Any) -> bool:
+        """Into the pipe, unless the reader has gone (False)."""
+        while not stop.is_set():
+            try:
+                pipe.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        from hf_xet import XetFileInfo
+        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils._xet import (
+            XetFileData,
+            get_xet_session,
+            refresh_xet_connection_info,
+            xet_headers_without_auth,
+        )
+
+        group = None
+        try:
+            headers = build_hf_headers(token=hub.token or False)
+            data = XetFileData(file_hash=remote.xet_hash, refresh_route=remote.xet_refresh)  # type: ignore[arg-type]
+            cas = refresh_xet_connection_info(file_data=data, headers=headers)
+            group = get_xet_session().new_download_stream_group(
+                endpoint=cas.endpoint,
+                token=cas.access_token,
+                token_expiry_unix_secs=cas.expiration_unix_epoch,
+                token_refresh_url=remote.xet_refresh,  # the Hub's token route: the Hub token goes only there
+                token_refresh_headers=headers,
+                custom_headers=xet_headers_without_auth(headers),
+            )
+            stream = group.download_stream(XetFileInfo(remote.xet_hash, remote.size), start=start)
+            for chunk in stream:
+                if not hand(chunk):
+                    stream.cancel()
+                    return
+            group.finish()
+            group = None
+            hand(end)
+        except BaseException as error:  # handed to the reader
+            hand(error)
+        finally:
+            if group is not None:
+                with contextlib.suppress(Exception):
+                    group.abort()
+
+    worker = threading.Thread(target=produce, name="xet-download", daemon=True)
+    worker.start()
+    try:
+        while True:
+            try:
+                item = pipe.get(timeout=stall_s)
+            except queue.Empty:
+                raise XetStalled(f"no byte from the Xet CAS for {stall_s:.0f} s") from None
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            for at in range(0, len(item), _PIECE):
+                yield item[at : at + _PIECE]
+    finally:
+        stop.set()  # an abandoned worker (stalled in the CAS) is a daemon: it never holds up an exit
+
+
+def stream_dataset_file(
+    hub: Hub, remote: RemoteFile, start: int = 0, *, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[bytes]:
+    """The bytes of ``remote`` from offset ``start``, as they arrive.
+
+    A dropped connection or a retryable status is retried with ``Range`` from the last byte
+    received: at once after progress, with capped exponential backoff when nothing arrives.
+    """
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers(token=hub.token or False)
+    headers["Accept-Encoding"] = "identity"  # the bytes of the file, not a re-compressed body
+    offset, failures, wait = start, 0, BASE_WAIT
+    while remote.size is None or offset < remote.size:
+        progressed = False
+        try:
+            with _DatasetErrors(hub, remote.repo_id, remote.revision, remote.path):
+                wanted = {**headers, "Range": f"bytes={offset}-"} if offset else headers
+                # Redirects (LFS → CDN) are followed; httpx drops the Authorization header when the host changes.
+                with get_session().stream(
+                    "GET", remote.url, headers=wanted, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT, follow_redirects=True
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        hf_raise_for_status(response)
+                    # A server that ignores Range sends the whole file again: skip what we already have.
+                    skip = offset if offset and response.status_code == 200 else 0
+                    for chunk in response.iter_bytes():  # as received: a reset loses no byte already here
+                        if skip:
+                            cut, skip = min(skip, len(chunk)), max(0, skip - len(chunk))
+                            chunk = chunk[cut:]
+                        if chunk:
+                            offset += len(chunk)
+                            progressed = True
+                            yield chunk
+            if remote.size is None:
+                return
+            if offset < remote.size:
+                raise ConnectionError(f"the Hub closed the download at byte {offset} of {remote.size}")
+        except Exception as error:
+            failures = 0 if progressed else failures + 1
+            wait = BASE_WAIT if progressed else wait
+            if not is_retryable(error) or failures >= STREAM_ATTEMPTS:
+                if isinstance(error, AgentError):
+                    raise
+                raise DatasetError(
+                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {_describe(error)}",
+                    "check the network; the next start resumes from the bytes already on disk",
+                ) from None
+            if not progressed:
+                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, _describe(error), wait)
+                sleep(wait)
+                wait = min(MAX_WAIT, wait * 2)
+            else:
+                logger.warning("download of %s: %s; resuming at byte %d", remote.path, _describe(error), offset)
+    if remote.size is not None and offset > remote.size:
+        raise CorruptArchiveError(
+            f"the Hub sent {offset} bytes of {remote.path}, expected {remote.size}", "try again later"
+        )
+
+
+def download_dataset_file(hub: Hub, remote: RemoteFile, local_dir: Path) -> Path:
+    """``remote`` into ``local_dir`` with hf_hub_download (xet-aware; its own progress bar and retries)."""
+    with _DatasetErrors(hub, remote.repo_id, remote.revision, remote.path):
+        path = with_retries(
+            lambda: hub.api.hf_hub_download(
+                remote.repo_id, remote.path, repo_type=DATASET, revision=remote.revision, local_dir=str(local_dir)
+            ),
+            f"downloading {remote.path} from {remote.repo_id}",
+        )
+    return Path(path)
+
+
+def _xet_enabled() -> bool:
+    """What hf_hub_download decides: xet when hf_xet is installed and not disabled."""
+    import importlib.util
+
+    from huggingface_hub import constants
+
+    return not constants.HF_HUB_DISABLE_XET and importlib.util.find_spec("hf_xet") is not None
+
+
+class _DatasetErrors:
+    """Turn huggingface_hub's errors about a dataset repo into the agent's dataset errors."""
+
+    def __init__(self, hub: Hub, repo_id: str, revision: str, path: str | None = None) -> None:
+        self.hub, self.repo_id, self.revision, self.path = hub, repo_id, revision, path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> bool:
+        if error is None or not isinstance(error, Exception) or isinstance(error, AgentError):
+            return False
+        mapped = dataset_error(error, self.repo_id, self.revision, path=self.path, token=bool(self.hub.token))
+        if mapped is None:
+            return False
+        raise mapped from None
+
+
+def dataset_error(
+    error: BaseException, repo_id: str, revision: str, *, path: str | None = None, token: bool
+) -> AgentError | None:
+    """The agent's error for a failed read of dataset ``repo_id`` (None: not a Hub answer)."""
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError
+    from huggingface_hub.errors import RevisionNotFoundError as HubRevisionNotFoundError
+
+    status = status_of(error)
+    server_says = str(getattr(getattr(error, "response", None), "headers", {}).get("X-Error-Message") or "")
+    if status == 401 and "invalid credentials" in server_says.lower():
+        return DatasetAccessError(
+            f"the Hub refused HF_TOKEN while reading dataset {repo_id}: invalid or expired",
+            "set HF_TOKEN to a valid token with read access (huggingface.co/settings/tokens)",
+        )
+    if isinstance(error, GatedRepoError):
+        return DatasetAccessError(
+            f"dataset {repo_id} is gated and HF_TOKEN's account has not been granted access",
+            "accept its conditions on the Hub with that account, or use another HF_TOKEN",
+        )
+    if isinstance(error, RepositoryNotFoundError):
+        if not token:
+            return DatasetAccessError(
+                f"dataset {repo_id} is private or does not exist, and HF_TOKEN is not set",
+                "set HF_TOKEN to a token that can read it, or check DATASET_REPO (org/name of a dataset repo)",
+            )
+        return DatasetNotFoundError(
+            f"dataset repo {repo_id} not found (or HF_TOKEN's account cannot see it)",
+            "check DATASET_REPO: org/name of a dataset repo (not a model repo), readable with HF_TOKEN",
+        )
+    if isinstance(error, HubRevisionNotFoundError):
+        return RevisionNotFoundError(
+            f"revision {revision!r} not found in dataset {repo_id}",
+            "set DATASET_REVISION to a branch, tag or commit of that repo (default: main)",
+        )
+    if isinstance(error, EntryNotFoundError):
+        return NoArchiveError(
+            f"{path or 'the file'} is not in dataset {repo_id} at {revision[:12]}",
+            "set DATASET_FILE to a file of the repo, e.g. data.tar",
+        )
+    if status in (401, 403):
+        return DatasetAccessError(
+            f"the Hub refused access to dataset {repo_id} (HTTP {status})", "check that HF_TOKEN may read it"
+        )
+    return None
