@@ -9,10 +9,10 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from . import libreyolo
 from .log import logger
 from .procs import Child
 from .settings import Settings
-from .training import libreyolo_executable
 
 MONITOR_PORT = 8420
 
@@ -23,7 +23,7 @@ class Monitor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
         argv = [
-            libreyolo_executable(),
+            libreyolo.executable(),
             "monitor",
             str(settings.workdir / "runs"),
             "--host",

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import IO
 
 from .log import logger, redact
-from .settings import child_env
+
+# Provider API keys: the agent's own, never handed to a child process.
+SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY")
+
 
 # How long a SIGKILLed process may take to be reaped before it is given up on.
 KILL_WAIT = 5.0
@@ -189,3 +192,8 @@ def run(
     with contextlib.suppress(subprocess.TimeoutExpired):
         out, err = child.process.communicate(timeout=kill_wait)
     return Completed(None, out.decode(errors="replace"), err.decode(errors="replace"), True, child.unreaped)
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for child processes: provider keys never leave the agent."""
+    return {key: value for key, value in env.items() if key not in SECRET_PROVIDER_VARS}

@@ -12,10 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import procs
+from . import libreyolo, procs
 from .log import logger
 from .settings import Settings
-from .training import libreyolo_executable
 
 PROFILE_TIMEOUT = 20 * 60.0
 _SIZE = re.compile(r"(?i)libreyolo\d+([a-z])\.pt$")
@@ -23,7 +22,7 @@ _SIZE = re.compile(r"(?i)libreyolo\d+([a-z])\.pt$")
 
 def profile_command(settings: Settings, data_yaml: Path, device: int) -> list[str]:
     args = settings.run_args
-    argv = [libreyolo_executable(), "profile", "run", str(data_yaml)]
+    argv = [libreyolo.executable(), "profile", "run", str(data_yaml)]
     model = args.get("model")
     if model:
         argv += ["--weights", model]

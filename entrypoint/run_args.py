@@ -1,21 +1,14 @@
 """RUN_ARGS: extra ``libreyolo train`` arguments, parsed, checked against libreyolo, never shelled.
 
-The accepted keys are read from the installed libreyolo's own ``train`` command (its source,
-parsed with ``ast``, so the agent does not pay for importing torch), not from a copied list.
+The accepted keys are libreyolo's own ``train`` options (``libreyolo.train_options``).
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
-import functools
-import importlib.util
-import os
 import re
 import shlex
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import ConfigError
 
@@ -27,8 +20,6 @@ OWNED_KEYS: dict[str, str] = {
     "exist_ok": "RUN_NAME (the agent always reuses the run folder)",
     "device": "GPUS",
 }
-# Flags of libreyolo's CLI that shape its console output, not the training.
-_OUTPUT_FLAGS = {"json_output", "quiet", "dry_run", "help_json"}
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
 
@@ -104,57 +95,3 @@ def _check_value(key: str, value: str, kind: str) -> None:
     except ValueError:
         example = {"int": "100", "float": "0.01", "bool": "true"}[kind]
         raise ConfigError(f"RUN_ARGS {key}={value!r} is not a valid {kind}", f"e.g. {key}={example}") from None
-
-
-@functools.cache
-def libreyolo_options() -> dict[str, str]:
-    """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str."""
-    spec = importlib.util.find_spec("libreyolo")
-    if spec is None or spec.origin is None:
-        raise ConfigError("libreyolo is not installed", "install it: pip install libreyolo")
-    source = Path(spec.origin).parent / "cli" / "commands" / "train.py"
-    try:
-        options = _options_from_source(source.read_text())
-    except (OSError, SyntaxError, LookupError):
-        options = {}
-    # The source layout is libreyolo's private business: if it moved, ask the CLI itself.
-    return options or _options_from_help()
-
-
-def _options_from_source(source: str) -> dict[str, str]:
-    tree = ast.parse(source)
-    function = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "train_cmd")
-    options: dict[str, str] = {}
-    for arg in function.args.args + function.args.kwonlyargs:
-        if arg.arg not in _OUTPUT_FLAGS:
-            options[arg.arg] = _type_name(arg.annotation)
-    return options
-
-
-def _type_name(annotation: ast.expr | None) -> str:
-    if isinstance(annotation, ast.Subscript):  # Optional[int]
-        annotation = annotation.slice
-    if isinstance(annotation, ast.BinOp):  # int | None
-        annotation = annotation.left
-    name = annotation.id if isinstance(annotation, ast.Name) else "str"
-    return name if name in {"int", "float", "bool"} else "str"
-
-
-def _options_from_help() -> dict[str, str]:
-    from . import procs  # not at the top: procs needs settings, which needs this module
-
-    result = procs.run(
-        [sys.executable, "-c", "from libreyolo.cli import entrypoint; entrypoint()", "train", "--help"],
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
-        echo=False,
-    )
-    names = set(re.findall(r"--([a-z0-9][a-z0-9-]*)", result.stdout))
-    # "--no-amp" is the negative form of "--amp"; "--no-aug-epochs" is an option of its own.
-    names = {name for name in names if not (name.startswith("no-") and name[3:] in names)}
-    options = {name.replace("-", "_"): "str" for name in names}
-    for flag in ("json", "quiet", "dry_run", "help_json", "help"):
-        options.pop(flag, None)
-    if not options:
-        raise ConfigError("cannot read libreyolo's train options", "check that `libreyolo train --help` works")
-    return options

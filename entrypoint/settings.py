@@ -17,16 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from . import log, run_args
+from . import libreyolo, log, run_args
 from .errors import ConfigError
+from .procs import SECRET_PROVIDER_VARS, child_env
 from .run_args import RunArgs
 
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
-# Provider variables whose values are secrets.
-SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY")
+# RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
+DEMO_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=20 eval_interval=1 workers=0"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -160,11 +161,9 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         )
 
     user_args = run_args.parse(env.get("RUN_ARGS", ""))
-    run_args.validate(user_args, dict(options) if options is not None else run_args.libreyolo_options())
+    run_args.validate(user_args, dict(options) if options is not None else libreyolo.train_options())
     effective = user_args
     if dataset_kind is DatasetKind.DEMO:
-        from .dataset.demo import DEMO_RUN_ARGS
-
         effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
     if "batch" not in effective:
         effective = effective.set("batch", "-1")
@@ -218,11 +217,6 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
     return settings
-
-
-def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment for child processes: provider keys never leave the agent."""
-    return {key: value for key, value in env.items() if key not in SECRET_PROVIDER_VARS}
 
 
 def parse_gpus(value: str) -> GpuSelection:

@@ -6,8 +6,6 @@ both scrubbed of secrets. Its exit code is mapped to the agent's typed errors.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from . import errors
+from . import errors, libreyolo
 from .errors import AgentError, ConfigError
 from .liveness import Liveness
 from .log import logger, redact_bytes
@@ -37,20 +35,6 @@ class TrainCommand:
     argv: tuple[str, ...]
     cwd: Path
     run_dir: Path
-
-
-def libreyolo_executable() -> str:
-    """``TRAINBOX_LIBREYOLO``, else the ``libreyolo`` script of this interpreter's environment, else PATH's."""
-    override = os.environ.get("TRAINBOX_LIBREYOLO")  # a stand-in command (tests, wrappers)
-    if override:
-        return override
-    beside = Path(sys.executable).parent / "libreyolo"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("libreyolo")
-    if found is None:
-        raise ConfigError("the libreyolo command is not installed", "install it: pip install libreyolo")
-    return found
 
 
 def device_arg(gpu_indices: tuple[int, ...] | None) -> str:
@@ -82,7 +66,7 @@ def build_command(
         "exist_ok=true",
         f"device={device}",
     ]
-    argv = (libreyolo_executable(), "train", *merged.argv(), *owned)
+    argv = (libreyolo.executable(), "train", *merged.argv(), *owned)
     # cwd on the volume: libreyolo downloads bare weight names into ./weights/.
     return TrainCommand(argv=argv, cwd=workdir, run_dir=workdir / "runs" / run_name)
 
@@ -91,18 +75,18 @@ def error_for_exit(code: int, tail: str) -> AgentError | None:
     """libreyolo's exit codes (its cli/errors.py) → the agent's errors; None for success."""
     detail = f": {tail}" if tail else ""
     match code:
-        case 0:
+        case libreyolo.EXIT_OK:
             return None
-        case 2:
+        case libreyolo.EXIT_BAD_OPTIONS:
             return errors.TrainingConfigError(f"libreyolo refused the training options{detail}", "fix RUN_ARGS")
-        case 3:
+        case libreyolo.EXIT_BAD_DATASET:
             return errors.DatasetInvalidError(
                 f"libreyolo could not use the dataset{detail}",
                 "check the data.yaml paths and labels (libreyolo doctor)",
             )
-        case 4:
+        case libreyolo.EXIT_BAD_MODEL:
             return errors.ModelError(f"libreyolo could not load the model{detail}", "check model= in RUN_ARGS")
-        case 130:
+        case libreyolo.EXIT_INTERRUPTED:
             return errors.UserInterruptError("training was interrupted")
         case _ if code < 0:
             return errors.TrainingError(f"training was killed by {signal.Signals(-code).name}{detail}")

@@ -14,12 +14,11 @@ from typing import IO, Any
 
 import yaml
 
-from .. import procs
+from .. import libreyolo, procs
 from ..errors import AmbiguousDataYamlError, DatasetInvalidError, DataYamlNotFoundError
 from ..log import logger
 from ..settings import Settings
 from ..state import write_json_atomic
-from ..training import libreyolo_executable
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
@@ -94,7 +93,7 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
 
 
 def _doctor_argv(data_yaml: Path, imgsz: int) -> list[str]:
-    return [libreyolo_executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
+    return [libreyolo.executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
 
 
 def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str) -> dict[str, Any]:

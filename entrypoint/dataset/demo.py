@@ -19,7 +19,6 @@ TRAIN_IMAGES = 36
 VAL_IMAGES = 12
 # Bumped whenever the generated content changes, so a cached copy is regenerated.
 DEMO_VERSION = 1
-DEMO_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=20 eval_interval=1 workers=0"
 
 
 def _png(width: int, height: int, rows: list[bytearray]) -> bytes:

@@ -182,7 +182,7 @@ def test_every_spawn_goes_through_procs() -> None:
 
 
 def test_run_args_help_child_goes_through_procs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from entrypoint import run_args
+    from entrypoint import libreyolo
 
     seen: list[object] = []
 
@@ -191,6 +191,6 @@ def test_run_args_help_child_goes_through_procs(monkeypatch: pytest.MonkeyPatch)
         return procs.Completed(0, "  --epochs INTEGER\n  --batch INTEGER\n", "")
 
     monkeypatch.setattr(procs, "run", fake_run)
-    assert {"epochs", "batch"} <= set(run_args._options_from_help())
+    assert {"epochs", "batch"} <= set(libreyolo._options_from_help())
     assert seen == [120]
     assert parse("epochs=1").get("epochs") == "1"

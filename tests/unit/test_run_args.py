@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from entrypoint.errors import ConfigError
-from entrypoint.run_args import libreyolo_options, parse, validate
+from entrypoint.libreyolo import train_options as libreyolo_options
+from entrypoint.run_args import parse, validate
 
 
 def test_quotes_and_equals_inside_values() -> None:

@@ -1,0 +1,109 @@
+"""What the agent knows of LibreYOLO: its command, its ``train`` options, its exit codes, its run folder.
+
+The run folder is ``WORKDIR/runs/RUN_NAME``. LibreYOLO writes its checkpoints in place, then renames
+``status.json`` last; ``metrics.jsonl`` gets one row per epoch. The accepted ``train`` keys are read
+from the installed libreyolo's own command (its source, parsed with ``ast``, so the agent does not pay
+for importing torch), not from a copied list.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from . import procs
+from .errors import ConfigError
+
+# -- the run folder ---------------------------------------------------------------------------------
+STATUS_FILE = "status.json"  # renamed into place last: the end of an epoch's writes
+METRICS_FILE = "metrics.jsonl"
+WEIGHTS_DIR = "weights"
+LAST_CHECKPOINT = f"{WEIGHTS_DIR}/last.pt"  # what training resumes from
+BEST_CHECKPOINT = f"{WEIGHTS_DIR}/best.pt"
+EPOCH_CHECKPOINT = re.compile(rf"^{WEIGHTS_DIR}/epoch_(\d+)\.pt$")  # one per save_period
+CHECKPOINT_SUFFIX = ".pt"
+# Files of a run's history, beside the checkpoints.
+HISTORY_FILES = (METRICS_FILE, "results.csv", "train.log")
+
+# -- exit codes of ``libreyolo`` (its cli/errors.py) --------------------------------------------------
+EXIT_OK = 0
+EXIT_BAD_OPTIONS = 2
+EXIT_BAD_DATASET = 3
+EXIT_BAD_MODEL = 4
+EXIT_INTERRUPTED = 130
+
+# Flags of libreyolo's CLI that shape its console output, not the training.
+_OUTPUT_FLAGS = {"json_output", "quiet", "dry_run", "help_json"}
+
+
+def executable() -> str:
+    """``TRAINBOX_LIBREYOLO``, else the ``libreyolo`` script of this interpreter's environment, else PATH's."""
+    override = os.environ.get("TRAINBOX_LIBREYOLO")  # a stand-in command (tests, wrappers)
+    if override:
+        return override
+    beside = Path(sys.executable).parent / "libreyolo"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("libreyolo")
+    if found is None:
+        raise ConfigError("the libreyolo command is not installed", "install it: pip install libreyolo")
+    return found
+
+
+# -- the options of ``libreyolo train`` ----------------------------------------------------------------
+@functools.cache
+def train_options() -> dict[str, str]:
+    """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str."""
+    spec = importlib.util.find_spec("libreyolo")
+    if spec is None or spec.origin is None:
+        raise ConfigError("libreyolo is not installed", "install it: pip install libreyolo")
+    source = Path(spec.origin).parent / "cli" / "commands" / "train.py"
+    try:
+        options = _options_from_source(source.read_text())
+    except (OSError, SyntaxError, LookupError):
+        options = {}
+    # The source layout is libreyolo's private business: if it moved, ask the CLI itself.
+    return options or _options_from_help()
+
+
+def _options_from_source(source: str) -> dict[str, str]:
+    tree = ast.parse(source)
+    function = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "train_cmd")
+    options: dict[str, str] = {}
+    for arg in function.args.args + function.args.kwonlyargs:
+        if arg.arg not in _OUTPUT_FLAGS:
+            options[arg.arg] = _type_name(arg.annotation)
+    return options
+
+
+def _type_name(annotation: ast.expr | None) -> str:
+    if isinstance(annotation, ast.Subscript):  # Optional[int]
+        annotation = annotation.slice
+    if isinstance(annotation, ast.BinOp):  # int | None
+        annotation = annotation.left
+    name = annotation.id if isinstance(annotation, ast.Name) else "str"
+    return name if name in {"int", "float", "bool"} else "str"
+
+
+def _options_from_help() -> dict[str, str]:
+    result = procs.run(
+        [sys.executable, "-c", "from libreyolo.cli import entrypoint; entrypoint()", "train", "--help"],
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        echo=False,
+    )
+    names = set(re.findall(r"--([a-z0-9][a-z0-9-]*)", result.stdout))
+    # "--no-amp" is the negative form of "--amp"; "--no-aug-epochs" is an option of its own.
+    names = {name for name in names if not (name.startswith("no-") and name[3:] in names)}
+    options = {name.replace("-", "_"): "str" for name in names}
+    for flag in ("json", "quiet", "dry_run", "help_json", "help"):
+        options.pop(flag, None)
+    if not options:
+        raise ConfigError("cannot read libreyolo's train options", "check that `libreyolo train --help` works")
+    return options
