@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .libreyolo import BEST_CHECKPOINT
 from .receipt import Receipt
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def _metrics_table(info: CardInfo) -> list[str]:
 
 def _load_snippet(info: CardInfo) -> list[str]:
     """Three lines with LibreYOLO's own Hub loader (``hf://owner/repo/file``, needs ``libreyolo[hf]``)."""
-    source = f"hf://{info.repo_id}/weights/best.pt" if info.repo_id else f"runs/{info.run_name}/weights/best.pt"
+    source = f"hf://{info.repo_id}/{BEST_CHECKPOINT}" if info.repo_id else f"runs/{info.run_name}/{BEST_CHECKPOINT}"
     return [
         "### Use the weights",
         "",

@@ -10,6 +10,7 @@ import shlex
 
 from . import resume, training
 from .envhelp import variables
+from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
 from .settings import DatasetKind, ExitAction, Settings
 
@@ -62,7 +63,7 @@ def _resume(settings: Settings) -> tuple[str, RunArgs]:
     if done >= total:
         return f"{path.name} on this disk has all {total} epochs: nothing would be trained", args
     point = resume.ResumePoint(
-        checkpoint=settings.run_dir / "weights" / "last.pt", completed_epochs=done, total_epochs=total, source="volume"
+        checkpoint=settings.run_dir / LAST_CHECKPOINT, completed_epochs=done, total_epochs=total, source="volume"
     )
     return f"continue from {path.name} on this disk, epoch {done} of {total}{hub}", resume.resume_args(args, point)
 

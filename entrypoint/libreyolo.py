@@ -24,10 +24,11 @@ from .errors import ConfigError
 STATUS_FILE = "status.json"  # renamed into place last: the end of an epoch's writes
 METRICS_FILE = "metrics.jsonl"
 WEIGHTS_DIR = "weights"
-LAST_CHECKPOINT = f"{WEIGHTS_DIR}/last.pt"  # what training resumes from
+LAST_NAME = "last.pt"
+LAST_CHECKPOINT = f"{WEIGHTS_DIR}/{LAST_NAME}"  # what training resumes from
 BEST_CHECKPOINT = f"{WEIGHTS_DIR}/best.pt"
-EPOCH_CHECKPOINT = re.compile(rf"^{WEIGHTS_DIR}/epoch_(\d+)\.pt$")  # one per save_period
-CHECKPOINT_SUFFIX = ".pt"
+EPOCH_GLOB = "epoch_*.pt"  # one per save_period, in WEIGHTS_DIR
+EPOCH_CHECKPOINT = re.compile(rf"^{WEIGHTS_DIR}/epoch_(\d+)\.pt$")
 # Files of a run's history, beside the checkpoints.
 HISTORY_FILES = (METRICS_FILE, "results.csv", "train.log")
 

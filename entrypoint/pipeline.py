@@ -18,6 +18,7 @@ from typing import Any
 from . import cost, dataset, monitor, preflight, profiling, progress, providers, release, resume, sync, training
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
+from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState
@@ -282,7 +283,7 @@ class Job:
             self._dataset_checked()
         self._report_progress()
         self.progress.tick(publish=self.uploader is None)
-        if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / "status.json").exists():
+        if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / STATUS_FILE).exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         limit = self.settings.stall_timeout
         if limit and time.monotonic() - self._last_progress() > limit:
@@ -312,7 +313,7 @@ class Job:
     def _report_progress(self) -> None:
         """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
         counts only this invocation's epochs after a resume)."""
-        status_path = self.settings.run_dir / "status.json"
+        status_path = self.settings.run_dir / STATUS_FILE
         with self._progress_lock:  # called by the training loop and by the uploader's thread
             try:
                 mtime = status_path.stat().st_mtime_ns
@@ -328,7 +329,7 @@ class Job:
 
     def _last_progress(self) -> float:
         assert self.trainer is not None
-        status = self.settings.run_dir / "status.json"
+        status = self.settings.run_dir / STATUS_FILE
         try:
             age = time.time() - status.stat().st_mtime
             boundary = time.monotonic() - age
@@ -411,7 +412,7 @@ class Job:
         if self.uploader is None:
             # The job ended before the uploader ran (preflight, access, resume): the Hub was never
             # shown this volume. Only a volume without a checkpoint has nothing to lose.
-            weights = self.settings.run_dir / "weights"
+            weights = self.settings.run_dir / WEIGHTS_DIR
             at_risk = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
             if at_risk:
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
@@ -420,13 +421,13 @@ class Job:
 
     def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
         elapsed = time.monotonic() - self.started
-        weights = self.settings.run_dir / "weights"
+        weights = self.settings.run_dir / WEIGHTS_DIR
         found: list[Any] = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
         logger.info(
             "run %s: %s after %.0f s; run folder %s", self.settings.run_name, phase, elapsed, self.settings.run_dir
         )
         if found:
-            logger.info("weights: %s", ", ".join(str(Path("weights") / name) for name in found))
+            logger.info("weights: %s", ", ".join(str(Path(WEIGHTS_DIR) / name) for name in found))
         logger.info("cost: %s", cost.describe_spend(self.state.snapshot()["cost"]))
         if outcome is not None:
             logger.error("%s", outcome)

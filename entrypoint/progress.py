@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import card, plot, receipt
+from . import card, libreyolo, plot, receipt
 from .log import logger
 from .state import RunState, read_state, write_json_atomic
 
@@ -110,7 +110,7 @@ def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def total_epochs(run_dir: Path, state: dict[str, Any]) -> int | None:
-    status = read_state(run_dir / "status.json") or {}
+    status = read_state(run_dir / libreyolo.STATUS_FILE) or {}
     total = status.get("total_epochs") or (state.get("progress") or {}).get("epochs_total")
     return int(total) if isinstance(total, int | float) else None
 
@@ -164,7 +164,7 @@ class Progress:
         if phase == "training":
             # Epochs restored from the Hub or an earlier attempt are history, not news.
             with self._tick_lock:
-                rows = plot.read_rows(self.run_dir / "metrics.jsonl")
+                rows = plot.read_rows(self.run_dir / libreyolo.METRICS_FILE)
                 self._logged_epoch = rows[-1]["epoch"] if rows else 0
 
     def receipt(self, now: float | None = None) -> receipt.Receipt | None:
@@ -190,7 +190,7 @@ class Progress:
                 self.publish()
 
     def _new_rows(self) -> list[str]:
-        path = self.run_dir / "metrics.jsonl"
+        path = self.run_dir / libreyolo.METRICS_FILE
         try:
             stat = path.stat()
         except OSError:
@@ -246,7 +246,7 @@ class Progress:
             try:
                 snapshot = self.state.snapshot()
                 self._note_release(snapshot)
-                rows = plot.read_rows(self.run_dir / "metrics.jsonl")
+                rows = plot.read_rows(self.run_dir / libreyolo.METRICS_FILE)
                 self._maybe_plot(rows, final=snapshot.get("phase") in receipt.TERMINAL)
                 if not self._load_card_base(hub, repo_id):
                     return  # the Hub's card could not be read: never overwrite a card we have not seen
@@ -336,7 +336,7 @@ class Progress:
         """The epoch count, reading status.json only after it changed: a read is an inotify event,
         and the uploader wakes on events of status.json."""
         try:
-            stat = (self.run_dir / "status.json").stat()
+            stat = (self.run_dir / libreyolo.STATUS_FILE).stat()
             signature: tuple[int, int] | None = (stat.st_size, stat.st_mtime_ns)
         except OSError:
             signature = None
@@ -349,7 +349,7 @@ class Progress:
         (a card that changed at every snapshot would be uploaded at every snapshot)."""
         moments = list(self._marks.values())
         with contextlib.suppress(OSError):
-            moments.append((self.run_dir / "metrics.jsonl").stat().st_mtime)
+            moments.append((self.run_dir / libreyolo.METRICS_FILE).stat().st_mtime)
         return max(moments, default=self.started_at)
 
     # -- the end --------------------------------------------------------------------------
@@ -374,7 +374,7 @@ class Progress:
         if self.settings.output_repo is None:
             with contextlib.suppress(Exception):
                 self.publish()  # the local card and plot, for a run that is not uploaded
-        rows = plot.read_rows(self.run_dir / "metrics.jsonl")
+        rows = plot.read_rows(self.run_dir / libreyolo.METRICS_FILE)
         snapshot = self.state.snapshot()
         if rows:
             total = total_epochs(self.run_dir, snapshot)
@@ -434,7 +434,7 @@ def card_info(
 def watch_view(run_dir: Path, state: dict[str, Any], workdir: Path | None, now: float) -> list[str]:
     """The epoch line and the receipt so far, from the files of a run on this machine (`status --watch`)."""
     lines = []
-    rows = plot.read_rows(run_dir / "metrics.jsonl")
+    rows = plot.read_rows(run_dir / libreyolo.METRICS_FILE)
     timeline = state.get("timeline") or {}
     side: dict[str, Any] = {}
     if workdir is not None:

@@ -19,7 +19,7 @@ from .errors import AccessError, ConfigError, ReleaseError
 from .log import logger, redact
 from .providers import InstanceState, ProviderHttpError, RetryPolicy
 from .settings import ExitAction, Provider, ProviderAccess, Settings
-from .state import RunState, now_iso, read_state, write_json_atomic
+from .state import STATE_FILE, RunState, now_iso, read_state, write_json_atomic
 
 
 def action_for(settings: Settings, *, failed: bool) -> ExitAction:
@@ -123,7 +123,7 @@ def check_access(settings: Settings, policy: RetryPolicy | None = None) -> provi
 
 def record_in_state_file(run_dir: Path, release_record: dict[str, Any]) -> bool:
     """``trainbox release`` outside a job: note the outcome in the run's trainbox.json, if there is one."""
-    path = run_dir / "trainbox.json"
+    path = run_dir / STATE_FILE
     data = read_state(path)
     if data is None:
         return False

@@ -21,20 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, procs
+from . import checkpoint, libreyolo, procs
 from .errors import ConfigError, CrashLoopError
 from .hub import Hub
 from .log import logger
 from .run_args import RunArgs
 from .state import STATE_FILE
+from .training import CONSOLE_LOG
 
 CRASH_LOOP_LENGTH = 3
 # Attempts that say nothing about the run's health: a preemption is not a crash.
 # A lost attempt (the agent killed without a word) is the platform's doing, like a preemption.
 _NOT_FAILURES = {"success", "already_complete", "preempted", "interrupted", "crash_loop", "lost"}
 # The run folder's history, restored with a checkpoint from the Hub so it keeps all its rows.
-_HISTORY_FILES = ("metrics.jsonl", "results.csv", "train.log", "console.log")
-_EPOCH_FILE = re.compile(r"^weights/epoch_(\d+)\.pt$")
+_HISTORY_FILES = (*libreyolo.HISTORY_FILES, CONSOLE_LOG)
+_EPOCH_FILE = libreyolo.EPOCH_CHECKPOINT
 LIBREYOLO_DEFAULT_EPOCHS = 300
 # Files a new repo may hold before any run: they prove nothing and belong to no run.
 _NOT_A_RUN = frozenset({".gitattributes", "README.md"})
@@ -147,9 +148,9 @@ def _valid(path: Path) -> checkpoint.CheckpointInfo | None:
 
 
 def _local_candidates(run_dir: Path) -> list[Path]:
-    weights = run_dir / "weights"
-    epochs = sorted(weights.glob("epoch_*.pt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0), reverse=True)
-    return [weights / "last.pt", *epochs]
+    weights = run_dir / libreyolo.WEIGHTS_DIR
+    epochs = sorted(weights.glob(libreyolo.EPOCH_GLOB), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0), reverse=True)
+    return [weights / libreyolo.LAST_NAME, *epochs]
 
 
 def newest_local(run_dir: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
@@ -181,8 +182,8 @@ def newest_on_hub(
 ) -> tuple[Path, checkpoint.CheckpointInfo] | None:
     """Download OUTPUT_REPO's newest valid checkpoint (``files``: its listing), if newer than ``better_than``."""
     candidates = (
-        ["weights/last.pt"]
-        if "weights/last.pt" in files and not _same_as_local(files["weights/last.pt"], local)
+        [libreyolo.LAST_CHECKPOINT]
+        if libreyolo.LAST_CHECKPOINT in files and not _same_as_local(files[libreyolo.LAST_CHECKPOINT], local)
         else []
     )
     numbered = sorted(
@@ -213,7 +214,7 @@ def find(
     try:
         if hub is not None and repo_id is not None and hub.head(repo_id):
             files = {entry.path: entry for entry in hub.list_files(repo_id)}
-            local_last = run_dir / "weights" / "last.pt"
+            local_last = run_dir / libreyolo.LAST_CHECKPOINT
             remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
             if remote is not None:
                 chosen, source, hub_files = remote, "hub", set(files)
@@ -221,7 +222,7 @@ def find(
         if chosen is None:
             return None
         path, info = chosen
-        target = run_dir / "weights" / "last.pt"
+        target = run_dir / libreyolo.LAST_CHECKPOINT
         if path != target:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target.with_name(".last.pt.resume"))
@@ -238,7 +239,7 @@ def find(
         source=source,
         hub_files=frozenset(hub_files) if source == "hub" else frozenset(),
     )
-    if path.name != "last.pt" or source == "hub":
+    if path.name != libreyolo.LAST_NAME or source == "hub":
         logger.info("resume: continuing from %s (%s), epoch %d of %d", path.name, source, point.completed_epochs, total)
     return point
 
@@ -262,7 +263,7 @@ def _restore_history(hub: Hub, repo_id: str, names: set[str], run_dir: Path, scr
 def trim_metrics(run_dir: Path, completed_epochs: int) -> None:
     """Drop metrics.jsonl rows of epochs after the checkpoint: libreyolo appends, so resuming
     from an older checkpoint would otherwise repeat them."""
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / libreyolo.METRICS_FILE
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -292,7 +293,7 @@ def resume_args(args: RunArgs, point: ResumePoint) -> RunArgs:
 def epochs_done(run_dir: Path) -> int | None:
     """The true number of completed epochs: the last row of metrics.jsonl (status.json counts
     only the current invocation's epochs after a resume)."""
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / libreyolo.METRICS_FILE
     try:
         with path.open("rb") as handle:
             handle.seek(max(0, path.stat().st_size - 65536))

@@ -41,13 +41,13 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from . import checkpoint
+from . import checkpoint, libreyolo
 from .errors import AccessError, AgentError, SyncError
 from .hub import Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
 
-BOUNDARY_FILE = "status.json"
+BOUNDARY_FILE = libreyolo.STATUS_FILE
 POLL_INTERVAL = 1.0
 # The Hub allows 128 commits per hour per repo; leave room for people and other tools.
 COMMITS_PER_HOUR = 100

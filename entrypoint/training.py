@@ -22,10 +22,11 @@ from .liveness import Liveness
 from .log import logger, redact_bytes
 from .procs import Child
 from .run_args import RunArgs
+from .state import STATE_FILE
 
 CONSOLE_LOG = "console.log"
 # Files the agent itself writes in the run folder: not a sign that training progresses.
-_AGENT_FILES = frozenset({CONSOLE_LOG, "trainbox.json"})
+_AGENT_FILES = frozenset({CONSOLE_LOG, STATE_FILE})
 LIVENESS_INTERVAL = 1.0
 PUMP_JOIN = 5.0
 
