@@ -127,7 +127,7 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     if settings.output_repo is None:
         raise ConfigError("OUTPUT_REPO is not set", "set OUTPUT_REPO=org/name")
     run_dir = run_dir.resolve()
-    hub = Hub(token=settings.hf_token.reveal() if settings.hf_token else None)
+    hub = Hub.for_settings(settings)
     hub.ensure_writable_repo(settings.output_repo)
     key = hashlib.sha256(f"{run_dir}:{settings.output_repo}".encode()).hexdigest()[:12]
     # Staging and ledger on the run's own volume unless WORKDIR says where (e.g. outside a container).

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -29,6 +29,9 @@ from .errors import (
     SyncError,
 )
 from .log import logger
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 
 class RateLimitedError(Exception):
@@ -144,6 +147,11 @@ class Hub:
 
     token: str | None = field(repr=False)
     endpoint: str | None = None
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Hub:
+        """The client of this job's HF_TOKEN: the one way the agent builds one."""
+        return cls(token=settings.hf_token.reveal() if settings.hf_token else None)
 
     @property
     def api(self) -> HfApi:

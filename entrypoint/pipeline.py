@@ -187,8 +187,7 @@ class Job:
         if repo is None:
             logger.warning("OUTPUT_REPO is not set: the weights stay in %s only", self.settings.run_dir)
             return
-        token = self.settings.hf_token.reveal() if self.settings.hf_token else None
-        self.hub = Hub(token=token)
+        self.hub = Hub.for_settings(self.settings)
         self.hub.ensure_writable_repo(repo)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)

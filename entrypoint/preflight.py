@@ -30,7 +30,7 @@ from .gpu import causes as gpu_causes
 from .gpu.causes import Facts
 from .gpu.probe import PREFIX
 from .log import logger, redact, step
-from .procs import Child
+from .procs import Child, proc_table
 from .run_args import RunArgs
 from .settings import GpuSelection, Settings
 
@@ -75,15 +75,7 @@ def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:
 
 def _group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of a process group, from /proc."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+    return [entry.pid for entry in proc_table() if entry.pgid == pgid and entry.state != "Z"]
 
 
 def _wait_for_group_exit(pgid: int, timeout: float) -> None:

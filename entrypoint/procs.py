@@ -38,6 +38,7 @@ class ProcEntry:
     ppid: int
     pgid: int
     cpu: float  # seconds: its own user+system time and that of the children it reaped
+    state: str = ""  # R, S, D, Z (zombie: exited, not reaped yet), ...
 
 
 def proc_table() -> list[ProcEntry]:
@@ -52,7 +53,7 @@ def proc_table() -> list[ProcEntry]:
         fields = stat.rsplit(")", 1)[-1].split()
         try:
             ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-            table.append(ProcEntry(int(entry.name), int(fields[1]), int(fields[2]), ticks / _CLOCK_TICKS))
+            table.append(ProcEntry(int(entry.name), int(fields[1]), int(fields[2]), ticks / _CLOCK_TICKS, fields[0]))
         except (IndexError, ValueError):
             continue
     return table

@@ -60,10 +60,6 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def hub_for(settings: Settings) -> Hub:
-    return Hub(token=settings.hf_token.reveal() if settings.hf_token else None)
-
-
 def store_dir(settings: Settings) -> Path:
     assert settings.dataset_repo is not None
     return data_dir(settings) / "hub" / settings.dataset_repo.replace("/", "--")
@@ -75,7 +71,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
     ``stream=False`` takes the download-then-extract path even where streaming is possible.
     """
     assert settings.dataset_repo is not None
-    repo, hub, store = settings.dataset_repo, hub_for(settings), store_dir(settings)
+    repo, hub, store = settings.dataset_repo, Hub.for_settings(settings), store_dir(settings)
     sha = resolve_revision(hub, repo, settings.dataset_revision, store)
     name = settings.dataset_file or _cached_choice(store, sha) or choose_archive(hub, repo, sha)
     entry = store / f"{sha}--{_safe(name)}"
@@ -184,7 +180,7 @@ def _remember_choice(store: Path, sha: str, name: str) -> None:
 def remote_archive(settings: Settings) -> RemoteFile:
     """The tar a run would fetch (resolved on the Hub; nothing downloaded), for ``trainbox plan``."""
     assert settings.dataset_repo is not None
-    repo, hub = settings.dataset_repo, hub_for(settings)
+    repo, hub = settings.dataset_repo, Hub.for_settings(settings)
     sha = dataset_revision(hub, repo, settings.dataset_revision)
     name = settings.dataset_file or choose_archive(hub, repo, sha)
     return dataset_file(hub, repo, name, sha)
