@@ -82,9 +82,10 @@ def run(dry_run: bool) -> None:
 def check(as_json: bool) -> None:
     """Preflight alone: prove every GPU runs kernels, and NCCL across them; exits with the GPU error code."""
     from . import preflight
+    from .gpu import report as gpu_report
 
     report = preflight.probe_gpus(load_settings())
-    click.echo(json.dumps(preflight.as_json(report), indent=2) if as_json else preflight.render(report))
+    click.echo(json.dumps(gpu_report.as_json(report), indent=2) if as_json else gpu_report.render(report))
     report.raise_problem()
 
 

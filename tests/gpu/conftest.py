@@ -7,12 +7,12 @@ import subprocess
 
 import pytest
 
-from entrypoint import preflight
+from entrypoint.gpu import run as gpu_run
 
 
 def no_gpu_reason() -> str | None:
     """Why this machine cannot run the GPU tests, or None. Asks nvidia-smi, never creates a CUDA context."""
-    if not preflight.nvidia_present():
+    if not gpu_run.nvidia_present():
         return "no NVIDIA GPU on this machine (no /dev/nvidia* device, no nvidia-smi)"
     smi = shutil.which("nvidia-smi")
     if smi is None:

@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import preflight
 from entrypoint.errors import GpuHangError, NoGpuError
 from entrypoint.gpu import causes as gpu_causes
 from entrypoint.gpu import probe as gpu_probe
+from entrypoint.gpu import problems as gpu_problems
+from entrypoint.gpu import run as gpu_run
 from entrypoint.settings import GpuSelection
 from tests.hubfixtures import HubContext
 from tests.support import make_dataset, run_trainbox, trainbox_env
 
-needs_no_gpu = pytest.mark.skipif(preflight.nvidia_present(), reason="this machine has an NVIDIA GPU")
+needs_no_gpu = pytest.mark.skipif(gpu_run.nvidia_present(), reason="this machine has an NVIDIA GPU")
 
 
 def _alive(pid: int) -> bool:
@@ -66,8 +67,8 @@ def test_watchdog_kills_a_hanging_check_and_names_the_step(tmp_path: Path) -> No
         time.sleep(600)
         """,
     )
-    report = preflight.run_probe("all", os.environ, step_timeout=1.0, argv=argv)
-    problem = preflight.find_problem(report, GpuSelection())
+    report = gpu_run.run_probe("all", os.environ, step_timeout=1.0, argv=argv)
+    problem = gpu_problems.find_problem(report, GpuSelection())
     assert isinstance(problem, GpuHangError)
     assert problem.message == "GPU 3 (CUDA context, memory, matmul) did not finish within 1 s"
     assert not _alive(_grandchild(report))
@@ -82,20 +83,20 @@ def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> N
         sys.exit(3)
         """,
     )
-    report = preflight.run_probe("all", os.environ, step_timeout=30.0, argv=argv)
+    report = gpu_run.run_probe("all", os.environ, step_timeout=30.0, argv=argv)
     assert report["crashed"] == "the GPU check exited with code 3 without a report"
-    problem = preflight.find_problem(report, GpuSelection())
+    problem = gpu_problems.find_problem(report, GpuSelection())
     assert "uncorrectable ECC error" in problem.message and "faulty" in problem.hint
     assert not _alive(_grandchild(report))
 
 
 @needs_no_gpu
 def test_the_real_probe_child_meets_torchs_no_driver_error() -> None:
-    report = preflight.run_probe("all", os.environ)
+    report = gpu_run.run_probe("all", os.environ)
     assert report["available"] is False
     assert report["torch"] and report["cuda"] and report["arch_list"]
     assert "Found no NVIDIA driver on your system" in report["init_error"]
-    problem = preflight.find_problem(report, GpuSelection())
+    problem = gpu_problems.find_problem(report, GpuSelection())
     assert isinstance(problem, NoGpuError)
     assert "GPUS=cpu" in problem.hint
 

@@ -22,6 +22,9 @@ from entrypoint.errors import (
     NcclError,
     NoGpuError,
 )
+from entrypoint.gpu import problems as gpu_problems
+from entrypoint.gpu import report as gpu_report
+from entrypoint.gpu import run as gpu_run
 from entrypoint.settings import GpuSelection, parse_gpus
 
 ALL = GpuSelection()
@@ -58,12 +61,12 @@ def passing_report(count: int = 2) -> dict[str, Any]:
 
 
 def test_a_passing_report_has_no_problem() -> None:
-    assert preflight.find_problem(passing_report(), ALL) is None
+    assert gpu_problems.find_problem(passing_report(), ALL) is None
 
 
 def test_hang_names_the_step() -> None:
     report = {"hang": {"step": "gpu", "index": 3, "what": "GPU 3 (CUDA context, memory, matmul)", "timeout": 90.0}}
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, GpuHangError)
     assert problem.exit_code == 54
     assert problem.message == "GPU 3 (CUDA context, memory, matmul) did not finish within 90 s"
@@ -71,7 +74,7 @@ def test_hang_names_the_step() -> None:
 
 def test_crash_without_a_known_text_shows_the_last_line() -> None:
     report = {"crashed": "the GPU check exited with code -11 without a report", "output": ["a", "Segmentation fault"]}
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert type(problem) is GpuError
     assert problem.message.endswith("Segmentation fault")
 
@@ -88,14 +91,14 @@ def test_driver_too_old_uses_nvidia_smi_facts() -> None:
         "update your GPU driver by downloading and installing a new version from the URL: "
         "http://www.nvidia.com/Download/index.aspx",
     }
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, GpuDriverError)
     assert "driver 550.54.15" in problem.message
     assert ">= 580.65.06" in problem.hint and "cu126" in problem.hint
 
 
 def test_no_device_without_an_error_text_names_gpus_and_the_cpu_way_out() -> None:
-    problem = preflight.find_problem({"available": False, "gpus": [], "init_error": None}, parse_gpus("0,1"))
+    problem = gpu_problems.find_problem({"available": False, "gpus": [], "init_error": None}, parse_gpus("0,1"))
     assert isinstance(problem, NoGpuError)
     assert problem.message.startswith("GPUS=0,1 ")
     assert "GPUS=cpu" in problem.hint
@@ -105,7 +108,7 @@ def test_asking_for_a_gpu_the_machine_lacks_is_a_config_error() -> None:
     report = passing_report(2)
     report["gpus"] = [report["gpus"][0], {"index": 2, "missing": True}]
     del report["all_reduce"]
-    problem = preflight.find_problem(report, parse_gpus("0,2"))
+    problem = gpu_problems.find_problem(report, parse_gpus("0,2"))
     assert isinstance(problem, ConfigError)
     assert "GPUS=0,2 names GPU 2, but this machine shows 2 (0-1)" in problem.message
 
@@ -120,7 +123,7 @@ def test_unsupported_architecture_wins_over_its_symptoms() -> None:
         error="RuntimeError: CUDA error: no kernel image is available for execution on the device",
     )
     del report["gpus"][0]["matmul"]
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, GpuArchitectureError)
     assert problem.message.startswith("GPU 0 (Tesla V100-SXM2-16GB) is sm_70")
     assert "cu126" in problem.hint
@@ -130,7 +133,7 @@ def test_a_gpu_error_is_classified_with_its_name() -> None:
     report = passing_report(2)
     report["gpus"][1]["error"] = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
     del report["gpus"][1]["matmul"]
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert type(problem) is GpuError
     assert problem.message.startswith("GPU 1 (NVIDIA H100 80GB HBM3) failed")
 
@@ -138,7 +141,7 @@ def test_a_gpu_error_is_classified_with_its_name() -> None:
 def test_a_wrong_matmul_is_a_faulty_card() -> None:
     report = passing_report(1)
     report["gpus"][0]["matmul"] = {"ok": False, "max_rel_error": 0.37, "tflops_fp32": 40.0}
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert type(problem) is GpuError
     assert "wrong matmul (relative error 0.37)" in problem.message
 
@@ -152,30 +155,30 @@ def test_all_reduce_that_works_without_p2p_says_so() -> None:
         "error": "GPU(s) 0, 1 did not finish the all-reduce within 45 s",
         "p2p_disabled": {"ok": True, "seconds": 2.0, "busbw_gbps": 11.2},
     }
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, NcclError)
     assert problem.exit_code == 55
     assert "works with NCCL_P2P_DISABLE=1" in problem.message
     assert "NCCL_P2P_DISABLE=1" in problem.hint and "GPUS=0" in problem.hint
-    assert preflight._problem_record(problem)["advice"] == "set NCCL_P2P_DISABLE=1"
+    assert gpu_problems.problem_record(problem)["advice"] == "set NCCL_P2P_DISABLE=1"
 
 
 def test_all_reduce_failing_both_ways() -> None:
     report = passing_report(2)
     text = "rank 0 (GPU 0): DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
     report["all_reduce"] = {"gpus": [0, 1], "ok": False, "error": text, "p2p_disabled": {"ok": False, "error": text}}
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, NcclError)
     assert "also with NCCL_P2P_DISABLE=1" in problem.message
     assert "GPUS=0" in problem.hint
-    assert "advice" not in preflight._problem_record(problem)
+    assert "advice" not in gpu_problems.problem_record(problem)
 
 
 def test_all_reduce_failing_with_the_users_own_p2p_setting() -> None:
     report = passing_report(2)
     text = "rank 0 (GPU 0): DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
     report["all_reduce"] = {"gpus": [0, 1], "ok": False, "error": text, "nccl_p2p_disable": "1"}
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, NcclError)
     assert "failed, with NCCL_P2P_DISABLE=1: " in problem.message
     assert "set NCCL_P2P_DISABLE" not in problem.hint
@@ -186,7 +189,7 @@ def test_all_reduce_without_a_retry_advises_p2p() -> None:
     report = passing_report(2)
     report["all_reduce"] = {"gpus": [0, 1], "ok": False, "error": "rank 1 (GPU 1): unhandled cuda error"}
     report["output"] = ["transport/p2p.cc:238 NCCL WARN failed to open CUDA IPC handle : 217 peer access is not "]
-    problem = preflight.find_problem(report, ALL)
+    problem = gpu_problems.find_problem(report, ALL)
     assert isinstance(problem, NcclError)
     assert "NCCL_P2P_DISABLE=1" in problem.hint
 
@@ -199,12 +202,12 @@ def test_a_driver_fault_seen_through_nccl_keeps_its_class() -> None:
         "error": "rank 0 (GPU 0): RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
         "p2p_disabled": {"ok": False, "error": "same"},
     }
-    assert type(preflight.find_problem(report, ALL)) is GpuError
+    assert type(gpu_problems.find_problem(report, ALL)) is GpuError
 
 
 # -- the entry points on this machine -------------------------------------------------------------
 
-needs_no_gpu = pytest.mark.skipif(preflight.nvidia_present(), reason="this machine has an NVIDIA GPU")
+needs_no_gpu = pytest.mark.skipif(gpu_run.nvidia_present(), reason="this machine has an NVIDIA GPU")
 
 
 def _settings(tmp_path: Path, **env: str) -> settings.Settings:
@@ -215,7 +218,7 @@ def test_gpus_cpu_skips_the_check(tmp_path: Path) -> None:
     report = preflight.check_gpus(_settings(tmp_path, GPUS="cpu"))
     assert report.indices is None
     assert report.details == {"device": "cpu", "checked": False}
-    assert preflight.render(report).startswith("GPUS=cpu")
+    assert gpu_report.render(report).startswith("GPUS=cpu")
 
 
 @needs_no_gpu
@@ -249,7 +252,7 @@ def test_probe_gpus_reports_instead_of_raising(tmp_path: Path) -> None:
     report = preflight.probe_gpus(_settings(tmp_path))  # the demo: `trainbox check` does not fall back
     assert isinstance(report.problem, NoGpuError)
     assert report.details["problem"]["code"] == 51
-    assert preflight.as_json(report)["ok"] is False
+    assert gpu_report.as_json(report)["ok"] is False
     with pytest.raises(NoGpuError):
         report.raise_problem()
 
@@ -265,8 +268,8 @@ def test_probe_env_holds_no_secret(tmp_path: Path) -> None:
 
 
 def test_render_a_passing_check() -> None:
-    report = preflight.GpuReport(indices=(0, 1), details={"device": "cuda", "checked": True, **passing_report(2)})
-    text = preflight.render(report)
+    report = gpu_report.GpuReport(indices=(0, 1), details={"device": "cuda", "checked": True, **passing_report(2)})
+    text = gpu_report.render(report)
     assert "torch     2.14.1+cu130 (built for CUDA 13.0; kernels for sm_75" in text
     assert "driver    580.95.05" in text
     rows = [line for line in text.splitlines() if line.startswith(("0 ", "1 "))]
@@ -278,15 +281,15 @@ def test_render_a_passing_check() -> None:
 def test_render_a_failed_check() -> None:
     details = {"device": "cuda", "checked": True, **passing_report(2)}
     details["gpus"][1] = {**details["gpus"][1], "arch_supported": False, "error": "RuntimeError: no kernel image"}
-    problem = preflight.find_problem(details, ALL)
-    text = preflight.render(preflight.GpuReport(indices=None, details=details, problem=problem))
+    problem = gpu_problems.find_problem(details, ALL)
+    text = gpu_report.render(gpu_report.GpuReport(indices=None, details=details, problem=problem))
     row = next(line for line in text.splitlines() if line.startswith("1 "))
     assert "sm_90 NO KERNELS" in row and "FAILED: RuntimeError: no kernel image" in row
     assert "result    FAILED (gpu_arch_unsupported, exit 52)" in text
 
 
 def test_summary_lines_for_the_run_log() -> None:
-    lines = preflight.summary_lines(passing_report(2))
+    lines = gpu_report.summary_lines(passing_report(2))
     assert lines[0] == "GPU 0: NVIDIA H100 80GB HBM3, sm_90, 78.6/79.1 GiB free, matmul ok, 48.3 TFLOP/s fp32"
     assert lines[-1] == "NCCL all-reduce across GPUs 0,1: ok, 181.5 GB/s bus bandwidth"
 
