@@ -166,8 +166,8 @@ def test_every_spawn_goes_through_procs() -> None:
     spawners = {"run", "Popen", "call", "check_call", "check_output", "system", "execv", "execve", "execvp",
                 "execvpe", "spawnv", "spawnve", "posix_spawn", "posix_spawnp", "fork"}  # fmt: skip
     found = []
-    for path in sorted(ENTRYPOINT.glob("*.py")):
-        if path.name == "procs.py":
+    for path in sorted(ENTRYPOINT.rglob("*.py")):  # subpackages too
+        if path == ENTRYPOINT / "procs.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (
@@ -177,7 +177,7 @@ def test_every_spawn_goes_through_procs() -> None:
                 and node.func.value.id in {"subprocess", "os"}
                 and node.func.attr in spawners
             ):
-                found.append(f"{path.name}:{node.lineno} {node.func.value.id}.{node.func.attr}")
+                found.append(f"{path.relative_to(ENTRYPOINT)}:{node.lineno} {node.func.value.id}.{node.func.attr}")
     assert found == []
 
 
