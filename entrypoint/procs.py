@@ -41,22 +41,36 @@ class ProcEntry:
     state: str = ""  # R, S, D, Z (zombie: exited, not reaped yet), ...
 
 
+def _stat_fields(stat: Path) -> list[str]:
+    """The fields of a /proc/<pid>/stat after the command name (state first); OSError when it is gone."""
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    return stat.read_text().rsplit(")", 1)[-1].split()
+
+
 def proc_table() -> list[ProcEntry]:
     """Every process in /proc; empty where /proc is absent."""
     table = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            stat = (entry / "stat").read_text()
+            fields = _stat_fields(entry / "stat")
         except OSError:
             continue
-        # The command name may hold spaces and parentheses: fields start after the last ')'.
-        fields = stat.rsplit(")", 1)[-1].split()
         try:
             ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
             table.append(ProcEntry(int(entry.name), int(fields[1]), int(fields[2]), ticks / _CLOCK_TICKS, fields[0]))
         except (IndexError, ValueError):
             continue
     return table
+
+
+def process_start_time() -> float | None:
+    """Wall-clock time this process started (Linux), so setup includes the interpreter's start."""
+    try:
+        fields = _stat_fields(Path("/proc/self/stat"))
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - int(fields[19]) / _CLOCK_TICKS)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def descendants(pid: int, table: list[ProcEntry] | None = None) -> list[int]:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import card, libreyolo, plot, receipt
+from . import card, libreyolo, plot, procs, receipt
 from .log import logger
 from .state import RunState, read_state, write_json_atomic
 
@@ -34,16 +34,6 @@ CARD_FILE = "README.md"
 SIDECAR = "progress.json"  # beside the uploader's ledger, outside the run folder: never uploaded
 # A plot that costs more than this share of an epoch is drawn less often (the card keeps the last one).
 PLOT_SHARE = 0.2
-
-
-def process_start_time() -> float | None:
-    """Wall-clock time this process started (Linux), so setup includes the interpreter's start."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - (uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 # -- the epoch line ---------------------------------------------------------------------------
@@ -124,7 +114,7 @@ class Progress:
         self.settings = settings
         self.state = state
         self.run_dir = settings.run_dir
-        self.started_at = process_start_time() or time.time()
+        self.started_at = procs.process_start_time() or time.time()
         self._marks: dict[str, float] = {}
         self._tick_lock = threading.Lock()
         self._publish_lock = threading.Lock()
