@@ -370,6 +370,7 @@ class Job:
         self.state.update(cost=cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source))
         self.state.finish(phase, code, reason, message)
         code = self._final_sync(phase, code)
+        self.state.confirm_exit()
         self._summary(phase, outcome)
         try:
             release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
