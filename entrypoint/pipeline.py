@@ -417,7 +417,14 @@ class Job:
             if at_risk:
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
-        return self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
+        synced = self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
+        refused = dict(self.uploader.refused_missing)
+        if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
+            logger.warning(
+                "the Hub lacks checkpoints the sync refused: %s",
+                "; ".join(f"{name} ({why})" for name, why in sorted(refused.items())[:3]),
+            )
+        return synced and not refused
 
     def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
         elapsed = time.monotonic() - self.started

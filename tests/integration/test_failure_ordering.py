@@ -94,9 +94,13 @@ else:
 for epoch in range(first, total + 1):
     time.sleep(pause)
     data = checkpoint(epoch)
+    if os.environ.get("FAKE_TRAIN_MODE") == "enospc" and epoch == 2:
+        print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
+        sys.exit(1)
     for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
+        torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"  # a 0-byte file, as a full disk leaves
         with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
-            f.write(data)
+            f.write(b"" if torn else data)
     with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
     tmp = os.path.join(run_dir, ".status.json.tmp")
@@ -416,6 +420,17 @@ def test_a_failure_with_nothing_on_the_volume_still_destroys(agent: Agent, vast:
     code, output = agent.run(agent.env(vast, ON_FAILURE="destroy"))
     assert code == AccessError.exit_code, output[-3000:]
     assert [action.method for action in vast.actions()] == ["DELETE"]
+
+
+def test_a_checkpoint_the_sync_refused_never_lets_the_disk_be_destroyed(agent: Agent, vast: FakeVast) -> None:
+    # epoch_1.pt is left 0 bytes (torn): the sync refuses it, so the Hub lacks that epoch.
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", FAKE_TORN="epoch_1.pt@1"))
+
+    assert code == 0, output[-3000:]
+    assert (agent.run_dir / "weights" / "epoch_1.pt").stat().st_size == 0
+    assert [action.method for action in vast.actions()] == ["PUT"], "destroyed while the Hub lacks epoch_1.pt"
+    assert agent.state()["release"]["downgraded_from"] == "destroy"
+    assert "the Hub lacks checkpoints the sync refused: weights/epoch_1.pt" in output
 
 
 def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:
