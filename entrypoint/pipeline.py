@@ -269,6 +269,7 @@ class Job:
             self._stop_trainer()
             raise self._stop
         error = training.error_for_exit(code, self.trainer.error_tail())
+        error = training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
         if error is not None:
             raise error
 

@@ -615,7 +615,7 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
         stop.set()
         writer.join()
 
-    assert process.returncode not in (0, 1), output[-3000:]  # a failure the agent names, not a crash
+    assert process.returncode == DiskSpaceError.exit_code, output[-3000:]  # the disk, not the training
     assert "Traceback" not in output.split("libreyolo", 1)[0]
     assert "cannot write" in output and "trainbox.json" in output
     assert [action.method for action in vast.actions()] == ["PUT"], "the disk was not stopped, or destroyed"
@@ -626,6 +626,18 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     assert code == 0, output[-3000:]
     assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert_invariants(agent, code, output, {}, vast)
+
+
+def test_a_trainer_failing_with_no_space_left_is_the_disk_error_38(agent: Agent, vast: FakeVast) -> None:
+    # The trainer dies writing epoch 2 with ENOSPC (libreyolo's torch.save on a full disk).
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=3", ON_FAILURE="destroy", FAKE_TRAIN_MODE="enospc"))
+
+    assert code == DiskSpaceError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["exit"]["code"] == DiskSpaceError.exit_code and state["exit"]["reason"] == "disk_too_small"
+    assert "rent a bigger disk" in state["exit"]["message"]
+    assert "weights/epoch_1.pt" in hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
 
 
 # -- SIGKILL in each phase, then a restart on the same or a new volume -------------------------
