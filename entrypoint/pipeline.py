@@ -63,6 +63,7 @@ class Job:
         self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
         self._deadline: float | None = None  # set by SIGTERM: the process exits by then
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
+        self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -78,6 +79,9 @@ class Job:
             raise error
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._deferred is not None:  # the child may exist before the job holds it: handled once it does
+            self._deferred.append(signum)
+            return
         if signum == signal.SIGTERM:
             if self._deadline is None:
                 self._deadline = time.monotonic() + PREEMPT_BUDGET
@@ -257,7 +261,13 @@ class Job:
         )
         self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
         try:
-            self.trainer = training.TrainingProcess(command, self.settings.env)
+            self._deferred = []  # a stop raised inside the constructor would leave its child untracked
+            try:
+                self.trainer = training.TrainingProcess(command, self.settings.env)
+            finally:
+                deferred, self._deferred = self._deferred, None
+                for signum in deferred:
+                    self._on_signal(signum, None)
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides

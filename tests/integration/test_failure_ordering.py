@@ -16,6 +16,7 @@ where mounting is not permitted), a child that ignores signals. After each, the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -33,8 +34,9 @@ from typing import Any
 
 import pytest
 
-from entrypoint import pipeline
+from entrypoint import pipeline, settings, training
 from entrypoint.checkpoint import inspect
+from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
 from tests.hubfixtures import HubContext
@@ -638,6 +640,36 @@ def test_a_trainer_failing_with_no_space_left_is_the_disk_error_38(agent: Agent,
     assert "rent a bigger disk" in state["exit"]["message"]
     assert "weights/epoch_1.pt" in hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
+
+
+def test_a_sigterm_while_the_trainer_starts_still_stops_it(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = agent.env(FAKE_EPOCH_SECONDS="60")
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", env["TRAINBOX_LIBREYOLO"])
+    monkeypatch.setenv("FAKE_EPOCH_SECONDS", "60")
+    job = pipeline.Job(settings.from_env(env))
+    started: list[int] = []
+    real_liveness = training.Liveness
+
+    def sigterm_after_popen(pid: int, *rest: Any) -> Any:  # the child exists; the job does not hold it yet
+        started.append(pid)
+        job._on_signal(signal.SIGTERM, None)
+        return real_liveness(pid, *rest)
+
+    monkeypatch.setattr(training, "Liveness", sigterm_after_popen)
+    data_yaml = tmp_path / "data.yaml"
+    data_yaml.write_text("path: .\n")
+    try:
+        with pytest.raises(PreemptedError):
+            job._train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
+        [pid] = started
+        assert job.trainer is not None and job.trainer.pid == pid, "the started trainer is not tracked"
+        assert not Path(f"/proc/{pid}").exists(), "the trainer outlived the SIGTERM"
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- SIGKILL in each phase, then a restart on the same or a new volume -------------------------
