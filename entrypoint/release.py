@@ -76,6 +76,7 @@ def end_of_job(
                 "reason": error.reason,
                 "message": str(error),
                 "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+                "final": True,
             },
         )
         logger.error("release failed: %s", error)

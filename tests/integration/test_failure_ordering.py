@@ -737,9 +737,9 @@ def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
     assert code == 0, output[-3000:]
     state = agent.state()
     assert state["phase"] == Phase.DONE and state["exit"]["code"] == 0
-    # Killed after its outcome was written: it stands where it was published (a release comes
-    # after the Hub has trainbox.json; a final upload held by the Hub never published it).
-    written = phase == "release" or (phase == "finishing" and volume == "same")
+    # Killed after its final upload returned (in the release): its outcome stands. Killed during
+    # that upload: the outcome was only provisional (exit.final false), so the attempt was lost.
+    written = phase == "release"
     assert state["attempts"][-2]["reason"] == ("success" if written else "lost")
     assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     if volume == "new":
