@@ -64,6 +64,7 @@ class Job:
         self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
         self._deadline: float | None = None  # set by SIGTERM: the process exits by then
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
+        self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -79,6 +80,9 @@ class Job:
             raise error
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._deferred is not None:  # the child may exist before the job holds it: handled once it does
+            self._deferred.append(signum)
+            return
         if signum == signal.SIGTERM:
             if self._deadline is None:
                 self._deadline = time.monotonic() + PREEMPT_BUDGET
@@ -257,7 +261,13 @@ class Job:
         )
         self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
         try:
-            self.trainer = training.TrainingProcess(command, self.settings.env)
+            self._deferred = []  # a stop raised inside the constructor would leave its child untracked
+            try:
+                self.trainer = training.TrainingProcess(command, self.settings.env)
+            finally:
+                deferred, self._deferred = self._deferred, None
+                for signum in deferred:
+                    self._on_signal(signum, None)
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
@@ -269,6 +279,7 @@ class Job:
             self._stop_trainer()
             raise self._stop
         error = training.error_for_exit(code, self.trainer.error_tail())
+        error = training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
         if error is not None:
             raise error
 
@@ -370,6 +381,7 @@ class Job:
         self.state.update(cost=cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source))
         self.state.finish(phase, code, reason, message)
         code = self._final_sync(phase, code)
+        self.state.confirm_exit()
         self._summary(phase, outcome)
         try:
             release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
@@ -416,7 +428,14 @@ class Job:
             if at_risk:
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
-        return self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
+        synced = self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
+        refused = dict(self.uploader.refused_missing)
+        if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
+            logger.warning(
+                "the Hub lacks checkpoints the sync refused: %s",
+                "; ".join(f"{name} ({why})" for name, why in sorted(refused.items())[:3]),
+            )
+        return synced and not refused
 
     def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
         elapsed = time.monotonic() - self.started

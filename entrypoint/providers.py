@@ -73,6 +73,8 @@ class RetryPolicy:
     # rate window; a longer one is cut so the release still ends, or fails loudly, within minutes.
     max_retry_after: float = 60.0
     confirm_for: float = 90.0  # how long to keep reading the state before calling it a failure
+    # When the whole release must be over (``clock`` time), retries and waits included; None: no bound.
+    deadline: float | None = None
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
@@ -109,6 +111,18 @@ class UnclearAnswer(ProviderHttpError):
         return True
 
 
+class DeadlineReached(ProviderHttpError):
+    """Waiting for the next try (a long ``Retry-After``) would pass the release's deadline."""
+
+    def __init__(self, what: str, error: ProviderHttpError, left: float) -> None:
+        detail = f"{error.detail}; the release deadline leaves {max(0.0, left):.0f} s, too little to try again"
+        super().__init__(what, error.status, detail, error.retry_after)
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
 def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
     """Run ``call``; on a network error or a retryable status wait (the provider's wait wins) and run it again."""
     waits = policy.waits()
@@ -119,6 +133,8 @@ def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
             if not error.retryable or attempt == len(waits):
                 raise
             pause = waits[attempt] if error.retry_after is None else min(policy.max_retry_after, error.retry_after)
+            if policy.deadline is not None and policy.clock() + pause > policy.deadline:
+                raise DeadlineReached(what, error, policy.deadline - policy.clock()) from None
             logger.warning("%s; retrying in %.1f s (%d/%d)", redact(str(error)), pause, attempt + 1, len(waits))
             policy.sleep(pause)
     raise AssertionError("unreachable")
@@ -347,6 +363,8 @@ def end_bill(instance: Instance, action: ExitAction, policy: RetryPolicy | None 
 def _confirm(instance: Instance, wanted: set[InstanceState], verb: str, policy: RetryPolicy) -> Observed:
     """Read the state until it shows ``wanted``, backing off, for at most ``policy.confirm_for`` seconds."""
     deadline = policy.clock() + policy.confirm_for
+    if policy.deadline is not None:
+        deadline = min(deadline, policy.deadline)
     pause = policy.first_wait / 2
     while True:
         seen = with_retries(instance.observe, f"reading {instance.label}", policy)

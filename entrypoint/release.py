@@ -10,6 +10,7 @@ confirmed destroy the machine, and this process, may vanish at any moment.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from .log import logger, redact
 from .providers import InstanceState, ProviderHttpError, RetryPolicy
 from .settings import ExitAction, Provider, ProviderAccess, Settings
 from .state import STATE_FILE, RunState, now_iso, read_state, write_json_atomic
+
+# The provider part of the release (read, stop/destroy, confirm: retries and Retry-After waits
+# included) ends within this, confirmed or failed; it runs after the SIGTERM bound.
+RELEASE_TIMEOUT = 120.0
 
 
 def action_for(settings: Settings, *, failed: bool) -> ExitAction:
@@ -57,6 +62,9 @@ def end_of_job(
         logger.error("the Hub does not have all of this run: stopping the instance instead of destroying it")
         action = ExitAction.STOP
         state.update(release={"action": action.value, "downgraded_from": ExitAction.DESTROY.value})
+    policy = policy or RetryPolicy()
+    if policy.deadline is None:
+        policy = dataclasses.replace(policy, deadline=policy.clock() + RELEASE_TIMEOUT)
     try:
         outcome = release(settings.provider, action, policy)
     except ReleaseError as error:
@@ -68,6 +76,7 @@ def end_of_job(
                 "reason": error.reason,
                 "message": str(error),
                 "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+                "final": True,
             },
         )
         logger.error("release failed: %s", error)

@@ -122,6 +122,18 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     ]
 
 
+def _settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An attempt whose outcome was still provisional (``final: false``: killed during its final
+    upload, before the outcome was known) is recorded as lost, not as what it hoped for."""
+    settled = []
+    for entry in attempts:
+        if entry.get("final") is False:
+            entry = {**entry, "exit_code": None, "reason": "lost", "provisional_reason": entry.get("reason")}
+            entry.pop("final")
+        settled.append(entry)
+    return settled
+
+
 class RunState:
     """The in-memory trainbox.json; every change is saved at once. Thread-safe."""
 
@@ -131,7 +143,7 @@ class RunState:
         self._phase_started = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
         self.previous = previous  # the file as the last attempt left it
-        attempts = list((previous or {}).get("attempts", [])) + _lost_attempt(previous)
+        attempts = _settled(list((previous or {}).get("attempts", []))) + _lost_attempt(previous)
         self._data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_name": run_name,
@@ -172,7 +184,7 @@ class RunState:
     def adopt_history(self, remote: dict[str, Any] | None) -> None:
         """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
         # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
-        attempts = list((remote or {}).get("attempts", [])) + _lost_attempt(remote)
+        attempts = _settled(list((remote or {}).get("attempts", []))) + _lost_attempt(remote)
         with self._lock:
             if len(attempts) <= len(self._data["attempts"]):
                 return
@@ -206,7 +218,9 @@ class RunState:
             self._close_phase()
             self._data["phase"] = phase.value
             self._data["finished_at"] = now_iso()
-            self._data["exit"] = {"code": exit_code, "reason": reason, "message": message}
+            # Provisional until the final upload returns (``confirm_exit``/``amend_exit``): a kill
+            # during that upload must not leave "success" behind on the volume.
+            self._data["exit"] = {"code": exit_code, "reason": reason, "message": message, "final": False}
             self._data["attempts"].append(
                 {
                     "attempt": self._data["attempt"],
@@ -216,10 +230,20 @@ class RunState:
                     "exit_code": exit_code,
                     "reason": reason,
                     "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
+                    "final": False,
                 }
             )
         self.save()
         self._phase_changed()
+
+    def confirm_exit(self) -> None:
+        """The final upload returned: the outcome ``finish`` wrote is the one the process exits with."""
+        with self._lock:
+            if self._data.get("exit"):
+                self._data["exit"]["final"] = True
+            if self._data["attempts"]:
+                self._data["attempts"][-1].pop("final", None)
+        self.save()
 
     def amend_exit(self, exit_code: int, reason: str, message: str | None = None) -> None:
         """The job's end changed after ``finish`` (the final upload failed): the file states the
@@ -231,9 +255,11 @@ class RunState:
                 "reason": reason,
                 "message": message,
                 "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+                "final": True,
             }
             if self._data["attempts"]:
                 self._data["attempts"][-1].update(exit_code=exit_code, reason=reason)
+                self._data["attempts"][-1].pop("final", None)
         self.save()
 
     def save(self) -> None:

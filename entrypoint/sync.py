@@ -232,6 +232,8 @@ class Uploader:
         self.latencies: deque[float] = deque(maxlen=1000)
         self.last_error: str | None = None
         self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
+        # Refused and not uploaded since in a valid version: the Hub lacks part of the run.
+        self.refused_missing: dict[str, str] = {}
         self._boundary_seen_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -458,8 +460,12 @@ class Uploader:
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
                 self.refused.append(relative)
+                with self._changed:
+                    self.refused_missing[relative] = str(error)
                 target.unlink(missing_ok=True)
                 return None
+            with self._changed:
+                self.refused_missing.pop(relative, None)
         self._seen[relative] = signature
         staged = StagedFile(
             relative=relative,

@@ -29,6 +29,9 @@ CONSOLE_LOG = "console.log"
 _AGENT_FILES = frozenset({CONSOLE_LOG, STATE_FILE})
 LIVENESS_INTERVAL = 1.0
 PUMP_JOIN = 5.0
+# Below this much free space a failed write of a checkpoint is the disk's fault, not the training's.
+FULL_DISK_BYTES = 64 * 1024 * 1024
+_NO_SPACE = (b"No space left on device", b"ENOSPC", b"Disk quota exceeded")
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,24 @@ def error_for_exit(code: int, tail: str) -> AgentError | None:
             return errors.TrainingError(f"training failed (libreyolo exit {code}){detail}", "see console.log")
 
 
+def blame_full_disk(error: AgentError | None, run_dir: Path, saw_no_space: bool) -> AgentError | None:
+    """A training that crashed on a full disk (it could not write last.pt) gets the disk error,
+    whose fix is room, not the training's; any other outcome is kept as it is."""
+    if type(error) is not errors.TrainingError:  # success, refused options, bad data: not the disk
+        return error
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        free = None
+    if not saw_no_space and (free is None or free >= FULL_DISK_BYTES):
+        return error
+    room = "" if free is None else f" ({free // (1024 * 1024)} MiB free)"
+    return errors.DiskSpaceError(
+        f"the disk of WORKDIR filled up during training: it could not write its checkpoints{room}",
+        f"free space in {run_dir.parent.parent}, or rent a bigger disk; the next start resumes where it stopped",
+    )
+
+
 class TrainingProcess:
     """``libreyolo train`` running beside the agent.
 
@@ -108,6 +129,7 @@ class TrainingProcess:
         self.command = command
         self.last_activity = time.monotonic()
         self.pump_stuck = False
+        self.saw_no_space = False  # the child said its disk was full (ENOSPC)
         self._activity_lock = threading.Lock()  # the output pump and the liveness watcher both report
         self._tail: list[str] = []
         self._echo = echo if echo is not None else sys.stdout.buffer
@@ -149,6 +171,8 @@ class TrainingProcess:
         try:
             for line in iter(stream.readline, b""):
                 self._active(time.monotonic())
+                if any(marker in line for marker in _NO_SPACE):
+                    self.saw_no_space = True
                 clean = redact_bytes(line)
                 self._log.write(clean)
                 self._log.flush()

@@ -16,6 +16,7 @@ where mounting is not permitted), a child that ignores signals. After each, the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -33,8 +34,9 @@ from typing import Any
 
 import pytest
 
-from entrypoint import pipeline
+from entrypoint import pipeline, settings, training
 from entrypoint.checkpoint import inspect
+from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
 from tests.hubfixtures import HubContext
@@ -94,9 +96,13 @@ else:
 for epoch in range(first, total + 1):
     time.sleep(pause)
     data = checkpoint(epoch)
+    if os.environ.get("FAKE_TRAIN_MODE") == "enospc" and epoch == 2:
+        print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
+        sys.exit(1)
     for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
+        torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"  # a 0-byte file, as a full disk leaves
         with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
-            f.write(data)
+            f.write(b"" if torn else data)
     with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
         f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
     tmp = os.path.join(run_dir, ".status.json.tmp")
@@ -418,6 +424,17 @@ def test_a_failure_with_nothing_on_the_volume_still_destroys(agent: Agent, vast:
     assert [action.method for action in vast.actions()] == ["DELETE"]
 
 
+def test_a_checkpoint_the_sync_refused_never_lets_the_disk_be_destroyed(agent: Agent, vast: FakeVast) -> None:
+    # epoch_1.pt is left 0 bytes (torn): the sync refuses it, so the Hub lacks that epoch.
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", FAKE_TORN="epoch_1.pt@1"))
+
+    assert code == 0, output[-3000:]
+    assert (agent.run_dir / "weights" / "epoch_1.pt").stat().st_size == 0
+    assert [action.method for action in vast.actions()] == ["PUT"], "destroyed while the Hub lacks epoch_1.pt"
+    assert agent.state()["release"]["downgraded_from"] == "destroy"
+    assert "the Hub lacks checkpoints the sync refused: weights/epoch_1.pt" in output
+
+
 def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:
     hub = agent.hub_ctx.hub
     limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
@@ -600,7 +617,7 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
         stop.set()
         writer.join()
 
-    assert process.returncode not in (0, 1), output[-3000:]  # a failure the agent names, not a crash
+    assert process.returncode == DiskSpaceError.exit_code, output[-3000:]  # the disk, not the training
     assert "Traceback" not in output.split("libreyolo", 1)[0]
     assert "cannot write" in output and "trainbox.json" in output
     assert [action.method for action in vast.actions()] == ["PUT"], "the disk was not stopped, or destroyed"
@@ -611,6 +628,48 @@ def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     assert code == 0, output[-3000:]
     assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert_invariants(agent, code, output, {}, vast)
+
+
+def test_a_trainer_failing_with_no_space_left_is_the_disk_error_38(agent: Agent, vast: FakeVast) -> None:
+    # The trainer dies writing epoch 2 with ENOSPC (libreyolo's torch.save on a full disk).
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=3", ON_FAILURE="destroy", FAKE_TRAIN_MODE="enospc"))
+
+    assert code == DiskSpaceError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["exit"]["code"] == DiskSpaceError.exit_code and state["exit"]["reason"] == "disk_too_small"
+    assert "rent a bigger disk" in state["exit"]["message"]
+    assert "weights/epoch_1.pt" in hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
+
+
+def test_a_sigterm_while_the_trainer_starts_still_stops_it(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    env = agent.env(FAKE_EPOCH_SECONDS="60")
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", env["TRAINBOX_LIBREYOLO"])
+    monkeypatch.setenv("FAKE_EPOCH_SECONDS", "60")
+    job = pipeline.Job(settings.from_env(env))
+    started: list[int] = []
+    real_liveness = training.Liveness
+
+    def sigterm_after_popen(pid: int, *rest: Any) -> Any:  # the child exists; the job does not hold it yet
+        started.append(pid)
+        job._on_signal(signal.SIGTERM, None)
+        return real_liveness(pid, *rest)
+
+    monkeypatch.setattr(training, "Liveness", sigterm_after_popen)
+    data_yaml = tmp_path / "data.yaml"
+    data_yaml.write_text("path: .\n")
+    try:
+        with pytest.raises(PreemptedError):
+            job._train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
+        [pid] = started
+        assert job.trainer is not None and job.trainer.pid == pid, "the started trainer is not tracked"
+        assert not Path(f"/proc/{pid}").exists(), "the trainer outlived the SIGTERM"
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- SIGKILL in each phase, then a restart on the same or a new volume -------------------------
@@ -678,9 +737,9 @@ def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
     assert code == 0, output[-3000:]
     state = agent.state()
     assert state["phase"] == Phase.DONE and state["exit"]["code"] == 0
-    # Killed after its outcome was written: it stands where it was published (a release comes
-    # after the Hub has trainbox.json; a final upload held by the Hub never published it).
-    written = phase == "release" or (phase == "finishing" and volume == "same")
+    # Killed after its final upload returned (in the release): its outcome stands. Killed during
+    # that upload: the outcome was only provisional (exit.final false), so the attempt was lost.
+    written = phase == "release"
     assert state["attempts"][-2]["reason"] == ("success" if written else "lost")
     assert {f"weights/epoch_{n}.pt" for n in range(1, 7)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     if volume == "new":

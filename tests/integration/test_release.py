@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import providers, release, settings
+from entrypoint import pipeline, providers, release, settings
 from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseError
 from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
@@ -217,13 +217,22 @@ def test_a_refused_destroy_is_loud_and_never_shows_the_key(agent: Agent, vast: F
 
 
 def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> None:
-    # Long enough for the agent to reach training on a loaded machine, short against a run planned for hours.
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="8s", FAKE_TRAIN_MODE="forever")
+    # MAX_RUNTIME's timer ends the run with SIGALRM; delivered here once training is seen running,
+    # so the test does not depend on how fast a loaded machine reaches training.
+    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="1h", FAKE_TRAIN_MODE="forever")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    metrics = agent.tmp_path / "work" / "runs"
+    deadline = time.monotonic() + AGENT_TIMEOUT  # only a guard against a hung test
+    while process.poll() is None and time.monotonic() < deadline and not any(metrics.glob("*/metrics.jsonl")):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGALRM)  # what the MAX_RUNTIME timer sends
+    stdout, stderr = process.communicate(timeout=AGENT_TIMEOUT)
 
-    result = agent.run("run", env=env)
-
-    assert result.returncode == 80, result.stderr
-    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, not killed
+    assert process.returncode == 80, stderr
+    assert "MAX_RUNTIME (3600 s) expired" in stderr
+    assert "interrupted: saving last.pt" in stdout  # stopped politely, not killed
     assert agent.state()["phase"] == Phase.TIMED_OUT
     assert agent.state()["release"]["status"] == "confirmed"
     (destroy,) = runpod.actions()
@@ -231,6 +240,19 @@ def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> 
     epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
     assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
     assert json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.TIMED_OUT
+
+
+def test_max_runtime_arms_the_timer_that_ends_the_run(agent: Agent) -> None:
+    job = pipeline.Job(settings.from_env(agent.env(None, MAX_RUNTIME="1h")))
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
+    try:
+        job._install_signal_handlers()
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left <= 3600  # armed for MAX_RUNTIME
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: FakeVast) -> None:

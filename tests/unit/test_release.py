@@ -407,3 +407,21 @@ def test_record_in_state_file(tmp_path: Path) -> None:
 def test_a_provider_api_url_must_be_http(tmp_path: Path, name: str) -> None:
     with pytest.raises(settings.ConfigError, match=name):
         make_settings(tmp_path, **{name: "console.vast.ai"})
+
+
+def test_a_long_retry_after_ends_at_the_release_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The provider answers every stop with 503 and "Retry-After: 50": without a deadline of its own
+    # the release would wait 5 × 50 s per call; it gives up within its 120 s and says so.
+    config = make_settings(tmp_path, PROVIDER="vast", CONTAINER_ID="9", CONTAINER_API_KEY="k" * 20, ON_EXIT="stop")
+    clock = Clock()
+    instance = ScriptedInstance(reads=[RUNNING], actions=[http(503, retry_after=50)])
+    monkeypatch.setattr(providers, "instance_for", lambda access: instance)
+    state = finished_state(config)
+
+    code = release.end_of_job(config, state, failed=False, publish=lambda: True, policy=clock.policy())
+
+    assert code == ReleaseError.exit_code
+    assert sum(clock.slept) <= 120 and clock.slept == [50, 50]
+    recorded = state.snapshot()
+    assert recorded["release"]["status"] == "failed" and "release deadline" in recorded["release"]["error"]
+    assert recorded["exit"]["code"] == ReleaseError.exit_code

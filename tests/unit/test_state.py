@@ -15,9 +15,10 @@ def test_phases_are_timed_and_the_end_recorded(tmp_path: Path) -> None:
     state.set_phase(Phase.PREFLIGHT)
     state.set_phase(Phase.TRAINING)
     state.finish(Phase.DONE, 0, "success", "training finished")
+    state.confirm_exit()
     data = json.loads((tmp_path / STATE_FILE).read_text())
     assert data["phase"] == "done"
-    assert data["exit"] == {"code": 0, "reason": "success", "message": "training finished"}
+    assert data["exit"] == {"code": 0, "reason": "success", "message": "training finished", "final": True}
     assert data["phases"]["preflight"]["seconds"] is not None
     assert data["phases"]["training"]["seconds"] is not None
     assert data["versions"]["libreyolo"] == "1.6.0"
@@ -28,12 +29,29 @@ def test_phases_are_timed_and_the_end_recorded(tmp_path: Path) -> None:
 def test_a_new_attempt_keeps_the_history(tmp_path: Path) -> None:
     first = RunState.load(tmp_path, "run1")
     first.finish(Phase.PREEMPTED, 143, "preempted")
+    first.confirm_exit()
     second = RunState.load(tmp_path, "run1")
     second.finish(Phase.DONE, 0, "success")
+    second.confirm_exit()
     data = read_state(tmp_path / STATE_FILE)
     assert data is not None
     assert data["attempt"] == 2
     assert [a["reason"] for a in data["attempts"]] == ["preempted", "success"]
+
+
+def test_an_attempt_killed_during_its_final_upload_is_lost_not_a_success(tmp_path: Path) -> None:
+    # finish() is written before the final upload; SIGKILL lands before that upload returns.
+    first = RunState.load(tmp_path, "run1")
+    first.finish(Phase.DONE, 0, "success", "training finished")
+    left = read_state(tmp_path / STATE_FILE)
+    assert left is not None and left["exit"]["final"] is False
+    second = RunState.load(tmp_path, "run1")
+    [lost] = second.attempts
+    assert lost["reason"] == "lost" and lost["exit_code"] is None
+    # The same file read from the Hub by an attempt on a new disk.
+    fresh = RunState.load(tmp_path / "new-disk", "run1")
+    fresh.adopt_history(left)
+    assert [(a["exit_code"], a["reason"]) for a in fresh.attempts] == [(None, "lost")]
 
 
 def test_secrets_are_scrubbed_from_the_file(tmp_path: Path) -> None:
