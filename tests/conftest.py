@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.hubfixtures import TRANSFERS, HubContext
-from tests.hubserver import HubServer
+from tests.fakes.hub.server import HubServer
 
 _HF_HOME = tempfile.mkdtemp(prefix="trainbox-hf-home-")
 _HUB = HubServer().start()  # serving from the start, so a stray client fails fast instead of hanging

@@ -34,7 +34,7 @@ from huggingface_hub.errors import (
 )
 
 from tests.hubfixtures import HubContext
-from tests.hubserver import RemoteHub, git_blob_sha1
+from tests.fakes.hub.server import RemoteHub, git_blob_sha1
 
 MiB = 1024 * 1024
 
@@ -437,7 +437,7 @@ def test_commit_rate_limit_answers_429(hub_ctx: HubContext) -> None:
 
 def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -> None:
     ready = tmp_path / "url"
-    server = Path(__file__).parents[1] / "hubserver.py"
+    server = Path(__file__).parents[1] / "fakes" / "hub" / "server.py"
     tokens = ["--token", "tok:alice:write", "--token", "ro:bob:read:acme"]
     cmd = [
         sys.executable,

@@ -17,7 +17,7 @@ from entrypoint import sync
 from entrypoint.hub import Hub
 from entrypoint.sync import Uploader
 from tests.hubfixtures import HubContext
-from tests.hubserver import HubServer
+from tests.fakes.hub.server import HubServer
 
 WAIT = 60.0  # generous: how long a condition may take before the test calls it never
 

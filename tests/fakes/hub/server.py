@@ -1,6 +1,6 @@
 """A local Hugging Face Hub for tests: the subset of the Hub HTTP API that ``huggingface_hub`` uses.
 
-Python standard library only, so it runs in-process (``from tests.hubserver import HubServer``) or as a
+Python standard library only, so it runs in-process (``from tests.fakes.hub.server import HubServer``) or as a
 separate process (container tests, benchmarks)::
 
     python tests/hubserver.py --host 127.0.0.1 --port 0 --data DIR \\
