@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test Hub lives in tests/
 
-from tests.fakes.hub.server import HubServer  # noqa: E402
+from tests.fakes.hub import HubServer  # noqa: E402
 
 TOKEN = "hf_bench_dataset_token_0123456789"
 REPO = "bench/dataset"

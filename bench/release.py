@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test servers live in tests/
 
-from tests.fakes.hub.server import HubServer  # noqa: E402
+from tests.fakes.hub import HubServer  # noqa: E402
 from tests.fakes.providers import FakeVast  # noqa: E402
 
 GOAL_S = 10.0

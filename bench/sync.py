@@ -63,7 +63,7 @@ from bench.overhead import (  # noqa: E402
     wait_with_cpu,
 )
 from entrypoint.sync import COMMIT_BURST  # noqa: E402
-from tests.fakes.hub.server import HubError, HubServer  # noqa: E402
+from tests.fakes.hub import HubError, HubServer  # noqa: E402
 
 LATENCY_P95_GOAL_S = 2.0
 THROUGHPUT_GOAL = 0.97

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.fakes.hub.server import HubServer
+from tests.fakes.hub import HubServer
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

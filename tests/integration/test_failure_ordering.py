@@ -37,10 +37,10 @@ from entrypoint import pipeline
 from entrypoint.checkpoint import inspect
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
-from tests.hubfixtures import HubContext
-from tests.fakes.hub.server import HubServer
-from tests.integration.test_sync_faults import assert_no_duplicate_commit
+from tests.fakes.hub import HubServer
 from tests.fakes.providers import FakeVast
+from tests.hubfixtures import HubContext
+from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.support import make_dataset
 
 VAST_KEY = "vast-canary-key-0rd3r1ng5"

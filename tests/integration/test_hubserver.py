@@ -1,4 +1,4 @@
-"""The local Hub (tests/hubserver.py) against the real huggingface_hub client, over real sockets, no mocks.
+"""The local Hub (tests/fakes/hub/) against the real huggingface_hub client, over real sockets, no mocks.
 
 The rest of the suite trusts the server because of these tests: each one pins a behaviour of the real Hub
 that the client (or Trainbox) depends on.
@@ -33,8 +33,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from tests.fakes.hub import RemoteHub, git_blob_sha1
 from tests.hubfixtures import HubContext
-from tests.fakes.hub.server import RemoteHub, git_blob_sha1
 
 MiB = 1024 * 1024
 
@@ -437,11 +437,11 @@ def test_commit_rate_limit_answers_429(hub_ctx: HubContext) -> None:
 
 def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -> None:
     ready = tmp_path / "url"
-    server = Path(__file__).parents[1] / "fakes" / "hub" / "server.py"
     tokens = ["--token", "tok:alice:write", "--token", "ro:bob:read:acme"]
     cmd = [
         sys.executable,
-        str(server),
+        "-m",
+        "tests.fakes.hub",
         "--port",
         "0",
         "--data",
@@ -450,7 +450,7 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         "--ready-file",
         str(ready),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
     try:
         deadline = time.monotonic() + 15
         while not ready.exists():

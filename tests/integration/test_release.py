@@ -24,8 +24,8 @@ from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseE
 from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
-from tests.hubfixtures import HubContext
 from tests.fakes.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
+from tests.hubfixtures import HubContext
 
 VAST_KEY = "vast-canary-key-5f1c0a9e77d2"
 RUNPOD_KEY = "runpod-canary-key-c3b8e41d90aa"

@@ -16,8 +16,8 @@ import pytest
 from entrypoint import sync
 from entrypoint.hub import Hub
 from entrypoint.sync import Uploader
+from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
-from tests.fakes.hub.server import HubServer
 
 WAIT = 60.0  # generous: how long a condition may take before the test calls it never
 
