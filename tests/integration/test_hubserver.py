@@ -480,6 +480,8 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 # -- Xet: the transfer path of the real Hub ------------------------------------------------------------
