@@ -1,5 +1,5 @@
-"""Ending the bill, end to end: real ``trainbox`` processes, a stand-in ``libreyolo`` child, local
-provider APIs (tests/providers.py) and the local Hub."""
+"""Ending the bill, end to end: real ``trainbox`` processes, a stand-in ``libreyolo`` child
+(tests/fakes/libreyolo.py), local provider APIs (tests/fakes/providers.py) and the local Hub."""
 
 from __future__ import annotations
 
@@ -24,56 +24,13 @@ from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseE
 from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
+from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
 from tests.hubfixtures import HubContext
 
 VAST_KEY = "vast-canary-key-5f1c0a9e77d2"
 RUNPOD_KEY = "runpod-canary-key-c3b8e41d90aa"
 AGENT_TIMEOUT = 120
-
-# A stand-in for `libreyolo train`: what it does is chosen by FAKE_TRAIN_MODE.
-#   ok       two epochs, then exit 0          fail  an error line, exit 1
-#   forever  an epoch every 0.2 s; SIGINT → saves and exits 130, like libreyolo
-#   hang     one line, then nothing; ignores SIGINT (stuck in native code)
-FAKE_LIBREYOLO = """\
-import json, os, signal, sys, time
-args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
-run_dir = os.path.join(args["project"], args["name"])
-os.makedirs(run_dir, exist_ok=True)
-mode = os.environ["FAKE_TRAIN_MODE"]
-with open(os.path.join(run_dir, "fake-pid"), "w") as f:
-    f.write(str(os.getpid()))
-
-def boundary(epoch, state):
-    tmp = os.path.join(run_dir, ".status.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"state": state, "current_epoch": epoch, "pid": os.getpid()}, f)
-    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\\n")
-    os.replace(tmp, os.path.join(run_dir, "status.json"))
-    print(f"epoch {epoch} done", flush=True)
-
-if mode == "ok":
-    for epoch in (1, 2):
-        boundary(epoch, "running" if epoch < 2 else "completed")
-    sys.exit(0)
-if mode == "fail":
-    print("RuntimeError: CUDA out of memory", flush=True)
-    sys.exit(1)
-if mode == "forever":
-    def interrupted(*_):
-        print("interrupted: saving last.pt", flush=True)
-        sys.exit(130)
-    signal.signal(signal.SIGINT, interrupted)
-    for epoch in range(1, 100000):
-        boundary(epoch, "running")
-        time.sleep(0.2)
-if mode == "hang":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("loading the model", flush=True)
-    while True:
-        time.sleep(3600)
-"""
 
 
 @pytest.fixture
@@ -106,6 +63,7 @@ class Agent:
             OUTPUT_REPO=self.repo,
             TRAINBOX_LIBREYOLO=str(self.tmp_path / "bin" / "libreyolo"),
             FAKE_TRAIN_MODE="ok",
+            FAKE_EPOCH_SECONDS="0.2",
             PROVIDER=provider.kind if provider else "none",
         )
         return {**env, **(provider.env() if provider else {}), **extra}
@@ -130,10 +88,7 @@ class Agent:
 
 @pytest.fixture
 def agent(tmp_path: Path, hub_ctx: HubContext) -> Agent:
-    script = tmp_path / "bin" / "libreyolo"
-    script.parent.mkdir()
-    script.write_text(f"#!{sys.executable}\n" + FAKE_LIBREYOLO)
-    script.chmod(0o755)
+    fake_libreyolo.install(tmp_path / "bin")
     return Agent(tmp_path, hub_ctx, hub_ctx.repo_id("run"))
 
 
