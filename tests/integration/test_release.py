@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from entrypoint import providers, release, settings
-from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseError
+from entrypoint.errors import AccessError, AgentError, ConfigError, CostLimitError, DeadlineError, ReleaseError
 from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
@@ -144,50 +144,6 @@ def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None
     assert "keeps billing" in result.stderr
 
 
-def test_a_provider_that_always_fails_is_an_honest_failure(agent: Agent, vast: FakeVast) -> None:
-    vast.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
-
-    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
-
-    assert result.returncode == ReleaseError.exit_code
-    assert len(vast.actions()) == RetryPolicy().attempts
-    for state in (agent.state(), json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))):
-        assert state["release"]["status"] == "failed"
-        assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
-    assert "may still be billing" in result.stderr
-    assert "confirmed" not in result.stderr
-
-
-def test_a_refused_destroy_is_loud_and_never_shows_the_key(agent: Agent, vast: FakeVast) -> None:
-    # A provider that echoes the key back in its error must not get it into any output.
-    vast.fail(403, method="DELETE", body={"success": False, "msg": f"key {VAST_KEY} may not destroy"})
-
-    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
-
-    assert result.returncode == ReleaseError.exit_code
-    assert len(vast.actions()) == 1  # a refusal is not retried
-    assert "refused CONTAINER_API_KEY" in result.stderr and "may not destroy" in result.stderr
-    texts = [path.read_text(errors="replace") for path in agent.run_dir.rglob("*") if path.is_file()]
-    assert_no_key(result.stdout + result.stderr + "".join(texts) + agent.hub_text(), VAST_KEY)
-
-
-def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> None:
-    # Long enough for the agent to reach training on a loaded machine, short against a run planned for hours.
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_RUNTIME="8s", FAKE_TRAIN_MODE="forever")
-
-    result = agent.run("run", env=env)
-
-    assert result.returncode == 80, result.stderr
-    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, not killed
-    assert agent.state()["phase"] == Phase.TIMED_OUT
-    assert agent.state()["release"]["status"] == "confirmed"
-    (destroy,) = runpod.actions()
-    assert destroy.method == "DELETE"
-    epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
-    assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
-    assert json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.TIMED_OUT
-
-
 def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="stop", STALL_TIMEOUT="2s", FAKE_TRAIN_MODE="hang"))
 
@@ -266,68 +222,105 @@ def test_runpod_stop_is_one_action_and_confirmed_by_exited(agent: Agent, runpod:
     assert (state["cost"]["price_per_hour"], state["cost"]["price_source"]) == (2.5, "PRICE_PER_HOUR")
 
 
-def _in_cluster(server: FakeRunPod) -> None:
+def _in_cluster(server: FakeProvider) -> None:
+    assert isinstance(server, FakeRunPod)
     server.cluster = "cl-9a7b"
 
 
-def _locked(server: FakeRunPod) -> None:
+def _locked(server: FakeProvider) -> None:
+    assert isinstance(server, FakeRunPod)
     server.locked = True
 
 
-def _forbidden_terminate(server: FakeRunPod) -> None:
+def _forbidden_terminate(server: FakeProvider) -> None:
     server.fail(403, method="DELETE", body={"title": "Forbidden", "status": 403, "detail": "access denied"})
 
 
-def _always_500(server: FakeRunPod) -> None:
+def _vast_forbidden_echoing_the_key(server: FakeProvider) -> None:
+    # A provider that echoes the key back in its error must not get it into any output.
+    server.fail(403, method="DELETE", body={"success": False, "msg": f"key {VAST_KEY} may not destroy"})
+
+
+def _always_500(server: FakeProvider) -> None:
     server.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
 
 
 @pytest.mark.parametrize(
-    ("on_exit", "setup", "says"),
+    ("provider", "on_exit", "setup", "says", "attempts"),
     [
-        ("destroy", _in_cluster, "Instant Cluster cl-9a7b"),
-        ("stop", _locked, "locked: true prevents stopping"),
-        ("destroy", _forbidden_terminate, "refused RUNPOD_API_KEY"),
-        ("destroy", _always_500, "may still be billing"),
+        ("runpod", "destroy", _in_cluster, "Instant Cluster cl-9a7b", 1),
+        ("runpod", "stop", _locked, "locked: true prevents stopping", 1),
+        ("runpod", "destroy", _forbidden_terminate, "refused RUNPOD_API_KEY", 1),
+        ("runpod", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
+        ("vast", "destroy", _vast_forbidden_echoing_the_key, "refused CONTAINER_API_KEY", 1),
+        ("vast", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
     ],
-    ids=["409-cluster", "locked", "403-key", "500-forever"],
+    ids=[
+        "runpod-409-cluster",
+        "runpod-locked",
+        "runpod-403-key",
+        "runpod-500-forever",
+        "vast-403-key",
+        "vast-500-forever",
+    ],
 )
-def test_a_runpod_refusal_is_an_honest_failure(
-    agent: Agent, runpod: FakeRunPod, on_exit: str, setup: Any, says: str
+def test_a_provider_refusal_is_an_honest_failure(
+    request: pytest.FixtureRequest, agent: Agent, provider: str, on_exit: str, setup: Any, says: str, attempts: int
 ) -> None:
-    setup(runpod)
+    server: FakeProvider = request.getfixturevalue(provider)
+    key = {"runpod": RUNPOD_KEY, "vast": VAST_KEY}[provider]
+    setup(server)
 
-    result = agent.run("run", env=agent.env(runpod, ON_EXIT=on_exit))
+    result = agent.run("run", env=agent.env(server, ON_EXIT=on_exit))
 
     assert result.returncode == ReleaseError.exit_code, result.stderr
     assert says in result.stderr
-    assert "confirmed by the provider" not in result.stderr
-    assert runpod.state == "running"
+    assert "confirmed" not in result.stderr
+    assert len(server.actions()) == attempts  # a refusal is not retried; a 500 is, up to the policy
+    assert server.state == "running"
     for state in (agent.state(), hub_state(agent)):
         assert state["release"]["status"] == "failed" and says in state["release"]["error"]
         assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
-    assert all(call.path.startswith("/v2/pods/") for call in runpod.calls)
-    assert_no_key(result.stdout + result.stderr + agent.hub_text(), RUNPOD_KEY)
+    if provider == "runpod":
+        assert all(call.path.startswith("/v2/pods/") for call in server.calls)
+    texts = [path.read_text(errors="replace") for path in agent.run_dir.rglob("*") if path.is_file()]
+    assert_no_key(result.stdout + result.stderr + "".join(texts) + agent.hub_text(), key)
 
 
 # -- MAX_COST --------------------------------------------------------------------------------
-def test_max_cost_wraps_up_at_the_spend_priced_by_the_provider(agent: Agent, runpod: FakeRunPod) -> None:
+@pytest.mark.parametrize(
+    ("limit", "error", "message", "max_cost"),
+    [
+        # Long enough for the agent to reach training on a loaded machine, short against a run planned for hours.
+        ({"MAX_RUNTIME": "8s"}, DeadlineError, "MAX_RUNTIME (8 s) expired", None),
+        ({"MAX_COST": "8"}, CostLimitError, "MAX_COST ($8.00) reached", 8.0),
+    ],
+    ids=["max-runtime", "max-cost"],
+)
+def test_a_limit_wraps_up_politely_and_releases(
+    agent: Agent,
+    runpod: FakeRunPod,
+    limit: dict[str, str],
+    error: type[AgentError],
+    message: str,
+    max_cost: float | None,
+) -> None:
     runpod.price = 3600.0  # $1 a second: $8 is spent a few seconds into training
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_COST="8", FAKE_TRAIN_MODE="forever")
+    env = agent.env(runpod, ON_EXIT="destroy", FAKE_TRAIN_MODE="forever", **limit)
 
     result = agent.run("run", env=env)
 
-    assert result.returncode == CostLimitError.exit_code == 82, result.stderr
-    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, like MAX_RUNTIME
+    assert result.returncode == error.exit_code, result.stderr
+    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, not killed
     state = agent.state()
-    assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == "max_cost"
-    assert "MAX_COST ($8.00) reached" in state["exit"]["message"]
-    assert state["cost"]["dollars"] >= 8.0 and state["cost"]["max_cost"] == 8.0
-    assert state["cost"]["price_source"] == "runpod:cost"
+    assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == error.reason
+    assert message in state["exit"]["message"]
+    assert state["cost"]["max_cost"] == max_cost and state["cost"]["price_source"] == "runpod:cost"
+    assert state["cost"]["dollars"] >= (max_cost or 0.0)
     epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
     assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
     published = hub_state(agent)
-    assert published["phase"] == Phase.TIMED_OUT and published["exit"]["code"] == 82
+    assert published["phase"] == Phase.TIMED_OUT and published["exit"]["code"] == error.exit_code
     assert agent.hub_ctx.hub.file_bytes(agent.repo, "metrics.jsonl").decode().splitlines() == epochs
     assert state["release"]["status"] == "confirmed"
     (destroy,) = runpod.actions()
