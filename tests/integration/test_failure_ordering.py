@@ -44,6 +44,9 @@ from tests.hubfixtures import HubContext
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.support import make_dataset
 
+# every test here runs `trainbox run` (the stand-in libreyolo trains for seconds) and breaks it
+pytestmark = pytest.mark.slow
+
 VAST_KEY = "vast-canary-key-0rd3r1ng5"
 AGENT_TIMEOUT = 120
 # SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that

@@ -22,12 +22,6 @@ from tests.hubfixtures import HubContext
 from tests.support import make_dataset, run_trainbox, trainbox_env
 
 needs_no_gpu = pytest.mark.skipif(preflight.nvidia_present(), reason="this machine has an NVIDIA GPU")
-# preflight.run_probe leaves the probe child's stdout pipe to the garbage collector, which warns; the leak is
-# one file per check, in a process that exits soon after.
-leaves_a_pipe = pytest.mark.filterwarnings(
-    "ignore:unclosed file <_io.BufferedReader:ResourceWarning",
-    "ignore:Exception ignored in. <_io.FileIO:pytest.PytestUnraisableExceptionWarning",
-)
 
 
 def _alive(pid: int) -> bool:
@@ -62,7 +56,6 @@ def _grandchild(report: dict) -> int:
     return int(line.split()[1])
 
 
-@leaves_a_pipe
 def test_watchdog_kills_a_hanging_check_and_names_the_step(tmp_path: Path) -> None:
     argv = _stand_in(
         tmp_path,
@@ -78,7 +71,6 @@ def test_watchdog_kills_a_hanging_check_and_names_the_step(tmp_path: Path) -> No
     assert not _alive(_grandchild(report))
 
 
-@leaves_a_pipe
 def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> None:
     argv = _stand_in(
         tmp_path,
@@ -95,7 +87,7 @@ def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> N
     assert not _alive(_grandchild(report))
 
 
-@leaves_a_pipe
+@pytest.mark.slow  # imports torch in a child
 @needs_no_gpu
 def test_the_real_probe_child_meets_torchs_no_driver_error() -> None:
     report = preflight.run_probe("all", os.environ)
@@ -107,6 +99,7 @@ def test_the_real_probe_child_meets_torchs_no_driver_error() -> None:
     assert "GPUS=cpu" in problem.hint
 
 
+@pytest.mark.slow  # torch.distributed in child processes
 def test_all_reduce_ranks_sum_across_processes() -> None:
     """The rank machinery (spawn, rendezvous, result check) on gloo; tests/gpu runs it on NCCL."""
     result = gpu_probe.all_reduce([0, 1], timeout=60, backend="gloo")
@@ -115,6 +108,7 @@ def test_all_reduce_ranks_sum_across_processes() -> None:
 
 
 @needs_no_gpu
+@pytest.mark.slow  # torch.distributed in child processes
 def test_all_reduce_rank_failures_are_collected_and_classified() -> None:
     result = gpu_probe.all_reduce([0, 1], timeout=60, backend="nccl")
     assert result["ok"] is False

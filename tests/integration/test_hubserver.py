@@ -299,6 +299,7 @@ def test_typed_not_found_errors(hub_ctx: HubContext) -> None:
 # -- faults -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits out the client's real retry backoff
 @pytest.mark.transfer("lfs")  # asserts the LFS requests
 def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: HubContext) -> None:
     api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
@@ -465,7 +466,8 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         sha = remote.upload_bytes("acme/data", "train.tar", b"\0tar", repo_type="dataset")
         assert remote.commits("acme/data", repo_type="dataset")[0]["oid"] == sha
         remote.inject("503", path="/preupload/", times=1)
-        assert len(json.loads(urllib.request.urlopen(f"{url}/_admin/faults").read())["faults"]) == 1
+        with urllib.request.urlopen(f"{url}/_admin/faults") as answer:
+            assert len(json.loads(answer.read())["faults"]) == 1
         remote.reset_log()
 
         kwargs = {"repo_type": "dataset", "endpoint": url, "token": "ro", "cache_dir": tmp_path / "cache"}
@@ -557,5 +559,6 @@ def test_a_hub_without_xet_has_no_token_route_and_serves_plain_files(hub_ctx: Hu
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {hub_ctx.token}"}))
     assert err.value.code == 404
+    err.value.close()
     assert Path(hf_hub_download(repo, "data.tar", **hub_ctx.download_kwargs())).read_bytes() == data
     assert "X-Xet-Hash" not in get_hf_file_metadata(hf_hub_url(repo, "data.tar", endpoint=hub.url)).__dict__

@@ -98,6 +98,7 @@ def assert_no_key(text: str, *keys: str) -> None:
 
 
 # -- the whole job ---------------------------------------------------------------------------
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_success_destroys_once_with_the_key_after_the_last_upload(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
 
@@ -120,6 +121,7 @@ def test_success_destroys_once_with_the_key_after_the_last_upload(agent: Agent, 
     assert_no_key(result.stdout + result.stderr + agent.hub_text(), VAST_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRunPod) -> None:
     env = agent.env(runpod, ON_EXIT="destroy", ON_FAILURE="stop", FAKE_TRAIN_MODE="fail")
 
@@ -135,6 +137,7 @@ def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRun
     assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy", ON_FAILURE="exit", FAKE_TRAIN_MODE="fail"))
 
@@ -144,6 +147,7 @@ def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None
     assert "keeps billing" in result.stderr
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="stop", STALL_TIMEOUT="2s", FAKE_TRAIN_MODE="hang"))
 
@@ -160,6 +164,7 @@ def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: 
     assert json.loads(hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.STALLED
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_sigterm_during_the_release_does_not_cut_it_short(agent: Agent, vast: FakeVast) -> None:
     vast.lag_reads = 2  # the provider takes a few reads to show the destroy
     agent_process = subprocess.Popen(
@@ -184,6 +189,7 @@ def hub_state(agent: Agent) -> dict[str, Any]:
     return json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_runpod_destroy_terminates_the_pod_and_reads_it_until_gone(agent: Agent, runpod: FakeRunPod) -> None:
     runpod.lag_reads = 2  # RunPod takes a few reads to show the termination
     runpod.terminated_reads = 1  # then shows TERMINATED once before answering 404
@@ -207,6 +213,7 @@ def test_runpod_destroy_terminates_the_pod_and_reads_it_until_gone(agent: Agent,
     assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_runpod_stop_is_one_action_and_confirmed_by_exited(agent: Agent, runpod: FakeRunPod) -> None:
     result = agent.run("run", env=agent.env(runpod, ON_EXIT="stop", PRICE_PER_HOUR="2.5"))
 
@@ -264,6 +271,7 @@ def _always_500(server: FakeProvider) -> None:
         "vast-500-forever",
     ],
 )
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_provider_refusal_is_an_honest_failure(
     request: pytest.FixtureRequest, agent: Agent, provider: str, on_exit: str, setup: Any, says: str, attempts: int
 ) -> None:
@@ -297,6 +305,7 @@ def test_a_provider_refusal_is_an_honest_failure(
     ],
     ids=["max-runtime", "max-cost"],
 )
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_limit_wraps_up_politely_and_releases(
     agent: Agent,
     runpod: FakeRunPod,
@@ -642,7 +651,8 @@ def request(url: str, method: str, key: str, body: Any = None) -> tuple[int, Any
             raw = answer.read()
             return answer.status, json.loads(raw) if raw else None, answer.headers.get("Content-Type")
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null"), error.headers.get("Content-Type")
+        with error:
+            return error.code, json.loads(error.read() or b"null"), error.headers.get("Content-Type")
 
 
 @pytest.mark.parametrize(

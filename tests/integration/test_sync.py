@@ -21,6 +21,8 @@ from tests.hubfixtures import HubContext
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
+pytestmark = pytest.mark.slow  # every test here trains real models
+
 
 def hub_json(hub: HubServer, repo: str, path: str, revision: str = "main") -> dict:
     return json.loads(hub.file_bytes(repo, path, revision=revision))

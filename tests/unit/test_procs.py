@@ -118,8 +118,6 @@ def test_run_kills_the_whole_tree_on_timeout(tmp_path: Path) -> None:
     wait_until(lambda: gone(grandchild), "the grandchild survived the timeout")
 
 
-# run() gives up on pipes a grandchild holds and leaves them to the garbage collector, which warns.
-@pytest.mark.filterwarnings("ignore:Exception ignored in. <_io.FileIO:pytest.PytestUnraisableExceptionWarning")
 def test_run_gives_up_on_pipes_held_by_an_escaped_grandchild(tmp_path: Path) -> None:
     # setsid: the grandchild leaves the group, and once its parent is gone no /proc walk finds it.
     script = "import os, subprocess, time; subprocess.Popen(['setsid', 'sleep', '30']); os._exit(0)"

@@ -100,7 +100,8 @@ class RemoteHub:
                 raw = resp.read()
                 return json.loads(raw) if resp.headers.get("Content-Type") == "application/json" else raw
         except urllib.error.HTTPError as err:
-            raise HubError(err.code, err.read().decode(errors="replace"), err.headers.get("X-Error-Code")) from err
+            with err:
+                raise HubError(err.code, err.read().decode(errors="replace"), err.headers.get("X-Error-Code")) from err
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "health")
