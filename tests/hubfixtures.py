@@ -1,4 +1,4 @@
-"""Per-test view of the shared local Hub (see ``tests/hubserver.py`` and the ``hub_ctx`` fixture)."""
+"""Per-test view of the shared local Hub (see ``tests/fakes/hub/`` and the ``hub_ctx`` fixture)."""
 
 from __future__ import annotations
 
