@@ -1,7 +1,7 @@
 """Benchmark: getting a dataset tar from the Hub onto the volume, the guide's way and Trainbox's way.
 
 A tar of about 1 GiB holding about 20k small files (JPEG-valid images padded with random bytes,
-and their label files) is served by the local Hub (tests/hubserver.py) on loopback. Measured in
+and their label files) is served by the local Hub (tests/fakes/hub/) on loopback. Measured in
 one run, each as a separate process, in rounds (so background load hits every measure alike):
 
   a  guide      hf_hub_download, then tarfile.extractall (LibreYOLO's "Training on a rented GPU")
@@ -19,7 +19,7 @@ HF_HUB_DISABLE_XET=1: plain HTTP), side by side; ``d`` is plain HTTP in both.
 Goals: e ≤ 0.5 × a (per transfer); stretch e ≤ 1.5 × d; f ≤ 2 s with no bytes downloaded; the agent's
 own peak RSS ≤ 150 MB. Writes bench/results/dataset.json and prints a Markdown table for
 docs/benchmarks.md. Run from the repository root:
-``python bench/dataset.py [--rounds 5] [--files 20000] [--mib 1024] [--transfer xet,lfs]``.
+``python -m bench.dataset [--rounds 5] [--files 20000] [--mib 1024] [--transfer xet,lfs]``.
 """
 
 from __future__ import annotations
@@ -41,10 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test Hub lives in tests/
+from tests.fakes.hub import HubServer
 
-from tests.hubserver import HubServer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TOKEN = "hf_bench_dataset_token_0123456789"
 REPO = "bench/dataset"

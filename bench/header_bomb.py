@@ -11,7 +11,7 @@ tar, so the difference is what the archive cost.
 
 Goal: every bomb refused with its error, peak RSS ≤ baseline + 32 MB. Writes
 bench/results/header_bomb.json and prints a Markdown table for docs/benchmarks.md.
-Run from the repository root: ``python bench/header_bomb.py [--mib 512]``.
+Run from the repository root: ``python -m bench.header_bomb [--mib 512]``.
 """
 
 from __future__ import annotations

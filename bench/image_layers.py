@@ -5,7 +5,7 @@ set, else on the offline stand-in for the PyTorch runtime image. Then reads the 
 `docker history` and sums them. Goal: <= 600 MB added.
 
 Writes bench/results/image_layers.json and prints a Markdown table for docs/benchmarks.md.
-Run from the repository root: ``python bench/image_layers.py``.
+Run from the repository root: ``python -m bench.image_layers``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the image helpers live in tests/
+from tests.container import images
 
-from tests.container import images  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GOAL_MB = 600
 MB = 1000**2  # Docker reports sizes in SI units

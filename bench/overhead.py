@@ -21,7 +21,7 @@ alike, and all the agent's own work lands on its training's CPU, the least favou
 
 Goals: throughput ratio ≥ 0.97, start → child ≤ 3 s, agent peak RSS ≤ 150 MB. Writes
 bench/results/overhead.json and prints a Markdown table for docs/benchmarks.md. Run from the
-repository root: ``python bench/overhead.py [--rounds 6] [--epochs 12] [--probes 3] [--sequential]``;
+repository root: ``python -m bench.overhead [--rounds 6] [--epochs 12] [--probes 3] [--sequential]``;
 ``--rounds 0`` runs the launch probes only (minutes less, and meaningful on a busy machine, where the
 throughput rounds are not), best with ``--out`` elsewhere than the full results.
 """
@@ -46,10 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test helpers live in tests/
+from tests.support import make_dataset, trainbox_env
 
-from tests.support import make_dataset, trainbox_env  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 THROUGHPUT_GOAL = 0.97
 LAUNCH_GOAL_S = 3.0

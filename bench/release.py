@@ -1,14 +1,14 @@
 """Benchmark: from the final commit on the Hub to the release call, and to the agent's exit.
 
 Runs the real ``trainbox run`` (demo dataset, a stand-in ``libreyolo`` that finishes at once)
-against the local Hub (tests/hubserver.py) and a local Vast.ai API (tests/providers.py) with
+against the local Hub (tests/fakes/hub/) and a local Vast.ai API (tests/fakes/providers.py) with
 ON_EXIT=destroy, several times, and measures per run:
 
   commit → release   the last Hub commit before the DELETE, to the DELETE reaching the provider
   commit → exit      the same commit, to the agent's process having exited
 
 Goal: commit → exit ≤ 10 s. Writes bench/results/release.json and prints a Markdown table for
-docs/benchmarks.md. Run from the repository root: ``python bench/release.py [--runs 5]``.
+docs/benchmarks.md. Run from the repository root: ``python -m bench.release [--runs 5]``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers live in tests/
+from tests.fakes.hub import HubServer
+from tests.fakes.providers import FakeVast
 
-from tests.hubserver import HubServer  # noqa: E402
-from tests.providers import FakeVast  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 GOAL_S = 10.0
 STAND_IN_LIBREYOLO = """\

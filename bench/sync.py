@@ -1,7 +1,7 @@
 """Benchmark: checkpoint sync beside a real training run.
 
 ``trainbox run`` trains the tiny model of bench/overhead.py (YOLO9-t, ~35 MB checkpoints, on the
-CPU) for 10 epochs with OUTPUT_REPO on a local Hub (tests/hubserver.py, in this process, on
+CPU) for 10 epochs with OUTPUT_REPO on a local Hub (tests/fakes/hub/, in this process, on
 loopback) and without. Each round runs the two side by side, each process tree pinned to a CPU of
 its own (swapped every round, who starts first alternating), the round's Hub on the sync side's
 CPU: load from other jobs on a shared machine hits both alike, and every cost of the sync (the
@@ -27,7 +27,7 @@ by the local Hub; ``--transfer lfs``: a Hub without Xet and HF_HUB_DISABLE_XET=1
 
 Goals: p95 ≤ 2 s, throughput ratio ≥ 0.97, SIGTERM → exit ≤ 5 s. Writes bench/results/sync.json (LFS)
 or sync-xet.json and prints a Markdown table for docs/benchmarks.md. Run from the repository root:
-``python bench/sync.py [--rounds 4] [--epochs 10] [--latency-runs 2] [--sigterm-runs 3] [--sequential]
+``python -m bench.sync [--rounds 4] [--epochs 10] [--latency-runs 2] [--sigterm-runs 3] [--sequential]
 [--transfer xet|lfs]``.
 """
 
@@ -40,7 +40,6 @@ import platform
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -48,10 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test servers and bench/overhead.py's helpers
-
-from bench.overhead import (  # noqa: E402
+from bench.overhead import (
     command,
     epoch_stats,
     pinned,
@@ -62,8 +58,10 @@ from bench.overhead import (  # noqa: E402
     training_options,
     wait_with_cpu,
 )
-from entrypoint.sync import COMMIT_BURST  # noqa: E402
-from tests.hubserver import HubError, HubServer  # noqa: E402
+from entrypoint.sync import COMMIT_BURST
+from tests.fakes.hub import HubError, HubServer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LATENCY_P95_GOAL_S = 2.0
 THROUGHPUT_GOAL = 0.97

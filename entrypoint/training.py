@@ -6,6 +6,7 @@ both scrubbed of secrets. Its exit code is mapped to the agent's typed errors.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.hub import HubServer
 from tests.hubfixtures import TRANSFERS, HubContext
-from tests.hubserver import HubServer
 
 _HF_HOME = tempfile.mkdtemp(prefix="trainbox-hf-home-")
 _HUB = HubServer().start()  # serving from the start, so a stray client fails fast instead of hanging

@@ -1,4 +1,4 @@
-"""Per-test view of the shared local Hub (see ``tests/hubserver.py`` and the ``hub_ctx`` fixture)."""
+"""Per-test view of the shared local Hub (see ``tests/fakes/hub/`` and the ``hub_ctx`` fixture)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.hubserver import HubServer
+from tests.fakes.hub import HubServer
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

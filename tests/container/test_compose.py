@@ -19,7 +19,7 @@ import yaml
 
 from tests.container.images import REPO, docker
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from tests.container.images import docker
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 STOP_GRACE = 60  # seconds `docker stop` waits before SIGKILL (which would show as 137)
 

@@ -13,7 +13,7 @@ import pytest
 from tests.container.images import docker
 from tests.support import make_dataset
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 
 def run(image: str, *argv: str, volumes: dict[Path, str] | None = None, timeout: float = 300) -> tuple[int, str]:

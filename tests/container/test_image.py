@@ -10,7 +10,7 @@ import pytest
 from entrypoint import errors
 from tests.container.images import docker
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 TORCH_VERSIONS = "import torch, torchvision; print(torch.__version__, torchvision.__version__, torch.version.cuda)"
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support import run_trainbox, trainbox_env
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # trains real models
 
 
 @pytest.fixture(scope="module")

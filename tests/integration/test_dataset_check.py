@@ -8,8 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from entrypoint import errors
 from tests.support import make_dataset, run_trainbox, trainbox_env
+
+pytestmark = pytest.mark.slow  # every test here runs `trainbox run` (a stand-in libreyolo trains)
 
 # `doctor` waits (boundedly) for training to start, so the log's order shows whether the two overlapped;
 # FAKE_DOCTOR=bad makes it report an error. `train` runs until interrupted when the check is to fail, else it

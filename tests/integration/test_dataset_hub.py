@@ -23,6 +23,9 @@ from entrypoint import errors
 from tests.hubfixtures import HubContext
 from tests.support import Result, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
+# every test here runs the agent: real libreyolo checks the data (doctor), or trains
+pytestmark = pytest.mark.slow
+
 FAST_ARGS = "imgsz=64"  # what the dataset check uses; nothing is trained in `fetch`
 TRAIN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=2 workers=0"
 

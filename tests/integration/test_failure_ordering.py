@@ -1,6 +1,6 @@
 """Whatever fails first, nothing is lost and nothing keeps billing.
 
-Real ``trainbox run`` processes against the local Hub and provider fakes, with a stand-in
+Real ``trainbox run`` processes against the local Hub and provider fakes, with a stand-in (tests/fakes/libreyolo.py)
 ``libreyolo`` that writes real (tiny) checkpoints epoch by epoch, like libreyolo: the weights,
 then ``status.json`` renamed last. Faults arrive in each phase: SIGTERM (extraction included),
 SIGKILL then a restart (same volume, new volume), a revoked token, a Hub that rate-limits for an
@@ -39,79 +39,21 @@ from entrypoint.checkpoint import inspect
 from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
+from tests.fakes import libreyolo as fake_libreyolo
+from tests.fakes.hub import HubServer
+from tests.fakes.providers import FakeVast
 from tests.hubfixtures import HubContext
-from tests.hubserver import HubServer
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
-from tests.providers import FakeVast
 from tests.support import make_dataset
+
+# every test here runs `trainbox run` (the stand-in libreyolo trains for seconds) and breaks it
+pytestmark = pytest.mark.slow
 
 VAST_KEY = "vast-canary-key-0rd3r1ng5"
 AGENT_TIMEOUT = 120
 # SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that
 # ignores the deadline (a 30 s retry, a 60 s publish, a 5 s join) overshoots it by far.
 EXIT_BOUND = pipeline.PREEMPT_BUDGET + 4.0
-
-# A stand-in for `libreyolo`: `train` writes one epoch every FAKE_EPOCH_SECONDS (checkpoints,
-# metrics.jsonl, then status.json renamed last); resumes from model=<checkpoint> resume=true;
-# SIGINT ends it with 130 like libreyolo. FAKE_TRAIN_MODE=deaf ignores SIGINT and SIGTERM (stuck
-# in native code). Other commands (doctor) report no findings, after FAKE_DOCTOR_SECONDS.
-FAKE_LIBREYOLO = r"""
-import io, json, os, pickle, signal, sys, time, zipfile
-if sys.argv[1] != "train":
-    time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
-    print(json.dumps({"findings": [], "summary": {}}))
-    sys.exit(0)
-args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
-run_dir = os.path.join(args["project"], args["name"])
-weights = os.path.join(run_dir, "weights")
-os.makedirs(weights, exist_ok=True)
-total = int(args.get("epochs", "3"))
-pause = float(os.environ.get("FAKE_EPOCH_SECONDS", "0.3"))
-with open(os.path.join(run_dir, "fake-pid"), "w") as f:
-    f.write(str(os.getpid()))
-
-def checkpoint(epoch):
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        payload = {"epoch": epoch - 1, "config": {"epochs": total}, "pad": "x" * 4096}
-        archive.writestr("ckpt/data.pkl", pickle.dumps(payload, protocol=2))
-    return buffer.getvalue()
-
-def epoch_of(path):
-    with zipfile.ZipFile(path) as archive:
-        return pickle.loads(archive.read("ckpt/data.pkl"))["epoch"] + 1
-
-first = 1
-if args.get("resume") == "true":
-    first = epoch_of(args["model"]) + 1
-if os.environ.get("FAKE_TRAIN_MODE") == "deaf":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-else:
-    def interrupted(*_):
-        print("interrupted: saving last.pt", flush=True)
-        sys.exit(130)
-    signal.signal(signal.SIGINT, interrupted)
-
-for epoch in range(first, total + 1):
-    time.sleep(pause)
-    data = checkpoint(epoch)
-    if os.environ.get("FAKE_TRAIN_MODE") == "enospc" and epoch == 2:
-        print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
-        sys.exit(1)
-    for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
-        torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"  # a 0-byte file, as a full disk leaves
-        with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
-            f.write(b"" if torn else data)
-    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
-    tmp = os.path.join(run_dir, ".status.json.tmp")
-    state = "completed" if epoch == total else "running"
-    with open(tmp, "w") as f:
-        json.dump({"state": state, "completed_epochs": epoch, "total_epochs": total, "pid": os.getpid()}, f)
-    os.replace(tmp, os.path.join(run_dir, "status.json"))
-    print(f"epoch {epoch}/{total} done", flush=True)
-"""
 
 
 @dataclass
@@ -135,6 +77,7 @@ class Agent:
             OUTPUT_REPO=self.repo,
             RUN_NAME="order",
             RUN_ARGS="epochs=4",
+            FAKE_EPOCH_SECONDS="0.3",
             TRAINBOX_LIBREYOLO=str(self.tmp_path / "bin" / "libreyolo"),
             PROVIDER=provider.kind if provider else "none",
         )
@@ -177,10 +120,7 @@ class Agent:
 
 @pytest.fixture
 def agent(tmp_path: Path, hub_ctx: HubContext) -> Agent:
-    script = tmp_path / "bin" / "libreyolo"
-    script.parent.mkdir()
-    script.write_text(f"#!{sys.executable}\n" + FAKE_LIBREYOLO)
-    script.chmod(0o755)
+    fake_libreyolo.install(tmp_path / "bin")
     return Agent(tmp_path, hub_ctx, hub_ctx.repo_id("order"), tmp_path / "volume")
 
 

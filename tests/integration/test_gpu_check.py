@@ -90,6 +90,7 @@ def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> N
     assert not _alive(_grandchild(report))
 
 
+@pytest.mark.slow  # imports torch in a child
 @needs_no_gpu
 def test_the_real_probe_child_meets_torchs_no_driver_error() -> None:
     report = gpu_run.run_probe("all", os.environ)
@@ -101,6 +102,7 @@ def test_the_real_probe_child_meets_torchs_no_driver_error() -> None:
     assert "GPUS=cpu" in problem.hint
 
 
+@pytest.mark.slow  # torch.distributed in child processes
 def test_all_reduce_ranks_sum_across_processes() -> None:
     """The rank machinery (spawn, rendezvous, result check) on gloo; tests/gpu runs it on NCCL."""
     result = gpu_probe.all_reduce([0, 1], timeout=60, backend="gloo")
@@ -109,6 +111,7 @@ def test_all_reduce_ranks_sum_across_processes() -> None:
 
 
 @needs_no_gpu
+@pytest.mark.slow  # torch.distributed in child processes
 def test_all_reduce_rank_failures_are_collected_and_classified() -> None:
     result = gpu_probe.all_reduce([0, 1], timeout=60, backend="nccl")
     assert result["ok"] is False

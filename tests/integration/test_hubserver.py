@@ -1,4 +1,4 @@
-"""The local Hub (tests/hubserver.py) against the real huggingface_hub client, over real sockets, no mocks.
+"""The local Hub (tests/fakes/hub/) against the real huggingface_hub client, over real sockets, no mocks.
 
 The rest of the suite trusts the server because of these tests: each one pins a behaviour of the real Hub
 that the client (or Trainbox) depends on.
@@ -33,8 +33,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from tests.fakes.hub import RemoteHub, git_blob_sha1
 from tests.hubfixtures import HubContext
-from tests.hubserver import RemoteHub, git_blob_sha1
 
 MiB = 1024 * 1024
 
@@ -299,6 +299,7 @@ def test_typed_not_found_errors(hub_ctx: HubContext) -> None:
 # -- faults -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits out the client's real retry backoff
 @pytest.mark.transfer("lfs")  # asserts the LFS requests
 def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: HubContext) -> None:
     api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
@@ -437,11 +438,11 @@ def test_commit_rate_limit_answers_429(hub_ctx: HubContext) -> None:
 
 def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -> None:
     ready = tmp_path / "url"
-    server = Path(__file__).parents[1] / "hubserver.py"
     tokens = ["--token", "tok:alice:write", "--token", "ro:bob:read:acme"]
     cmd = [
         sys.executable,
-        str(server),
+        "-m",
+        "tests.fakes.hub",
         "--port",
         "0",
         "--data",
@@ -450,7 +451,7 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         "--ready-file",
         str(ready),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
     try:
         deadline = time.monotonic() + 15
         while not ready.exists():
@@ -465,7 +466,8 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         sha = remote.upload_bytes("acme/data", "train.tar", b"\0tar", repo_type="dataset")
         assert remote.commits("acme/data", repo_type="dataset")[0]["oid"] == sha
         remote.inject("503", path="/preupload/", times=1)
-        assert len(json.loads(urllib.request.urlopen(f"{url}/_admin/faults").read())["faults"]) == 1
+        with urllib.request.urlopen(f"{url}/_admin/faults") as answer:
+            assert len(json.loads(answer.read())["faults"]) == 1
         remote.reset_log()
 
         kwargs = {"repo_type": "dataset", "endpoint": url, "token": "ro", "cache_dir": tmp_path / "cache"}
@@ -480,6 +482,8 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 # -- Xet: the transfer path of the real Hub ------------------------------------------------------------
@@ -555,5 +559,6 @@ def test_a_hub_without_xet_has_no_token_route_and_serves_plain_files(hub_ctx: Hu
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {hub_ctx.token}"}))
     assert err.value.code == 404
+    err.value.close()
     assert Path(hf_hub_download(repo, "data.tar", **hub_ctx.download_kwargs())).read_bytes() == data
     assert "X-Xet-Hash" not in get_hf_file_metadata(hf_hub_url(repo, "data.tar", endpoint=hub.url)).__dict__

@@ -15,6 +15,8 @@ import pytest
 from entrypoint.state import Phase
 from tests.support import run_trainbox, trainbox_env
 
+pytestmark = pytest.mark.slow  # `trainbox run` with a stand-in libreyolo that trains for seconds
+
 SILENT_SECONDS = 6  # three times STALL_TIMEOUT, without a line of output
 STANDIN = f"""\
 import os, subprocess, sys, time

@@ -6,8 +6,12 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from entrypoint.monitor import MONITOR_PORT
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox, trainbox_env
+
+pytestmark = pytest.mark.slow  # `trainbox run` with a real training
 
 
 def runs_listed(port: int) -> list | None:

@@ -1,5 +1,5 @@
-"""Ending the bill, end to end: real ``trainbox`` processes, a stand-in ``libreyolo`` child, local
-provider APIs (tests/providers.py) and the local Hub."""
+"""Ending the bill, end to end: real ``trainbox`` processes, a stand-in ``libreyolo`` child
+(tests/fakes/libreyolo.py), local provider APIs (tests/fakes/providers.py) and the local Hub."""
 
 from __future__ import annotations
 
@@ -20,60 +20,17 @@ from typing import Any
 import pytest
 
 from entrypoint import pipeline, providers, release, settings
-from entrypoint.errors import AccessError, ConfigError, CostLimitError, ReleaseError
+from entrypoint.errors import AccessError, AgentError, ConfigError, CostLimitError, ReleaseError
 from entrypoint.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
+from tests.fakes import libreyolo as fake_libreyolo
+from tests.fakes.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
 from tests.hubfixtures import HubContext
-from tests.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
 
 VAST_KEY = "vast-canary-key-5f1c0a9e77d2"
 RUNPOD_KEY = "runpod-canary-key-c3b8e41d90aa"
 AGENT_TIMEOUT = 120
-
-# A stand-in for `libreyolo train`: what it does is chosen by FAKE_TRAIN_MODE.
-#   ok       two epochs, then exit 0          fail  an error line, exit 1
-#   forever  an epoch every 0.2 s; SIGINT → saves and exits 130, like libreyolo
-#   hang     one line, then nothing; ignores SIGINT (stuck in native code)
-FAKE_LIBREYOLO = """\
-import json, os, signal, sys, time
-args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
-run_dir = os.path.join(args["project"], args["name"])
-os.makedirs(run_dir, exist_ok=True)
-mode = os.environ["FAKE_TRAIN_MODE"]
-with open(os.path.join(run_dir, "fake-pid"), "w") as f:
-    f.write(str(os.getpid()))
-
-def boundary(epoch, state):
-    tmp = os.path.join(run_dir, ".status.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"state": state, "current_epoch": epoch, "pid": os.getpid()}, f)
-    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
-        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\\n")
-    os.replace(tmp, os.path.join(run_dir, "status.json"))
-    print(f"epoch {epoch} done", flush=True)
-
-if mode == "ok":
-    for epoch in (1, 2):
-        boundary(epoch, "running" if epoch < 2 else "completed")
-    sys.exit(0)
-if mode == "fail":
-    print("RuntimeError: CUDA out of memory", flush=True)
-    sys.exit(1)
-if mode == "forever":
-    def interrupted(*_):
-        print("interrupted: saving last.pt", flush=True)
-        sys.exit(130)
-    signal.signal(signal.SIGINT, interrupted)
-    for epoch in range(1, 100000):
-        boundary(epoch, "running")
-        time.sleep(0.2)
-if mode == "hang":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("loading the model", flush=True)
-    while True:
-        time.sleep(3600)
-"""
 
 
 @pytest.fixture
@@ -106,6 +63,7 @@ class Agent:
             OUTPUT_REPO=self.repo,
             TRAINBOX_LIBREYOLO=str(self.tmp_path / "bin" / "libreyolo"),
             FAKE_TRAIN_MODE="ok",
+            FAKE_EPOCH_SECONDS="0.2",
             PROVIDER=provider.kind if provider else "none",
         )
         return {**env, **(provider.env() if provider else {}), **extra}
@@ -130,10 +88,7 @@ class Agent:
 
 @pytest.fixture
 def agent(tmp_path: Path, hub_ctx: HubContext) -> Agent:
-    script = tmp_path / "bin" / "libreyolo"
-    script.parent.mkdir()
-    script.write_text(f"#!{sys.executable}\n" + FAKE_LIBREYOLO)
-    script.chmod(0o755)
+    fake_libreyolo.install(tmp_path / "bin")
     return Agent(tmp_path, hub_ctx, hub_ctx.repo_id("run"))
 
 
@@ -143,6 +98,7 @@ def assert_no_key(text: str, *keys: str) -> None:
 
 
 # -- the whole job ---------------------------------------------------------------------------
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_success_destroys_once_with_the_key_after_the_last_upload(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
 
@@ -165,6 +121,7 @@ def test_success_destroys_once_with_the_key_after_the_last_upload(agent: Agent, 
     assert_no_key(result.stdout + result.stderr + agent.hub_text(), VAST_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRunPod) -> None:
     env = agent.env(runpod, ON_EXIT="destroy", ON_FAILURE="stop", FAKE_TRAIN_MODE="fail")
 
@@ -180,6 +137,7 @@ def test_a_failed_run_takes_on_failure_not_on_exit(agent: Agent, runpod: FakeRun
     assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy", ON_FAILURE="exit", FAKE_TRAIN_MODE="fail"))
 
@@ -189,33 +147,7 @@ def test_on_failure_exit_keeps_the_machine(agent: Agent, vast: FakeVast) -> None
     assert "keeps billing" in result.stderr
 
 
-def test_a_provider_that_always_fails_is_an_honest_failure(agent: Agent, vast: FakeVast) -> None:
-    vast.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
-
-    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
-
-    assert result.returncode == ReleaseError.exit_code
-    assert len(vast.actions()) == RetryPolicy().attempts
-    for state in (agent.state(), json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))):
-        assert state["release"]["status"] == "failed"
-        assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
-    assert "may still be billing" in result.stderr
-    assert "confirmed" not in result.stderr
-
-
-def test_a_refused_destroy_is_loud_and_never_shows_the_key(agent: Agent, vast: FakeVast) -> None:
-    # A provider that echoes the key back in its error must not get it into any output.
-    vast.fail(403, method="DELETE", body={"success": False, "msg": f"key {VAST_KEY} may not destroy"})
-
-    result = agent.run("run", env=agent.env(vast, ON_EXIT="destroy"))
-
-    assert result.returncode == ReleaseError.exit_code
-    assert len(vast.actions()) == 1  # a refusal is not retried
-    assert "refused CONTAINER_API_KEY" in result.stderr and "may not destroy" in result.stderr
-    texts = [path.read_text(errors="replace") for path in agent.run_dir.rglob("*") if path.is_file()]
-    assert_no_key(result.stdout + result.stderr + "".join(texts) + agent.hub_text(), VAST_KEY)
-
-
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_max_runtime_wraps_up_and_releases(agent: Agent, runpod: FakeRunPod) -> None:
     # MAX_RUNTIME's timer ends the run with SIGALRM; delivered here once training is seen running,
     # so the test does not depend on how fast a loaded machine reaches training.
@@ -255,6 +187,7 @@ def test_max_runtime_arms_the_timer_that_ends_the_run(agent: Agent) -> None:
             signal.signal(signum, handler)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: FakeVast) -> None:
     result = agent.run("run", env=agent.env(vast, ON_EXIT="stop", STALL_TIMEOUT="2s", FAKE_TRAIN_MODE="hang"))
 
@@ -271,6 +204,7 @@ def test_a_hung_child_is_stalled_killed_logged_and_released(agent: Agent, vast: 
     assert json.loads(hub.file_bytes(agent.repo, "trainbox.json"))["phase"] == Phase.STALLED
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_sigterm_during_the_release_does_not_cut_it_short(agent: Agent, vast: FakeVast) -> None:
     vast.lag_reads = 2  # the provider takes a few reads to show the destroy
     agent_process = subprocess.Popen(
@@ -295,6 +229,7 @@ def hub_state(agent: Agent) -> dict[str, Any]:
     return json.loads(agent.hub_ctx.hub.file_bytes(agent.repo, "trainbox.json"))
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_runpod_destroy_terminates_the_pod_and_reads_it_until_gone(agent: Agent, runpod: FakeRunPod) -> None:
     runpod.lag_reads = 2  # RunPod takes a few reads to show the termination
     runpod.terminated_reads = 1  # then shows TERMINATED once before answering 404
@@ -318,6 +253,7 @@ def test_runpod_destroy_terminates_the_pod_and_reads_it_until_gone(agent: Agent,
     assert_no_key(result.stdout + result.stderr + json.dumps(state) + agent.hub_text(), RUNPOD_KEY)
 
 
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_runpod_stop_is_one_action_and_confirmed_by_exited(agent: Agent, runpod: FakeRunPod) -> None:
     result = agent.run("run", env=agent.env(runpod, ON_EXIT="stop", PRICE_PER_HOUR="2.5"))
 
@@ -333,68 +269,105 @@ def test_runpod_stop_is_one_action_and_confirmed_by_exited(agent: Agent, runpod:
     assert (state["cost"]["price_per_hour"], state["cost"]["price_source"]) == (2.5, "PRICE_PER_HOUR")
 
 
-def _in_cluster(server: FakeRunPod) -> None:
+def _in_cluster(server: FakeProvider) -> None:
+    assert isinstance(server, FakeRunPod)
     server.cluster = "cl-9a7b"
 
 
-def _locked(server: FakeRunPod) -> None:
+def _locked(server: FakeProvider) -> None:
+    assert isinstance(server, FakeRunPod)
     server.locked = True
 
 
-def _forbidden_terminate(server: FakeRunPod) -> None:
+def _forbidden_terminate(server: FakeProvider) -> None:
     server.fail(403, method="DELETE", body={"title": "Forbidden", "status": 403, "detail": "access denied"})
 
 
-def _always_500(server: FakeRunPod) -> None:
+def _vast_forbidden_echoing_the_key(server: FakeProvider) -> None:
+    # A provider that echoes the key back in its error must not get it into any output.
+    server.fail(403, method="DELETE", body={"success": False, "msg": f"key {VAST_KEY} may not destroy"})
+
+
+def _always_500(server: FakeProvider) -> None:
     server.fail(500, method="DELETE", retry_after=0)  # Retry-After: 0 keeps the test instant
 
 
 @pytest.mark.parametrize(
-    ("on_exit", "setup", "says"),
+    ("provider", "on_exit", "setup", "says", "attempts"),
     [
-        ("destroy", _in_cluster, "Instant Cluster cl-9a7b"),
-        ("stop", _locked, "locked: true prevents stopping"),
-        ("destroy", _forbidden_terminate, "refused RUNPOD_API_KEY"),
-        ("destroy", _always_500, "may still be billing"),
+        ("runpod", "destroy", _in_cluster, "Instant Cluster cl-9a7b", 1),
+        ("runpod", "stop", _locked, "locked: true prevents stopping", 1),
+        ("runpod", "destroy", _forbidden_terminate, "refused RUNPOD_API_KEY", 1),
+        ("runpod", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
+        ("vast", "destroy", _vast_forbidden_echoing_the_key, "refused CONTAINER_API_KEY", 1),
+        ("vast", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
     ],
-    ids=["409-cluster", "locked", "403-key", "500-forever"],
+    ids=[
+        "runpod-409-cluster",
+        "runpod-locked",
+        "runpod-403-key",
+        "runpod-500-forever",
+        "vast-403-key",
+        "vast-500-forever",
+    ],
 )
-def test_a_runpod_refusal_is_an_honest_failure(
-    agent: Agent, runpod: FakeRunPod, on_exit: str, setup: Any, says: str
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_a_provider_refusal_is_an_honest_failure(
+    request: pytest.FixtureRequest, agent: Agent, provider: str, on_exit: str, setup: Any, says: str, attempts: int
 ) -> None:
-    setup(runpod)
+    server: FakeProvider = request.getfixturevalue(provider)
+    key = {"runpod": RUNPOD_KEY, "vast": VAST_KEY}[provider]
+    setup(server)
 
-    result = agent.run("run", env=agent.env(runpod, ON_EXIT=on_exit))
+    result = agent.run("run", env=agent.env(server, ON_EXIT=on_exit))
 
     assert result.returncode == ReleaseError.exit_code, result.stderr
     assert says in result.stderr
-    assert "confirmed by the provider" not in result.stderr
-    assert runpod.state == "running"
+    assert "confirmed" not in result.stderr
+    assert len(server.actions()) == attempts  # a refusal is not retried; a 500 is, up to the policy
+    assert server.state == "running"
     for state in (agent.state(), hub_state(agent)):
         assert state["release"]["status"] == "failed" and says in state["release"]["error"]
         assert state["exit"]["code"] == ReleaseError.exit_code and state["exit"]["job"]["code"] == 0
-    assert all(call.path.startswith("/v2/pods/") for call in runpod.calls)
-    assert_no_key(result.stdout + result.stderr + agent.hub_text(), RUNPOD_KEY)
+    if provider == "runpod":
+        assert all(call.path.startswith("/v2/pods/") for call in server.calls)
+    texts = [path.read_text(errors="replace") for path in agent.run_dir.rglob("*") if path.is_file()]
+    assert_no_key(result.stdout + result.stderr + "".join(texts) + agent.hub_text(), key)
 
 
 # -- MAX_COST --------------------------------------------------------------------------------
-def test_max_cost_wraps_up_at_the_spend_priced_by_the_provider(agent: Agent, runpod: FakeRunPod) -> None:
+@pytest.mark.parametrize(
+    ("limit", "error", "message", "max_cost"),
+    [
+        ({"MAX_COST": "8"}, CostLimitError, "MAX_COST ($8.00) reached", 8.0),
+    ],
+    ids=["max-cost"],
+)
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_a_limit_wraps_up_politely_and_releases(
+    agent: Agent,
+    runpod: FakeRunPod,
+    limit: dict[str, str],
+    error: type[AgentError],
+    message: str,
+    max_cost: float | None,
+) -> None:
     runpod.price = 3600.0  # $1 a second: $8 is spent a few seconds into training
-    env = agent.env(runpod, ON_EXIT="destroy", MAX_COST="8", FAKE_TRAIN_MODE="forever")
+    env = agent.env(runpod, ON_EXIT="destroy", FAKE_TRAIN_MODE="forever", **limit)
 
     result = agent.run("run", env=env)
 
-    assert result.returncode == CostLimitError.exit_code == 82, result.stderr
-    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, like MAX_RUNTIME
+    assert result.returncode == error.exit_code, result.stderr
+    assert "interrupted: saving last.pt" in result.stdout  # stopped politely, not killed
     state = agent.state()
-    assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == "max_cost"
-    assert "MAX_COST ($8.00) reached" in state["exit"]["message"]
-    assert state["cost"]["dollars"] >= 8.0 and state["cost"]["max_cost"] == 8.0
-    assert state["cost"]["price_source"] == "runpod:cost"
+    assert state["phase"] == Phase.TIMED_OUT and state["exit"]["reason"] == error.reason
+    assert message in state["exit"]["message"]
+    assert state["cost"]["max_cost"] == max_cost and state["cost"]["price_source"] == "runpod:cost"
+    assert state["cost"]["dollars"] >= (max_cost or 0.0)
     epochs = (agent.run_dir / "metrics.jsonl").read_text().splitlines()
     assert 1 <= len(epochs) < 100  # a few seconds of a run planned for hours
     published = hub_state(agent)
-    assert published["phase"] == Phase.TIMED_OUT and published["exit"]["code"] == 82
+    assert published["phase"] == Phase.TIMED_OUT and published["exit"]["code"] == error.exit_code
     assert agent.hub_ctx.hub.file_bytes(agent.repo, "metrics.jsonl").decode().splitlines() == epochs
     assert state["release"]["status"] == "confirmed"
     (destroy,) = runpod.actions()
@@ -716,7 +689,8 @@ def request(url: str, method: str, key: str, body: Any = None) -> tuple[int, Any
             raw = answer.read()
             return answer.status, json.loads(raw) if raw else None, answer.headers.get("Content-Type")
     except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null"), error.headers.get("Content-Type")
+        with error:
+            return error.code, json.loads(error.read() or b"null"), error.headers.get("Content-Type")
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ from entrypoint.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
+pytestmark = pytest.mark.slow  # every test here trains real models
+
 ARGS = f"{TINY_RUN_ARGS} save_period=1"
 
 

@@ -10,6 +10,8 @@ import pytest
 from entrypoint import errors
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, trainbox_env
 
+pytestmark = pytest.mark.slow  # every test here trains real models
+
 
 def state_of(workdir: Path) -> dict:
     (path,) = (workdir / "runs").glob("*/trainbox.json")

@@ -16,10 +16,12 @@ from entrypoint import errors
 from entrypoint.checkpoint import inspect, is_valid
 from entrypoint.hub import Hub
 from entrypoint.sync import Uploader
+from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
-from tests.hubserver import HubServer
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
+
+pytestmark = pytest.mark.slow  # every test here trains real models
 
 
 def hub_json(hub: HubServer, repo: str, path: str, revision: str = "main") -> dict:

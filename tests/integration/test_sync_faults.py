@@ -16,8 +16,8 @@ import pytest
 from entrypoint import sync
 from entrypoint.hub import Hub
 from entrypoint.sync import Uploader
+from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
-from tests.hubserver import HubServer
 
 WAIT = 60.0  # generous: how long a condition may take before the test calls it never
 
@@ -98,6 +98,7 @@ def test_the_committer_survives_an_error_outside_the_commit(
     assert all(thread.is_alive() for thread in uploader._threads)
 
 
+@pytest.mark.slow  # waits out the client's real retry backoff
 def test_a_lost_answer_is_never_committed_twice_even_when_the_history_is_unreadable(setup, hub_ctx: HubContext) -> None:
     uploader, run_dir, repo = setup
     hub = hub_ctx.hub
@@ -132,6 +133,7 @@ def test_a_429_holds_every_commit_until_retry_after(setup, hub_ctx: HubContext) 
     assert sorted(uploader.pending) == sorted(["status.json"] + [f"epoch_{n}.txt" for n in range(1, 6)])
 
 
+@pytest.mark.slow  # waits out a real (scaled-down) commit-rate window
 def test_the_hubs_commit_limit_loses_nothing(setup, hub_ctx: HubContext) -> None:
     uploader, run_dir, repo = setup
     hub = hub_ctx.hub

@@ -68,6 +68,12 @@ class StuckWait:
         raise subprocess.TimeoutExpired("stuck", timeout)
 
 
+def close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def test_stop_gives_up_on_a_child_that_survives_sigkill(tmp_path: Path) -> None:
     child = procs.Child([sys.executable, "-c", "import time; time.sleep(600)"], cwd=tmp_path)
     real = child.process
@@ -79,6 +85,7 @@ def test_stop_gives_up_on_a_child_that_survives_sigkill(tmp_path: Path) -> None:
     finally:
         real.kill()
         real.wait()
+        close_pipes(real)
 
 
 def test_training_stop_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,7 +96,8 @@ def test_training_stop_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytes
         cwd=tmp_path,
         run_dir=tmp_path / "run",
     )
-    trainer = training.TrainingProcess(command, dict(os.environ), echo=open(os.devnull, "wb"))  # noqa: SIM115
+    echo = open(os.devnull, "wb")  # noqa: SIM115
+    trainer = training.TrainingProcess(command, dict(os.environ), echo=echo)
     real = trainer.child.process
     trainer.child.process = StuckWait(real)  # type: ignore[assignment]
     try:
@@ -98,6 +106,8 @@ def test_training_stop_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytes
     finally:
         real.kill()
         real.wait()
+        close_pipes(real)
+        echo.close()
 
 
 def test_run_kills_the_whole_tree_on_timeout(tmp_path: Path) -> None:

@@ -378,7 +378,9 @@ def test_exit_on_a_provider_warns_that_the_bill_runs_on(tmp_path: Path, caplog: 
     assert "keeps billing" in caplog.text
 
 
-@pytest.mark.parametrize("failing", [lambda: False, lambda: (_ for _ in ()).throw(OSError("hub down"))])
+@pytest.mark.parametrize(
+    "failing", [lambda: False, lambda: (_ for _ in ()).throw(OSError("hub down"))], ids=["returns-false", "raises"]
+)
 def test_a_failed_publish_never_blocks_the_exit(tmp_path: Path, failing: Callable[[], Any]) -> None:
     config = make_settings(tmp_path)
     assert release.end_of_job(config, finished_state(config), failed=False, publish=failing) is None

@@ -1,0 +1,125 @@
+"""A stand-in ``libreyolo`` executable for tests of the agent: no torch, an epoch in a fraction of a second.
+
+``install(bin_dir)`` writes it as ``bin_dir/libreyolo`` (run by the test's interpreter); point
+``TRAINBOX_LIBREYOLO`` at it. It lays out a run folder as libreyolo does, so the agent watches, uploads and
+resumes it for real.
+
+``libreyolo train KEY=VALUE ...`` works in ``<project>/<name>``: it writes its pid to ``fake-pid``, then per
+epoch, every ``FAKE_EPOCH_SECONDS`` (default 0), tiny real checkpoints (``weights/epoch_N.pt``, ``last.pt``,
+``best.pt``: a zip holding the pickled epoch, rewritten in place like ``torch.save``), a ``metrics.jsonl``
+line, and ``status.json`` last (renamed into place). ``resume=true model=<checkpoint>`` continues after the
+checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``:
+
+    ok       (default) train, exit 0; SIGINT saves and exits 130, like libreyolo
+    deaf     train, but ignore SIGINT and SIGTERM (stuck in native code)
+    forever  train without end (status.json names no total)
+    fail     one error line, exit 1
+    hang     one line, then nothing; ignores SIGINT
+    enospc   epoch 1, then fails writing epoch 2 with "No space left on device", exit 1
+
+``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
+
+Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+
+def install(bin_dir: Path) -> Path:
+    """This file as an executable ``libreyolo`` in ``bin_dir``; returns its path."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "libreyolo"
+    script.write_text(f"#!{sys.executable}\n" + Path(__file__).read_text())
+    script.chmod(0o755)
+    return script
+
+
+def _checkpoint(epoch: int, total: int) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        payload = {"epoch": epoch - 1, "config": {"epochs": total}, "pad": "x" * 4096}
+        archive.writestr("ckpt/data.pkl", pickle.dumps(payload, protocol=2))
+    return buffer.getvalue()
+
+
+def _epoch_of(path: str) -> int:
+    with zipfile.ZipFile(path) as archive:
+        return pickle.loads(archive.read("ckpt/data.pkl"))["epoch"] + 1
+
+
+def _interrupted(*_: object) -> None:
+    print("interrupted: saving last.pt", flush=True)
+    sys.exit(130)
+
+
+def train(args: dict[str, str], mode: str) -> int:
+    run_dir = os.path.join(args["project"], args["name"])
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "fake-pid"), "w") as f:
+        f.write(str(os.getpid()))
+    if mode == "fail":
+        print("RuntimeError: CUDA out of memory", flush=True)
+        return 1
+    if mode == "hang":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("loading the model", flush=True)
+        while True:
+            time.sleep(3600)
+    if mode == "deaf":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGINT, _interrupted)
+    weights = os.path.join(run_dir, "weights")
+    os.makedirs(weights, exist_ok=True)
+    total = int(args.get("epochs", "2"))
+    pause = float(os.environ.get("FAKE_EPOCH_SECONDS", "0"))
+    first = _epoch_of(args["model"]) + 1 if args.get("resume") == "true" else 1
+    epoch = first
+    while mode == "forever" or epoch <= total:
+        time.sleep(pause)
+        data = _checkpoint(epoch, total)
+        if mode == "enospc" and epoch == 2:
+            print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
+            return 1
+        for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
+            torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"
+            with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
+                f.write(b"" if torn else data)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
+        if mode == "forever":
+            status = {"state": "running", "completed_epochs": epoch, "pid": os.getpid()}
+        else:
+            state = "completed" if epoch == total else "running"
+            status = {"state": state, "completed_epochs": epoch, "total_epochs": total, "pid": os.getpid()}
+        tmp = os.path.join(run_dir, ".status.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(status, f)
+        os.replace(tmp, os.path.join(run_dir, "status.json"))
+        print(f"epoch {epoch}/{'?' if mode == 'forever' else total} done", flush=True)
+        epoch += 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] != "train":
+        time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
+        print(json.dumps({"findings": [], "summary": {}}))
+        return 0
+    args = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
+    return train(args, os.environ.get("FAKE_TRAIN_MODE", "ok"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

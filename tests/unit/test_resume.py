@@ -1,0 +1,113 @@
+"""Resuming: the crash-loop guard over earlier attempts, and metrics.jsonl cut back to the checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint.errors import CrashLoopError
+from entrypoint.resume import CRASH_LOOP_LENGTH, check_crash_loop, trim_metrics
+
+
+def attempt(reason: str = "training_failed", exit_code: int = 60, epochs_done: int | None = 4) -> dict[str, Any]:
+    return {"reason": reason, "exit_code": exit_code, "epochs_done": epochs_done}
+
+
+# -- check_crash_loop ------------------------------------------------------------------------------
+def test_the_same_failure_at_the_same_epoch_every_time_stops_the_retries() -> None:
+    attempts = [attempt(reason="oom", exit_code=60)] * CRASH_LOOP_LENGTH
+
+    with pytest.raises(CrashLoopError) as raised:
+        check_crash_loop(attempts)
+
+    assert f"the last {CRASH_LOOP_LENGTH} attempts all failed the same way (oom, exit 60)" in raised.value.message
+    assert "RUN_NAME" in raised.value.hint
+
+
+def test_fewer_failures_than_the_loop_length_still_retry() -> None:
+    check_crash_loop([attempt()] * (CRASH_LOOP_LENGTH - 1))
+    check_crash_loop([])
+
+
+@pytest.mark.parametrize(
+    "attempts",
+    [
+        [attempt(epochs_done=n) for n in range(CRASH_LOOP_LENGTH)],  # later each time: still progressing
+        [attempt(reason="oom")] + [attempt()] * (CRASH_LOOP_LENGTH - 1),  # not the same cause
+        [attempt(exit_code=61)] + [attempt()] * (CRASH_LOOP_LENGTH - 1),
+        [attempt()] * CRASH_LOOP_LENGTH + [attempt(reason="preempted", exit_code=143)] * CRASH_LOOP_LENGTH,
+        [attempt(reason=reason, exit_code=143) for reason in ("preempted", "interrupted", "lost")] * 2,
+        [attempt(reason="success", exit_code=0)] * CRASH_LOOP_LENGTH,
+        [attempt(reason="odd", exit_code=0)] * CRASH_LOOP_LENGTH,  # exit 0 is never a crash
+    ],
+    ids=["progressing", "other-reason", "other-code", "preempted-last", "not-failures", "successes", "exit-0"],
+)
+def test_what_is_not_a_loop_is_retried(attempts: list[dict[str, Any]]) -> None:
+    check_crash_loop(attempts)
+
+
+def test_a_refusal_for_a_crash_loop_does_not_count_as_an_attempt() -> None:
+    # A restart refused as a crash loop must not make the loop look broken (other reason) next time.
+    attempts = [attempt(), attempt(), attempt(reason="crash_loop", exit_code=11), attempt()]
+
+    with pytest.raises(CrashLoopError):
+        check_crash_loop(attempts)
+
+
+def test_only_the_last_attempts_count() -> None:
+    check_crash_loop([attempt()] * CRASH_LOOP_LENGTH + [attempt(reason="oom")])  # broken by the newest
+    with pytest.raises(CrashLoopError):
+        check_crash_loop([attempt(reason="oom")] + [attempt()] * CRASH_LOOP_LENGTH)
+
+
+# -- trim_metrics ----------------------------------------------------------------------------------
+def rows(*epochs: int) -> list[str]:
+    return [json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) for epoch in epochs]
+
+
+def test_rows_after_the_checkpoint_and_torn_rows_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join([*rows(1, 2, 3, 4, 5), '{"epoch": 6, "lo']) + "\n")
+
+    trim_metrics(tmp_path, completed_epochs=3)
+
+    assert path.read_text() == "".join(f"{row}\n" for row in rows(1, 2, 3))
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temporary file left
+
+
+def test_rows_without_an_integer_epoch_are_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join([*rows(1), '{"epoch": "2"}', '{"loss": 0.3}', *rows(2)]) + "\n")
+
+    trim_metrics(tmp_path, completed_epochs=5)
+
+    assert path.read_text().splitlines() == rows(1, 2)
+
+
+def test_a_file_that_needs_no_trim_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(rows(1, 2)) + "\n")
+    before = path.stat()
+
+    trim_metrics(tmp_path, completed_epochs=2)
+
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_no_metrics_yet_is_fine(tmp_path: Path) -> None:
+    trim_metrics(tmp_path, completed_epochs=0)
+
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_checkpoint_before_any_epoch_empties_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(rows(1, 2)) + "\n")
+
+    trim_metrics(tmp_path, completed_epochs=0)
+
+    assert path.read_text() == ""

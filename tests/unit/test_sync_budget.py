@@ -1,0 +1,158 @@
+"""The committer's bookkeeping: the commit budget (a token bucket the Hub's 429 empties) and the ledger of
+what the Hub holds, on a clock the test moves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from entrypoint import sync
+from entrypoint.sync import CommitBudget, Ledger, StagedFile
+
+
+class Clock:
+    """Stands in for the ``time`` module inside entrypoint.sync: both clocks move only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(sync, "time", fake)
+    return fake
+
+
+# -- CommitBudget ----------------------------------------------------------------------------------
+def spend(budget: CommitBudget, times: int) -> None:
+    for _ in range(times):
+        assert budget.wait_time() == 0.0
+        budget.spend()
+
+
+def test_a_burst_is_free_then_commits_come_at_the_hourly_rate(clock: Clock) -> None:
+    budget = CommitBudget(per_hour=360, burst=3)  # one commit every 10 s
+    spend(budget, 3)
+
+    assert budget.wait_time() == pytest.approx(10.0)
+    clock.advance(4.0)
+    assert budget.wait_time() == pytest.approx(6.0)
+    clock.advance(6.0)
+    spend(budget, 1)
+    assert budget.wait_time() == pytest.approx(10.0)
+
+
+def test_an_idle_hour_refills_no_more_than_the_burst(clock: Clock) -> None:
+    budget = CommitBudget(per_hour=360, burst=3)
+    spend(budget, 3)
+    clock.advance(3600.0)
+
+    spend(budget, 3)
+    assert budget.wait_time() == pytest.approx(10.0)
+
+
+def test_commits_of_an_earlier_attempt_in_the_last_hour_still_count(clock: Clock) -> None:
+    budget = CommitBudget(per_hour=360, burst=3, recent=[clock.now - 60, clock.now - 30])
+
+    spend(budget, 1)
+    assert budget.wait_time() == pytest.approx(10.0)
+    assert CommitBudget(per_hour=360, burst=3, recent=[clock.now] * 10).wait_time() == pytest.approx(10.0)
+
+
+def test_a_429_empties_the_budget_and_holds_everything_until_retry_after(clock: Clock) -> None:
+    budget = CommitBudget(per_hour=3600, burst=20)
+    budget.drain(retry_after=120.0)
+
+    assert budget.hold() == pytest.approx(120.0)
+    clock.advance(100.0)  # the bucket alone would allow commits again by now
+    assert budget.wait_time() == pytest.approx(20.0)
+    budget.drain(retry_after=5.0)  # a shorter second answer never shortens the first
+    assert budget.hold() == pytest.approx(20.0)
+    clock.advance(20.0)
+    assert budget.hold() == 0.0 and budget.wait_time() == 0.0
+
+
+def test_a_429_after_overspending_keeps_the_debt(clock: Clock) -> None:
+    budget = CommitBudget(per_hour=360, burst=1)
+    budget.spend()
+    budget.spend()  # a final commit may go over the budget
+    budget.drain(retry_after=0.0)
+
+    assert budget.wait_time() == pytest.approx(20.0)  # two commits owed, not reset to zero
+
+
+# -- Ledger ----------------------------------------------------------------------------------------
+def staged(relative: str, sha256: str, git_oid: str | None = None) -> StagedFile:
+    return StagedFile(relative, Path("/nonexistent") / relative, sha256, git_oid, 1)
+
+
+def test_what_is_recorded_survives_a_restart(clock: Clock, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record([staged("weights/last.pt", "a" * 64), staged("status.json", "b" * 64, "c" * 40)], head="h1")
+
+    again = Ledger(path)
+    assert again.head == "h1"
+    assert again.has("weights/last.pt", ["a" * 64])
+    assert again.has("status.json", ["c" * 40])  # the git blob id the Hub lists for a small file
+    assert not again.has("weights/last.pt", ["d" * 64])  # changed since
+    assert not again.has("weights/best.pt", ["a" * 64])  # same bytes, other path
+    assert again.commit_times == [clock.now]
+
+
+def test_a_new_version_replaces_the_old_one(clock: Clock, tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.json")
+    ledger.record([staged("weights/last.pt", "a" * 64)], head="h1")
+    ledger.record([staged("weights/last.pt", "d" * 64)], head="h2")
+
+    assert ledger.has("weights/last.pt", ["d" * 64]) and not ledger.has("weights/last.pt", ["a" * 64])
+    assert ledger.head == "h2"
+
+
+def test_commit_times_older_than_an_hour_are_forgotten(clock: Clock, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record([staged("a.txt", "1" * 64)], head="h1")
+    clock.advance(1800.0)
+    ledger.record([staged("b.txt", "2" * 64)], head="h2")
+    first = clock.now - 1800.0
+    clock.advance(1801.0)
+
+    assert Ledger(path).commit_times == [first + 1800.0]  # the first fell out of the hour on reading
+    ledger.record([staged("c.txt", "3" * 64)], head="h3")
+    assert ledger.commit_times == [first + 1800.0, clock.now]
+
+
+@pytest.mark.parametrize("content", [None, "", "{not json", json.dumps({"head": "h", "files": {}})[:-1]])
+def test_a_missing_or_torn_ledger_starts_empty(clock: Clock, tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "ledger.json"
+    if content is not None:
+        path.write_text(content)
+
+    ledger = Ledger(path)
+
+    assert ledger.files == {} and ledger.head is None and ledger.commit_times == []
+
+
+def test_rebuild_starts_over_from_the_hubs_listing(clock: Clock, tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = Ledger(path)
+    ledger.record([staged("gone.txt", "1" * 64), staged("weights/last.pt", "a" * 64)], head="h1")
+
+    ledger.rebuild({"weights/last.pt": "e" * 64}, head="h9")
+
+    again = Ledger(path)
+    assert again.files == {"weights/last.pt": ["e" * 64]} and again.head == "h9"
+    assert not again.has("gone.txt", ["1" * 64])
