@@ -17,6 +17,8 @@ from .log import logger, redact
 from .settings import DEFAULT_WORKDIR, Settings
 from .state import STATE_FILE, read_state
 
+_XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"  # read by hf_xet when its session starts
+
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:
     """Settings from the environment. ``quiet_transfers``: the uploader works beside training, where
@@ -30,9 +32,12 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     # too (the container disk is small and lost). Callers import huggingface_hub only after this.
     os.environ.setdefault("HF_HOME", str(loaded.hf_home))
     os.environ.setdefault("HF_XET_CACHE", str(Path(os.environ["HF_HOME"]) / "xet"))
+    # hf_xet plans a file's reconstruction in steps of at least 256 MB by default, so a streamed dataset's
+    # first byte waits for that much; 32 MB steps start the extraction sooner (same total time measured).
+    os.environ.setdefault(_XET_FETCH, "32mb")
     # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
     os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
-    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR")}
+    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH)}
     return replace(loaded, env=loaded.env | on_volume)
 
 

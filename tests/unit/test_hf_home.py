@@ -14,13 +14,15 @@ from tests.support import trainbox_env
 
 # Runs a `trainbox` command and, the moment huggingface_hub is first imported, prints what it would read
 # from the environment, then exits: nothing of the job itself runs.
+_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"
 _WATCH = """
 import json, os, runpy, sys
 
 class Watch:
     def find_spec(self, name, path=None, target=None):
         if name == "huggingface_hub":
-            keys = ("HF_HOME", "HF_XET_CACHE", "HF_HUB_DISABLE_PROGRESS_BARS")
+            keys = ("HF_HOME", "HF_XET_CACHE", "HF_HUB_DISABLE_PROGRESS_BARS",
+                    "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE")
             print(json.dumps({key: os.environ.get(key) for key in keys}), flush=True)
             os._exit(0)
 
@@ -34,12 +36,14 @@ runpy.run_module("entrypoint", run_name="__main__")
 def test_hf_home_is_on_the_volume_before_huggingface_hub_is_imported(command: str, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     env = trainbox_env(workdir, GPUS="cpu", DATASET_REPO="acme/data", HOME=str(tmp_path / "home"))
-    for name in ("HF_HOME", "HF_XET_CACHE", "HF_HUB_DISABLE_PROGRESS_BARS", "XDG_CACHE_HOME"):
+    for name in ("HF_HOME", "HF_XET_CACHE", "HF_HUB_DISABLE_PROGRESS_BARS", "XDG_CACHE_HOME", _FETCH):
         env.pop(name, None)
     done = subprocess.run([sys.executable, "-c", _WATCH, command], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip(), done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     hf_home = workdir / ".cache" / "huggingface"
     assert seen["HF_HOME"] == str(hf_home) and seen["HF_XET_CACHE"] == str(hf_home / "xet")
+    # a streamed Xet dataset's first bytes come after one small reconstruction step, not 256 MB
+    assert seen["HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"] == "32mb"
     if command == "run":
         assert seen["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # no bars interleaved with the training log
