@@ -33,7 +33,7 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
     os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
     on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR")}
-    return replace(loaded, env=loaded.env | on_volume)
+    return replace(loaded, env={**loaded.env, **on_volume})
 
 
 class _EnvHelp(click.Command):
@@ -97,7 +97,7 @@ def fetch(as_json: bool) -> None:
     from . import dataset
 
     prepared = dataset.prepare(loaded)
-    found = {
+    found: dict[str, object] = {
         "source": prepared.description,
         "revision": prepared.revision,
         "data_yaml": str(prepared.data_yaml),

@@ -263,7 +263,8 @@ class Hub:
         for entry in response.json()[:HISTORY_PAGE]:
             if commit_id in (entry.get("message") or ""):
                 logger.info("commit %s had landed before its answer was lost", str(entry.get("id"))[:8])
-                return entry.get("id")
+                landed = entry.get("id")
+                return None if landed is None else str(landed)
         return None
 
     def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:

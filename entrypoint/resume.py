@@ -68,7 +68,10 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
         return None
     path = hub.download(repo_id, STATE_FILE, scratch)
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict):
+            raise ValueError("not a JSON object")
+        return state
     except ValueError:
         logger.warning("resume: %s on the Hub is unreadable; ignoring its history", STATE_FILE)
         return None
@@ -174,7 +177,7 @@ def _same_as_local(entry: Any, local: Path | None) -> bool:
     with local.open("rb") as handle:
         while chunk := handle.read(4 * 1024 * 1024):
             digest.update(chunk)
-    return digest.hexdigest() == remote
+    return bool(digest.hexdigest() == remote)
 
 
 def newest_on_hub(

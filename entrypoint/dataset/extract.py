@@ -226,9 +226,10 @@ class _Extractor:
             raise CorruptArchiveError(f"the file is not a tar archive ({error})", "upload a .tar or .tar.gz") from None
         except RecursionError:
             raise _header_chain(0) from None
-        member = archive.firstmember
-        archive.firstmember = None
-        archive.members = []  # headers are not kept: a million-file archive stays small in memory
+        # firstmember and members are private TarFile attributes, absent from typeshed
+        member = archive.firstmember  # type: ignore[attr-defined]
+        archive.firstmember = None  # type: ignore[attr-defined]
+        archive.members = []  # type: ignore[attr-defined]  # headers are not kept: a million-file archive stays small in memory
         try:
             while member is not None:
                 self._one(member, reader)
@@ -251,9 +252,9 @@ class _Extractor:
             reader.seek(archive.offset)
             reader.header_starts()
             return archive.tarinfo.fromtarfile(archive)
-        except tarfile.EOFHeaderError:
+        except tarfile.EOFHeaderError:  # type: ignore[attr-defined]  # in tarfile, not in typeshed
             return None  # the end-of-archive zero block
-        except tarfile.EmptyHeaderError:
+        except tarfile.EmptyHeaderError:  # type: ignore[attr-defined]
             raise CorruptArchiveError(
                 "the tar ends without its end-of-archive marker: it is truncated", _REUPLOAD
             ) from None
@@ -477,6 +478,9 @@ def _replacing(path: str, relative: str, make: Callable[[], int]) -> int:
         return make()
 
 
+_Job = tuple[str, str, int, bytes]  # path, name in the archive, mode, contents
+
+
 def _create_file(path: str, relative: str, mode: int) -> int:
     """A new file (never through a symlink), replacing one of the same name from earlier in the tar."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -489,10 +493,9 @@ class _Writers:
     the same thread, so two members of the same name are written in tar order. The first error
     is raised in the main thread at its next call."""
 
-    _STOP = object()
-
     def __init__(self, count: int) -> None:
-        self.queues: list[queue.SimpleQueue[object]] = [queue.SimpleQueue() for _ in range(count)]
+        # None ends a thread
+        self.queues: list[queue.SimpleQueue[_Job | None]] = [queue.SimpleQueue() for _ in range(count)]
         self.pending = 0  # bytes submitted and not yet written
         self.jobs = 0
         self.error: BaseException | None = None
@@ -525,7 +528,7 @@ class _Writers:
 
     def close(self) -> None:
         for jobs in self.queues:
-            jobs.put(self._STOP)
+            jobs.put(None)
         for thread in self.threads:
             thread.join()
 
@@ -533,9 +536,9 @@ class _Writers:
         if self.error is not None:
             raise self.error
 
-    def _work(self, jobs: queue.SimpleQueue[object]) -> None:
-        while (job := jobs.get()) is not self._STOP:
-            path, relative, mode, data = job  # type: ignore[misc]
+    def _work(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
+        while (job := jobs.get()) is not None:
+            path, relative, mode, data = job
             try:
                 if self.error is None and not self.cancelled:  # after a failure the rest is dropped
                     fd = _create_file(path, relative, mode)

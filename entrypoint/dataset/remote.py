@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -278,7 +278,7 @@ class _DatasetErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> Literal[False]:
         if error is None or not isinstance(error, Exception) or isinstance(error, AgentError):
             return False
         mapped = dataset_error(error, self.repo_id, self.revision, path=self.path, token=bool(self.hub.token))
