@@ -29,6 +29,15 @@ from .errors import (
     SyncError,
 )
 from .log import logger
+from .retry import (
+    NETWORK_ERRORS,
+    RETRY_STATUS,
+    RetryPolicy,
+    call_with_retries,
+    is_retryable,
+    retry_after_of,
+    status_of,
+)
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -45,55 +54,14 @@ class RateLimitedError(Exception):
 
 T = TypeVar("T")
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_ATTEMPTS = 6
 BASE_WAIT = 1.0
 MAX_WAIT = 30.0  # our own backoff; a server's Retry-After may ask for longer
-MAX_RETRY_AFTER = 3600.0  # a Retry-After beyond an hour is not a rate limit but an outage
 # The commit-id check reads one page of history (the newest commits), never the whole of it.
 HISTORY_PAGE = 20
 HISTORY_TIMEOUT = 10.0
 # Marks each commit with an id so a resent commit can tell whether the first one landed.
 _COMMIT_ID_PREFIX = "trainbox-commit-id: "
-
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    try:  # huggingface_hub ≥ 1.0 speaks httpx (2.x: its fork httpx2); older versions requests
-        import httpx2
-
-        errors.append(httpx2.TransportError)
-    except ImportError:
-        try:
-            import httpx
-
-            errors.append(httpx.TransportError)
-        except ImportError:
-            pass
-    return tuple(errors)
-
-
-NETWORK_ERRORS = _network_errors()
-
-
-def status_of(error: BaseException) -> int | None:
-    response = getattr(error, "response", None)
-    return getattr(response, "status_code", None)
-
-
-def retry_after(error: BaseException) -> float | None:
-    response = getattr(error, "response", None)
-    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
-    try:
-        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value is not None else None
-    except ValueError:
-        return None
-
-
-def is_retryable(error: BaseException, retry_status: frozenset[int] = RETRY_STATUS) -> bool:
-    if isinstance(error, HfHubHTTPError):
-        return status_of(error) in retry_status
-    return isinstance(error, NETWORK_ERRORS)
 
 
 def with_retries(
@@ -106,30 +74,19 @@ def with_retries(
     deadline: float | None = None,
     retry_status: frozenset[int] = RETRY_STATUS,
 ) -> T:
-    """Run ``call``; on a retryable failure wait and run it again.
+    """Run ``call``; on a retryable failure wait and run it again (the policy of ``retry``).
 
     ``before_retry`` may return a result that makes the retry unnecessary (the commit check).
     ``deadline`` is a ``time.monotonic()`` value after which no new attempt starts.
     """
-    wait = BASE_WAIT
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except Exception as error:
-            if not is_retryable(error, retry_status) or attempt == attempts:
-                raise
-            asked = retry_after(error)
-            pause = asked if asked is not None else wait
-            if deadline is not None and time.monotonic() + pause > deadline:
-                raise
-            logger.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _describe(error), pause, attempt, attempts - 1)
-            sleep(pause)
-            wait = min(MAX_WAIT, wait * 2)
-            if before_retry is not None:
-                done = before_retry()
-                if done is not None:
-                    return done
-    raise AssertionError("unreachable")
+    policy = RetryPolicy(attempts=attempts, first_wait=BASE_WAIT, max_wait=MAX_WAIT, deadline=deadline, sleep=sleep)
+    return call_with_retries(
+        call,
+        policy,
+        retryable=lambda error: is_retryable(error, retry_status),
+        describe=lambda error: f"{what}: {_describe(error)}",
+        before_retry=before_retry,
+    )
 
 
 def new_commit_id() -> str:
@@ -237,7 +194,7 @@ class Hub:
             if status in {401, 403}:
                 raise AccessError(f"the Hub refused the upload to {repo_id}", "check HF_TOKEN's write access") from None
             if status == 429:
-                wait = retry_after(error)
+                wait = retry_after_of(error)
                 raise RateLimitedError(
                     f"the Hub rate-limits commits to {repo_id} (Retry-After: {wait if wait is not None else '?'} s);"
                     " the next commit waits and carries every newer epoch",

@@ -37,8 +37,9 @@ from ..errors import (
     NoArchiveError,
     UnsafeArchiveError,
 )
-from ..hub import NETWORK_ERRORS, Hub, is_retryable
+from ..hub import Hub
 from ..log import logger
+from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
 from . import extract
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive

@@ -23,8 +23,9 @@ from ..errors import (
     NoArchiveError,
     RevisionNotFoundError,
 )
-from ..hub import BASE_WAIT, MAX_WAIT, Hub, _describe, is_retryable, status_of, with_retries
+from ..hub import BASE_WAIT, MAX_WAIT, Hub, _describe, with_retries
 from ..log import logger
+from ..retry import RetryPolicy, is_retryable, retry_after_of, status_of
 
 # == Dataset repos: the read side of the dataset stage ======================================
 # Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
@@ -199,7 +200,9 @@ def stream_dataset_file(
 
     headers = build_hf_headers(token=hub.token or False)
     headers["Accept-Encoding"] = "identity"  # the bytes of the file, not a re-compressed body
-    offset, failures, wait = start, 0, BASE_WAIT
+    # Not call_with_retries: bytes that arrived make the next try immediate and reset the count.
+    policy = RetryPolicy(attempts=STREAM_ATTEMPTS, first_wait=BASE_WAIT, max_wait=MAX_WAIT, sleep=sleep)
+    offset, failures = start, 0
     while remote.size is None or offset < remote.size:
         progressed = False
         try:
@@ -228,8 +231,7 @@ def stream_dataset_file(
                 raise ConnectionError(f"the Hub closed the download at byte {offset} of {remote.size}")
         except Exception as error:
             failures = 0 if progressed else failures + 1
-            wait = BASE_WAIT if progressed else wait
-            if not is_retryable(error) or failures >= STREAM_ATTEMPTS:
+            if not is_retryable(error) or failures >= policy.attempts:
                 if isinstance(error, AgentError):
                     raise
                 raise DatasetError(
@@ -237,9 +239,9 @@ def stream_dataset_file(
                     "check the network; the next start resumes from the bytes already on disk",
                 ) from None
             if not progressed:
+                wait = policy.pause(failures - 1, retry_after_of(error))
                 logger.warning("download of %s: %s; retrying in %.0f s", remote.path, _describe(error), wait)
-                sleep(wait)
-                wait = min(MAX_WAIT, wait * 2)
+                policy.sleep(wait)
             else:
                 logger.warning("download of %s: %s; resuming at byte %d", remote.path, _describe(error), offset)
     if remote.size is not None and offset > remote.size:
