@@ -30,12 +30,9 @@ from pathlib import Path
 from ..errors import (
     CorruptArchiveError,
     DatasetError,
-    DeadlineError,
     DiskSpaceError,
-    PreemptedError,
-    StallError,
+    StopRequested,
     UnsafeArchiveError,
-    UserInterruptError,
 )
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -50,9 +47,9 @@ _WRITERS = max(1, min(4, os.cpu_count() or 1))
 # this much, never more (paths are at most 4 KiB, an extended attribute at most 64 KiB on Linux).
 MAX_HEADER_BYTES = 1 << 20
 GB = 1e9
-# A stop request (preemption, Ctrl-C, deadline) must not spend its short grace period deleting a
+# A stop request (preemption, Ctrl-C, deadline, cost limit) must not spend its short grace period deleting a
 # half-extracted folder: it is left as it is, and the next start removes it before extracting again.
-STOP_REQUESTS = (KeyboardInterrupt, PreemptedError, UserInterruptError, DeadlineError, StallError)
+STOP_REQUESTS = (KeyboardInterrupt, StopRequested)
 
 
 @dataclass
