@@ -26,14 +26,16 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from .errors import (
     AccessError,
     AgentError,
-    SyncError,
 )
+from .foreign import Area, Where
+from .foreign import agent_error as foreign_agent_error
 from .log import logger
 from .retry import (
     NETWORK_ERRORS,
     RETRY_STATUS,
     RetryPolicy,
     call_with_retries,
+    describe,
     is_retryable,
     retry_after_of,
     status_of,
@@ -84,18 +86,13 @@ def with_retries(
         call,
         policy,
         retryable=lambda error: is_retryable(error, retry_status),
-        describe=lambda error: f"{what}: {_describe(error)}",
+        describe=lambda error: f"{what}: {describe(error)}",
         before_retry=before_retry,
     )
 
 
 def new_commit_id() -> str:
     return uuid.uuid4().hex
-
-
-def _describe(error: BaseException) -> str:
-    status = status_of(error)
-    return f"HTTP {status}" if status else type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -191,8 +188,6 @@ class Hub:
             )
         except HfHubHTTPError as error:
             status = status_of(error)
-            if status in {401, 403}:
-                raise AccessError(f"the Hub refused the upload to {repo_id}", "check HF_TOKEN's write access") from None
             if status == 429:
                 wait = retry_after_of(error)
                 raise RateLimitedError(
@@ -200,11 +195,9 @@ class Hub:
                     " the next commit waits and carries every newer epoch",
                     wait if wait is not None else 60.0,
                 ) from None
-            raise SyncError(
-                f"upload to {repo_id} failed: {_describe(error)}", "the run continues; see the log"
-            ) from None
+            raise _upload_error(error, repo_id) from None
         except NETWORK_ERRORS as error:
-            raise SyncError(f"upload to {repo_id} failed: {_describe(error)}", "check the network") from None
+            raise _upload_error(error, repo_id) from None
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
         """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.
@@ -255,8 +248,10 @@ class Hub:
 
 def agent_error(error: BaseException) -> AgentError | None:
     """An AgentError for a Hub failure nothing else classified (None: let it propagate)."""
-    if isinstance(error, AgentError):
-        return error
-    if isinstance(error, (HfHubHTTPError, *NETWORK_ERRORS)):
-        return SyncError(f"the Hub failed: {_describe(error)}", "check the network and HF_ENDPOINT")
-    return None
+    return foreign_agent_error(error, Where(Area.HUB))
+
+
+def _upload_error(error: BaseException, repo_id: str) -> AgentError:
+    mapped = foreign_agent_error(error, Where(Area.UPLOAD, repo_id=repo_id))
+    assert mapped is not None  # the upload rows answer every Hub and network error
+    return mapped

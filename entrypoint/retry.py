@@ -52,6 +52,12 @@ def status_of(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def describe(error: BaseException) -> str:
+    """A failure in a few words for a log line: its HTTP status, else its type (never a URL or token)."""
+    status = status_of(error)
+    return f"HTTP {status}" if status else type(error).__name__
+
+
 def is_retryable(error: BaseException, statuses: frozenset[int] = RETRY_STATUS) -> bool:
     """A Hub answer with one of ``statuses``, or no answer at all (a network error)."""
     from huggingface_hub.errors import HfHubHTTPError

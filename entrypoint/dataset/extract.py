@@ -15,7 +15,6 @@ going; file contents are written by a few threads while the next headers are par
 
 from __future__ import annotations
 
-import errno
 import os
 import queue
 import shutil
@@ -29,11 +28,11 @@ from pathlib import Path
 
 from ..errors import (
     CorruptArchiveError,
-    DatasetError,
     DiskSpaceError,
     StopRequested,
     UnsafeArchiveError,
 )
+from ..foreign import Area, Where, agent_error
 
 GZIP_MAGIC = b"\x1f\x8b"
 _OUT_CHUNK = 1 << 20  # bound on one piece of gunzipped output (a gzip bomb never sits in memory)
@@ -573,6 +572,5 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 
 def _disk_error(error: OSError, relative: str) -> Exception:
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskSpaceError(f"the disk filled up while extracting {relative!r}", "use a bigger disk")
-    return DatasetError(f"cannot write {relative!r} of the dataset: {error.strerror}", "check that WORKDIR is writable")
+    where = Where(Area.DATASET_WRITE, doing=f"extracting {relative!r}", path=relative)
+    return agent_error(error, where) or error

@@ -12,20 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from huggingface_hub.errors import RepositoryNotFoundError
-
 from ..errors import (
     AgentError,
     CorruptArchiveError,
-    DatasetAccessError,
     DatasetError,
-    DatasetNotFoundError,
-    NoArchiveError,
     RevisionNotFoundError,
 )
-from ..hub import BASE_WAIT, MAX_WAIT, Hub, _describe, with_retries
+from ..foreign import Area, Where, agent_error
+from ..hub import BASE_WAIT, MAX_WAIT, Hub, with_retries
 from ..log import logger
-from ..retry import RetryPolicy, is_retryable, retry_after_of, status_of
+from ..retry import RetryPolicy, describe, is_retryable, retry_after_of
 
 # == Dataset repos: the read side of the dataset stage ======================================
 # Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
@@ -235,15 +231,15 @@ def stream_dataset_file(
                 if isinstance(error, AgentError):
                     raise
                 raise DatasetError(
-                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {_describe(error)}",
+                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {describe(error)}",
                     "check the network; the next start resumes from the bytes already on disk",
                 ) from None
             if not progressed:
                 wait = policy.pause(failures - 1, retry_after_of(error))
-                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, _describe(error), wait)
+                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, describe(error), wait)
                 policy.sleep(wait)
             else:
-                logger.warning("download of %s: %s; resuming at byte %d", remote.path, _describe(error), offset)
+                logger.warning("download of %s: %s; resuming at byte %d", remote.path, describe(error), offset)
     if remote.size is not None and offset > remote.size:
         raise CorruptArchiveError(
             f"the Hub sent {offset} bytes of {remote.path}, expected {remote.size}", "try again later"
@@ -283,53 +279,10 @@ class _DatasetErrors:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> Literal[False]:
         if error is None or not isinstance(error, Exception) or isinstance(error, AgentError):
             return False
-        mapped = dataset_error(error, self.repo_id, self.revision, path=self.path, token=bool(self.hub.token))
+        where = Where(
+            Area.DATASET_READ, repo_id=self.repo_id, revision=self.revision, path=self.path, token=bool(self.hub.token)
+        )
+        mapped = agent_error(error, where)
         if mapped is None:
             return False
         raise mapped from None
-
-
-def dataset_error(
-    error: BaseException, repo_id: str, revision: str, *, path: str | None = None, token: bool
-) -> AgentError | None:
-    """The agent's error for a failed read of dataset ``repo_id`` (None: not a Hub answer)."""
-    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError
-    from huggingface_hub.errors import RevisionNotFoundError as HubRevisionNotFoundError
-
-    status = status_of(error)
-    server_says = str(getattr(getattr(error, "response", None), "headers", {}).get("X-Error-Message") or "")
-    if status == 401 and "invalid credentials" in server_says.lower():
-        return DatasetAccessError(
-            f"the Hub refused HF_TOKEN while reading dataset {repo_id}: invalid or expired",
-            "set HF_TOKEN to a valid token with read access (huggingface.co/settings/tokens)",
-        )
-    if isinstance(error, GatedRepoError):
-        return DatasetAccessError(
-            f"dataset {repo_id} is gated and HF_TOKEN's account has not been granted access",
-            "accept its conditions on the Hub with that account, or use another HF_TOKEN",
-        )
-    if isinstance(error, RepositoryNotFoundError):
-        if not token:
-            return DatasetAccessError(
-                f"dataset {repo_id} is private or does not exist, and HF_TOKEN is not set",
-                "set HF_TOKEN to a token that can read it, or check DATASET_REPO (org/name of a dataset repo)",
-            )
-        return DatasetNotFoundError(
-            f"dataset repo {repo_id} not found (or HF_TOKEN's account cannot see it)",
-            "check DATASET_REPO: org/name of a dataset repo (not a model repo), readable with HF_TOKEN",
-        )
-    if isinstance(error, HubRevisionNotFoundError):
-        return RevisionNotFoundError(
-            f"revision {revision!r} not found in dataset {repo_id}",
-            "set DATASET_REVISION to a branch, tag or commit of that repo (default: main)",
-        )
-    if isinstance(error, EntryNotFoundError):
-        return NoArchiveError(
-            f"{path or 'the file'} is not in dataset {repo_id} at {revision[:12]}",
-            "set DATASET_FILE to a file of the repo, e.g. data.tar",
-        )
-    if status in (401, 403):
-        return DatasetAccessError(
-            f"the Hub refused access to dataset {repo_id} (HTTP {status})", "check that HF_TOKEN may read it"
-        )
-    return None
