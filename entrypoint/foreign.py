@@ -38,6 +38,8 @@ class Area(enum.Enum):
     DISK = "disk"  # writing to WORKDIR: only a full disk is the agent's to name
     DATASET_WRITE = "dataset write"  # writing the dataset's files: any write failure is a dataset error
     DATASET_READ = "dataset read"  # reading a dataset repo on the Hub
+    TOKEN = "token"  # proving HF_TOKEN (whoami)
+    REPO_CREATE = "repo create"  # creating OUTPUT_REPO, or proving it may be written
     UPLOAD = "upload"  # committing to OUTPUT_REPO
     HUB = "hub"  # anything else that talks to the Hub
 
@@ -113,6 +115,22 @@ def _dataset_answer(error: BaseException, where: Where) -> AgentError | None:
     return None
 
 
+def _token_refused(error: BaseException, where: Where) -> AgentError | None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(error, HfHubHTTPError) and status_of(error) == 401:
+        return AccessError("HF_TOKEN is invalid or expired", "create a new write token")
+    return None
+
+
+def _repo_refused(error: BaseException, where: Where) -> AgentError | None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(error, HfHubHTTPError) and status_of(error) in {401, 403}:
+        return AccessError(f"HF_TOKEN may not create or write {where.repo_id}", "check the token's scopes")
+    return None
+
+
 def _upload_refused(error: BaseException, where: Where) -> AgentError | None:
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -154,6 +172,8 @@ TABLE: tuple[tuple[frozenset[Area], Row], ...] = (
     (_EVERYWHERE, _ours),
     (frozenset({Area.DISK, Area.DATASET_WRITE}), _disk_full),
     (frozenset({Area.DATASET_READ}), _dataset_answer),
+    (frozenset({Area.TOKEN}), _token_refused),
+    (frozenset({Area.REPO_CREATE}), _repo_refused),
     (frozenset({Area.UPLOAD}), _upload_refused),
     (frozenset({Area.UPLOAD}), _upload_failed),
     (frozenset({Area.HUB}), _hub_failed),

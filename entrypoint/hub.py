@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -119,9 +119,7 @@ class Hub:
         try:
             identity = with_retries(lambda: self.api.whoami(), "checking HF_TOKEN")
         except HfHubHTTPError as error:
-            if status_of(error) == 401:
-                raise AccessError("HF_TOKEN is invalid or expired", "create a new write token") from None
-            raise
+            _raise_mapped(error, Where(Area.TOKEN))
         role = ((identity.get("auth") or {}).get("accessToken") or {}).get("role")
         if role == "read":
             raise AccessError(f"HF_TOKEN is read-only: it cannot upload to {repo_id}", "use a token with write access")
@@ -140,9 +138,7 @@ class Hub:
                 f"creating {repo_id}",
             )
         except HfHubHTTPError as error:
-            if status_of(error) in {401, 403}:
-                raise AccessError(f"HF_TOKEN may not create or write {repo_id}", "check the token's scopes") from None
-            raise
+            _raise_mapped(error, Where(Area.REPO_CREATE, repo_id=repo_id))
 
     def head(self, repo_id: str) -> str | None:
         """The commit sha of ``main``, or None when the repo does not exist."""
@@ -249,6 +245,14 @@ class Hub:
 def agent_error(error: BaseException) -> AgentError | None:
     """An AgentError for a Hub failure nothing else classified (None: let it propagate)."""
     return foreign_agent_error(error, Where(Area.HUB))
+
+
+def _raise_mapped(error: BaseException, where: Where) -> NoReturn:
+    """Raise the table's error for ``error``, or ``error`` itself when the table has none."""
+    mapped = foreign_agent_error(error, where)
+    if mapped is None:
+        raise error
+    raise mapped from None
 
 
 def _upload_error(error: BaseException, repo_id: str) -> AgentError:

@@ -93,3 +93,17 @@ def test_on_the_disk_alone_only_a_full_disk_is_named() -> None:
 def test_an_agent_error_passes_through_everywhere() -> None:
     mine = errors.PreemptedError("SIGTERM")
     assert all(agent_error(mine, Where(area)) is mine for area in Area)
+
+
+def test_proving_the_token_names_only_a_rejected_token() -> None:
+    rejected = agent_error(hub_answer(401), Where(Area.TOKEN))
+    assert isinstance(rejected, errors.AccessError) and rejected.message == "HF_TOKEN is invalid or expired"
+    assert agent_error(hub_answer(403), Where(Area.TOKEN)) is None  # left to the caller, as before
+
+
+def test_creating_the_output_repo_names_a_refusal_and_leaves_the_rest() -> None:
+    where = Where(Area.REPO_CREATE, repo_id="me/run")
+    for status in (401, 403):
+        refused = agent_error(hub_answer(status), where)
+        assert isinstance(refused, errors.AccessError) and "me/run" in refused.message
+    assert agent_error(hub_answer(500), where) is None
