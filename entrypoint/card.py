@@ -70,16 +70,18 @@ def metadata(info: CardInfo) -> ModelCardData:
     mAP50, mAP50_95 = _metric(info.best, "mAP50"), _metric(info.best, "mAP50-95")
     if mAP50 is not None or mAP50_95 is not None:
         data.model_name = info.repo_id.split("/", 1)[1] if info.repo_id else info.run_name
-        common = {
-            "task_type": "object-detection",
-            "task_name": "Object Detection",
-            "dataset_type": info.dataset_repo or "custom",
-            "dataset_name": info.dataset_repo or str(info.dataset.get("source") or "custom"),
-            "dataset_split": "val",
-            "dataset_revision": info.dataset.get("revision"),
-        }
         data.eval_results = [
-            EvalResult(metric_type=name, metric_name=name, metric_value=round(value, 4), **common)
+            EvalResult(
+                metric_type=name,
+                metric_name=name,
+                metric_value=round(value, 4),
+                task_type="object-detection",
+                task_name="Object Detection",
+                dataset_type=info.dataset_repo or "custom",
+                dataset_name=info.dataset_repo or str(info.dataset.get("source") or "custom"),
+                dataset_split="val",
+                dataset_revision=info.dataset.get("revision"),
+            )
             for name, value in (("mAP50", mAP50), ("mAP50-95", mAP50_95))
             if value is not None
         ]
@@ -88,7 +90,7 @@ def metadata(info: CardInfo) -> ModelCardData:
 
 def render(info: CardInfo, existing: str | None = None) -> str:
     """The whole README.md: ``existing`` (the user's card, or our previous one) with our parts replaced."""
-    from huggingface_hub import ModelCard
+    from huggingface_hub import ModelCard, ModelCardData
 
     ours = metadata(info)
     section = f"{BEGIN}\n{page(info)}\n{END}"
@@ -97,6 +99,7 @@ def render(info: CardInfo, existing: str | None = None) -> str:
         return str(card)
     card = ModelCard(existing, ignore_metadata_errors=True)
     theirs = card.data
+    assert isinstance(theirs, ModelCardData)  # ModelCard's card_data_class
     theirs.library_name = theirs.library_name or ours.library_name
     theirs.pipeline_tag = theirs.pipeline_tag or ours.pipeline_tag
     theirs.tags = _union(theirs.tags, ours.tags)

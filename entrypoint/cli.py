@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from . import __version__, log
-from .errors import AgentError, ConfigError
+from .errors import EXIT_INTERRUPTED, AgentError, ConfigError, PreemptedError
 from .log import logger, redact
 from .settings import DEFAULT_WORKDIR, Settings
 from .state import STATE_FILE, read_state
@@ -38,7 +38,7 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
     os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
     on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH)}
-    return replace(loaded, env=loaded.env | on_volume)
+    return replace(loaded, env={**loaded.env, **on_volume})
 
 
 class _EnvHelp(click.Command):
@@ -102,7 +102,7 @@ def fetch(as_json: bool) -> None:
     from . import dataset
 
     prepared = dataset.prepare(loaded)
-    found = {
+    found: dict[str, object] = {
         "source": prepared.description,
         "revision": prepared.revision,
         "data_yaml": str(prepared.data_yaml),
@@ -151,8 +151,8 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     if not synced:
         raise sync.sync_error(uploader)
     logger.info("sync: %s is on %s (%d commits)", run_dir.name, settings.output_repo, len(uploader.commits))
-    if stop.is_set():
-        sys.exit(143)
+    if stop.is_set():  # exit 143 as before, for SIGINT too: what was written is on the Hub either way
+        raise PreemptedError(f"sync stopped by a signal after {run_dir.name} was synced")
 
 
 @cli.command("release")
@@ -305,10 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as error:  # an unknown failure still gets one clean, scrubbed line
         if not logger.handlers:
             log.setup()

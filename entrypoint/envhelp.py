@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from . import settings
+from .procs import SECRET_PROVIDER_VARS
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]+$")
 MEANINGS = {
@@ -45,7 +46,7 @@ MEANINGS = {
     "MONITOR_HOST": "address the dashboard binds",
     "PROFILE": "1 profiles a few steps first",
 }
-_SECRETS = {"HF_TOKEN", *settings.SECRET_PROVIDER_VARS}
+_SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def variables() -> tuple[Variable, ...]:
             and isinstance(node.slice, ast.Constant)
         ):
             add(node.slice.value)
-    for name in settings.SECRET_PROVIDER_VARS:
+    for name in SECRET_PROVIDER_VARS:
         add(name)
     # the helpers' own defaults, as the code spells them
     if found.get("MONITOR") is None:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+# The exit codes of a stop from outside, as a shell reports them (128 + the signal's number).
+EXIT_INTERRUPTED = 130  # SIGINT, Ctrl-C
+EXIT_PREEMPTED = 143  # SIGTERM
+
 
 class AgentError(Exception):
     """A failure with a known cause. ``str(error)`` is one line: what failed, then the fix."""
@@ -23,6 +27,11 @@ class AgentError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+class StopRequested(AgentError):
+    """The run was told to stop (a signal, MAX_RUNTIME, MAX_COST, a stall watchdog): not a fault of
+    the work in progress, which is kept for the next start. A family, not an exit of its own."""
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -164,17 +173,17 @@ class SyncError(AgentError):
     reason = "sync_failed"
 
 
-class DeadlineError(AgentError):
+class DeadlineError(StopRequested):
     exit_code = 80
     reason = "deadline"
 
 
-class StallError(AgentError):
+class StallError(StopRequested):
     exit_code = 81
     reason = "stalled"
 
 
-class CostLimitError(AgentError):
+class CostLimitError(StopRequested):
     """MAX_COST spent at the instance's price: wrapped up like MAX_RUNTIME."""
 
     exit_code = 82
@@ -187,22 +196,22 @@ class ReleaseError(AgentError):
 
 
 # -- stopped from outside --------------------------------------------------------------------
-class UserInterruptError(AgentError):
+class UserInterruptError(StopRequested):
     """Ctrl-C (SIGINT)."""
 
-    exit_code = 130
+    exit_code = EXIT_INTERRUPTED
     reason = "interrupted"
 
 
-class PreemptedError(AgentError):
+class PreemptedError(StopRequested):
     """SIGTERM: the platform is taking the machine back."""
 
-    exit_code = 143
+    exit_code = EXIT_PREEMPTED
     reason = "preempted"
 
 
 def all_errors() -> list[type[AgentError]]:
-    """Every error class, in table order (used by the README table test)."""
+    """Every error class with an exit code of its own, in table order (used by the README table test)."""
     seen: list[type[AgentError]] = []
     stack: list[type[AgentError]] = [AgentError]
     while stack:
@@ -210,4 +219,5 @@ def all_errors() -> list[type[AgentError]]:
         if cls not in seen:
             seen.append(cls)
             stack.extend(cls.__subclasses__())
-    return sorted(seen, key=lambda cls: cls.exit_code)
+    own = [cls for cls in seen if "exit_code" in vars(cls)]  # not a family such as StopRequested
+    return sorted(own, key=lambda cls: cls.exit_code)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -26,9 +26,20 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from .errors import (
     AccessError,
     AgentError,
-    SyncError,
 )
+from .foreign import Area, Where
+from .foreign import agent_error as foreign_agent_error
 from .log import logger
+from .retry import (
+    NETWORK_ERRORS,
+    RETRY_STATUS,
+    RetryPolicy,
+    call_with_retries,
+    describe,
+    is_retryable,
+    retry_after_of,
+    status_of,
+)
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -45,55 +56,14 @@ class RateLimitedError(Exception):
 
 T = TypeVar("T")
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_ATTEMPTS = 6
 BASE_WAIT = 1.0
 MAX_WAIT = 30.0  # our own backoff; a server's Retry-After may ask for longer
-MAX_RETRY_AFTER = 3600.0  # a Retry-After beyond an hour is not a rate limit but an outage
 # The commit-id check reads one page of history (the newest commits), never the whole of it.
 HISTORY_PAGE = 20
 HISTORY_TIMEOUT = 10.0
 # Marks each commit with an id so a resent commit can tell whether the first one landed.
 _COMMIT_ID_PREFIX = "trainbox-commit-id: "
-
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    try:  # huggingface_hub ≥ 1.0 speaks httpx (2.x: its fork httpx2); older versions requests
-        import httpx2
-
-        errors.append(httpx2.TransportError)
-    except ImportError:
-        try:
-            import httpx
-
-            errors.append(httpx.TransportError)
-        except ImportError:
-            pass
-    return tuple(errors)
-
-
-NETWORK_ERRORS = _network_errors()
-
-
-def status_of(error: BaseException) -> int | None:
-    response = getattr(error, "response", None)
-    return getattr(response, "status_code", None)
-
-
-def retry_after(error: BaseException) -> float | None:
-    response = getattr(error, "response", None)
-    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
-    try:
-        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value is not None else None
-    except ValueError:
-        return None
-
-
-def is_retryable(error: BaseException, retry_status: frozenset[int] = RETRY_STATUS) -> bool:
-    if isinstance(error, HfHubHTTPError):
-        return status_of(error) in retry_status
-    return isinstance(error, NETWORK_ERRORS)
 
 
 def with_retries(
@@ -106,39 +76,23 @@ def with_retries(
     deadline: float | None = None,
     retry_status: frozenset[int] = RETRY_STATUS,
 ) -> T:
-    """Run ``call``; on a retryable failure wait and run it again.
+    """Run ``call``; on a retryable failure wait and run it again (the policy of ``retry``).
 
     ``before_retry`` may return a result that makes the retry unnecessary (the commit check).
     ``deadline`` is a ``time.monotonic()`` value after which no new attempt starts.
     """
-    wait = BASE_WAIT
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except Exception as error:
-            if not is_retryable(error, retry_status) or attempt == attempts:
-                raise
-            asked = retry_after(error)
-            pause = asked if asked is not None else wait
-            if deadline is not None and time.monotonic() + pause > deadline:
-                raise
-            logger.warning("%s: %s; retrying in %.1f s (%d/%d)", what, _describe(error), pause, attempt, attempts - 1)
-            sleep(pause)
-            wait = min(MAX_WAIT, wait * 2)
-            if before_retry is not None:
-                done = before_retry()
-                if done is not None:
-                    return done
-    raise AssertionError("unreachable")
+    policy = RetryPolicy(attempts=attempts, first_wait=BASE_WAIT, max_wait=MAX_WAIT, deadline=deadline, sleep=sleep)
+    return call_with_retries(
+        call,
+        policy,
+        retryable=lambda error: is_retryable(error, retry_status),
+        describe=lambda error: f"{what}: {describe(error)}",
+        before_retry=before_retry,
+    )
 
 
 def new_commit_id() -> str:
     return uuid.uuid4().hex
-
-
-def _describe(error: BaseException) -> str:
-    status = status_of(error)
-    return f"HTTP {status}" if status else type(error).__name__
 
 
 @dataclass(frozen=True)
@@ -165,9 +119,7 @@ class Hub:
         try:
             identity = with_retries(lambda: self.api.whoami(), "checking HF_TOKEN")
         except HfHubHTTPError as error:
-            if status_of(error) == 401:
-                raise AccessError("HF_TOKEN is invalid or expired", "create a new write token") from None
-            raise
+            _raise_mapped(error, Where(Area.TOKEN))
         role = ((identity.get("auth") or {}).get("accessToken") or {}).get("role")
         if role == "read":
             raise AccessError(f"HF_TOKEN is read-only: it cannot upload to {repo_id}", "use a token with write access")
@@ -186,9 +138,7 @@ class Hub:
                 f"creating {repo_id}",
             )
         except HfHubHTTPError as error:
-            if status_of(error) in {401, 403}:
-                raise AccessError(f"HF_TOKEN may not create or write {repo_id}", "check the token's scopes") from None
-            raise
+            _raise_mapped(error, Where(Area.REPO_CREATE, repo_id=repo_id))
 
     def head(self, repo_id: str) -> str | None:
         """The commit sha of ``main``, or None when the repo does not exist."""
@@ -234,20 +184,16 @@ class Hub:
             )
         except HfHubHTTPError as error:
             status = status_of(error)
-            if status in {401, 403}:
-                raise AccessError(f"the Hub refused the upload to {repo_id}", "check HF_TOKEN's write access") from None
             if status == 429:
-                wait = retry_after(error)
+                wait = retry_after_of(error)
                 raise RateLimitedError(
                     f"the Hub rate-limits commits to {repo_id} (Retry-After: {wait if wait is not None else '?'} s);"
                     " the next commit waits and carries every newer epoch",
                     wait if wait is not None else 60.0,
                 ) from None
-            raise SyncError(
-                f"upload to {repo_id} failed: {_describe(error)}", "the run continues; see the log"
-            ) from None
+            raise _upload_error(error, repo_id) from None
         except NETWORK_ERRORS as error:
-            raise SyncError(f"upload to {repo_id} failed: {_describe(error)}", "check the network") from None
+            raise _upload_error(error, repo_id) from None
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
         """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.
@@ -263,7 +209,8 @@ class Hub:
         for entry in response.json()[:HISTORY_PAGE]:
             if commit_id in (entry.get("message") or ""):
                 logger.info("commit %s had landed before its answer was lost", str(entry.get("id"))[:8])
-                return entry.get("id")
+                landed = entry.get("id")
+                return None if landed is None else str(landed)
         return None
 
     def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
@@ -297,8 +244,18 @@ class Hub:
 
 def agent_error(error: BaseException) -> AgentError | None:
     """An AgentError for a Hub failure nothing else classified (None: let it propagate)."""
-    if isinstance(error, AgentError):
-        return error
-    if isinstance(error, (HfHubHTTPError, *NETWORK_ERRORS)):
-        return SyncError(f"the Hub failed: {_describe(error)}", "check the network and HF_ENDPOINT")
-    return None
+    return foreign_agent_error(error, Where(Area.HUB))
+
+
+def _raise_mapped(error: BaseException, where: Where) -> NoReturn:
+    """Raise the table's error for ``error``, or ``error`` itself when the table has none."""
+    mapped = foreign_agent_error(error, where)
+    if mapped is None:
+        raise error
+    raise mapped from None
+
+
+def _upload_error(error: BaseException, repo_id: str) -> AgentError:
+    mapped = foreign_agent_error(error, Where(Area.UPLOAD, repo_id=repo_id))
+    assert mapped is not None  # the upload rows answer every Hub and network error
+    return mapped

@@ -206,6 +206,9 @@ def run(
     out = err = b""
     with contextlib.suppress(subprocess.TimeoutExpired):
         out, err = child.process.communicate(timeout=kill_wait)
+    for pipe in (child.process.stdout, child.process.stderr):
+        if pipe is not None:
+            pipe.close()  # a grandchild that holds the other end is not waited for
     return Completed(None, out.decode(errors="replace"), err.decode(errors="replace"), True, child.unreaped)
 
 

@@ -27,22 +27,20 @@ from __future__ import annotations
 import enum
 import http.client
 import json
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from . import __version__
+from . import __version__, retry
 from .errors import ReleaseError
 from .log import logger, redact
 from .settings import ExitAction, Provider, ProviderAccess
 
 T = TypeVar("T")
 
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 REQUEST_TIMEOUT = 15.0
 _REFUSED_STATUS = frozenset({401, 403})
 
@@ -63,24 +61,14 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Capped exponential backoff; ``sleep`` and ``clock`` are parameters so tests run instantly."""
+class RetryPolicy(retry.RetryPolicy):
+    """The shared policy with the provider calls' limits, plus how long a release keeps confirming."""
 
-    attempts: int = 6  # per call
-    first_wait: float = 1.0
     max_wait: float = 16.0
     # A provider's own wait (Retry-After, RateLimit) is honoured up to a minute, RunPod's shortest
     # rate window; a longer one is cut so the release still ends, or fails loudly, within minutes.
     max_retry_after: float = 60.0
     confirm_for: float = 90.0  # how long to keep reading the state before calling it a failure
-    # When the whole release must be over (``clock`` time), retries and waits included; None: no bound.
-    deadline: float | None = None
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
-    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
-
-    def waits(self) -> list[float]:
-        """The pauses between attempts, without ``Retry-After``."""
-        return [min(self.max_wait, self.first_wait * 2**n) for n in range(self.attempts - 1)]
 
 
 class ProviderHttpError(Exception):
@@ -95,7 +83,7 @@ class ProviderHttpError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status is None or self.status in RETRY_STATUS
+        return self.status is None or self.status in retry.RETRY_STATUS
 
 
 class UnclearAnswer(ProviderHttpError):
@@ -125,19 +113,16 @@ class DeadlineReached(ProviderHttpError):
 
 def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
     """Run ``call``; on a network error or a retryable status wait (the provider's wait wins) and run it again."""
-    waits = policy.waits()
-    for attempt in range(policy.attempts):
-        try:
-            return call()
-        except ProviderHttpError as error:
-            if not error.retryable or attempt == len(waits):
-                raise
-            pause = waits[attempt] if error.retry_after is None else min(policy.max_retry_after, error.retry_after)
-            if policy.deadline is not None and policy.clock() + pause > policy.deadline:
-                raise DeadlineReached(what, error, policy.deadline - policy.clock()) from None
-            logger.warning("%s; retrying in %.1f s (%d/%d)", redact(str(error)), pause, attempt + 1, len(waits))
-            policy.sleep(pause)
-    raise AssertionError("unreachable")
+    return retry.call_with_retries(
+        call,
+        policy,
+        retryable=lambda error: isinstance(error, ProviderHttpError) and error.retryable,
+        describe=lambda error: redact(str(error)),
+        asked_wait=lambda error: error.retry_after if isinstance(error, ProviderHttpError) else None,
+        past_deadline=lambda error, left: (
+            DeadlineReached(what, error, left) if isinstance(error, ProviderHttpError) else error
+        ),
+    )
 
 
 class Instance(Protocol):
@@ -178,7 +163,7 @@ class _Api:
         except urllib.error.HTTPError as error:
             payload = _json(error.read())
             detail = _message(payload) or error.reason or "no message"
-            wait = _retry_after(error.headers)
+            wait = retry.parse_retry_after(error.headers.get("Retry-After") if error.headers is not None else None)
             if wait is None and error.code == 429:
                 wait = _rate_limit_wait(error.headers.get("RateLimit") if error.headers is not None else None)
             raise ProviderHttpError(what, error.code, str(detail)[:200], wait) from None
@@ -415,14 +400,6 @@ def _price(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if value > 0 else None
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
 
 
 def _rate_limit_wait(value: str | None) -> float | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checkpoint, libreyolo, procs
-from .errors import ConfigError, CrashLoopError
+from .errors import ConfigError, CrashLoopError, PreemptedError, UserInterruptError
 from .hub import Hub
 from .log import logger
 from .run_args import RunArgs
@@ -32,7 +32,14 @@ from .training import CONSOLE_LOG
 CRASH_LOOP_LENGTH = 3
 # Attempts that say nothing about the run's health: a preemption is not a crash.
 # A lost attempt (the agent killed without a word) is the platform's doing, like a preemption.
-_NOT_FAILURES = {"success", "already_complete", "preempted", "interrupted", "crash_loop", "lost"}
+_NOT_FAILURES = {
+    "success",
+    "already_complete",
+    PreemptedError.reason,
+    UserInterruptError.reason,
+    CrashLoopError.reason,
+    "lost",
+}
 # The run folder's history, restored with a checkpoint from the Hub so it keeps all its rows.
 _HISTORY_FILES = (*libreyolo.HISTORY_FILES, CONSOLE_LOG)
 _EPOCH_FILE = libreyolo.EPOCH_CHECKPOINT
@@ -68,7 +75,10 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
         return None
     path = hub.download(repo_id, STATE_FILE, scratch)
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict):
+            raise ValueError("not a JSON object")
+        return state
     except ValueError:
         logger.warning("resume: %s on the Hub is unreadable; ignoring its history", STATE_FILE)
         return None
@@ -95,7 +105,7 @@ def check_same_run(remote: dict[str, Any] | None, run_name: str, repo_id: str, n
 
 def check_crash_loop(attempts: list[dict[str, Any]]) -> None:
     """Refuse to start when the same failure ended the last CRASH_LOOP_LENGTH attempts."""
-    relevant = [attempt for attempt in attempts if attempt.get("reason") != "crash_loop"]
+    relevant = [attempt for attempt in attempts if attempt.get("reason") != CrashLoopError.reason]
     recent = relevant[-CRASH_LOOP_LENGTH:]
     if len(recent) < CRASH_LOOP_LENGTH:
         return
@@ -174,7 +184,7 @@ def _same_as_local(entry: Any, local: Path | None) -> bool:
     with local.open("rb") as handle:
         while chunk := handle.read(4 * 1024 * 1024):
             digest.update(chunk)
-    return digest.hexdigest() == remote
+    return bool(digest.hexdigest() == remote)
 
 
 def newest_on_hub(

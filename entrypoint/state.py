@@ -98,9 +98,10 @@ def replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None
 
 def read_state(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return state if isinstance(state, dict) else None  # valid JSON but not ours: as unreadable
 
 
 def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:

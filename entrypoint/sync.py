@@ -29,7 +29,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from . import checkpoint, libreyolo
 from .errors import AccessError, AgentError, SyncError
@@ -124,7 +125,9 @@ class Ledger:
 class CommitBudget:
     """A token bucket: bursts of ``burst`` commits, refilled at ``per_hour``."""
 
-    def __init__(self, per_hour: int = COMMITS_PER_HOUR, burst: int = COMMIT_BURST, recent: list[float] = ()) -> None:
+    def __init__(
+        self, per_hour: int = COMMITS_PER_HOUR, burst: int = COMMIT_BURST, recent: Iterable[float] = ()
+    ) -> None:
         self.rate = per_hour / 3600.0
         self.burst = burst
         self.tokens = float(burst)
@@ -226,7 +229,7 @@ class Uploader:
         self._denied_at = 0.0  # when the Hub last refused the token
         self._cutoff = float("inf")  # no flush waits past this (SIGTERM: the process must exit)
         self._boundary_signature: _Signature | None = None
-        self._observer: Observer | None = None
+        self._observer: BaseObserver | None = None
         self._threads: list[threading.Thread] = []
         self.commits: list[str] = []
         self.latencies: deque[float] = deque(maxlen=1000)

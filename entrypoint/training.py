@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -124,7 +124,7 @@ class TrainingProcess:
     progress (CPU, GPU, files written; see ``liveness``). ``unreaped`` and ``pump_stuck`` record
     waits that ran out of their bound (a child stuck in the kernel, a pipe held open)."""
 
-    def __init__(self, command: TrainCommand, env: dict[str, str], echo: BinaryIO | None = None) -> None:
+    def __init__(self, command: TrainCommand, env: Mapping[str, str], echo: BinaryIO | None = None) -> None:
         command.run_dir.mkdir(parents=True, exist_ok=True)
         env = {**env, "PYTHONUNBUFFERED": "1"}
         self.command = command

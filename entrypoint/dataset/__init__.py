@@ -10,11 +10,10 @@ and a marker written only then lets a restart on the same volume skip the work.
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 from typing import Any
 
-from ..errors import DiskSpaceError
+from ..foreign import Area, Where, agent_error
 from ..log import logger
 from ..settings import DatasetKind, Settings
 from . import checks, demo, hub, local
@@ -38,12 +37,15 @@ def prepare(settings: Settings) -> PreparedDataset:
     try:
         return _prepare(settings)
     except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        where = Where(
+            Area.DISK,
+            doing="preparing the dataset in WORKDIR",
+            disk_hint=f"free space in {settings.workdir}, or rent a bigger disk",
+        )
+        mapped = agent_error(error, where)
+        if mapped is None:
             raise
-        raise DiskSpaceError(
-            f"the disk of WORKDIR filled up while preparing the dataset: {error.strerror}",
-            f"free space in {settings.workdir}, or rent a bigger disk",
-        ) from None
+        raise mapped from None
 
 
 def _prepare(settings: Settings) -> PreparedDataset:

@@ -58,7 +58,7 @@ def read_ready_marker(entry: Path, identity: dict[str, Any]) -> dict[str, Any] |
         marker = json.loads((entry / READY_MARKER).read_text())
     except (OSError, ValueError):
         return None
-    if marker.get("identity") != identity or not (entry / "tree").is_dir():
+    if not isinstance(marker, dict) or marker.get("identity") != identity or not (entry / "tree").is_dir():
         return None
     return marker
 

@@ -75,7 +75,7 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
     fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
     try:
         cached = json.loads(marker.read_text())
-        if cached.get("fingerprint") == fingerprint:
+        if isinstance(cached, dict) and cached.get("fingerprint") == fingerprint and isinstance(cached["report"], dict):
             logger.info("dataset check: passed before, not repeated")
             return cached["report"]
     except (OSError, ValueError, KeyError):
@@ -100,6 +100,8 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
     """Log doctor's warnings, raise on its errors; remember a pass in ``marker``."""
     try:
         report = json.loads(stdout)
+        if not isinstance(report, dict):  # not doctor's report: told like unreadable output
+            raise ValueError("not a JSON object")
     except ValueError:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise DatasetInvalidError(f"libreyolo doctor failed: {tail}", "check the data.yaml") from None

@@ -15,7 +15,6 @@ going; file contents are written by a few threads while the next headers are par
 
 from __future__ import annotations
 
-import errno
 import os
 import queue
 import shutil
@@ -29,14 +28,11 @@ from pathlib import Path
 
 from ..errors import (
     CorruptArchiveError,
-    DatasetError,
-    DeadlineError,
     DiskSpaceError,
-    PreemptedError,
-    StallError,
+    StopRequested,
     UnsafeArchiveError,
-    UserInterruptError,
 )
+from ..foreign import Area, Where, agent_error
 
 GZIP_MAGIC = b"\x1f\x8b"
 _OUT_CHUNK = 1 << 20  # bound on one piece of gunzipped output (a gzip bomb never sits in memory)
@@ -50,9 +46,9 @@ _WRITERS = max(1, min(4, os.cpu_count() or 1))
 # this much, never more (paths are at most 4 KiB, an extended attribute at most 64 KiB on Linux).
 MAX_HEADER_BYTES = 1 << 20
 GB = 1e9
-# A stop request (preemption, Ctrl-C, deadline) must not spend its short grace period deleting a
+# A stop request (preemption, Ctrl-C, deadline, cost limit) must not spend its short grace period deleting a
 # half-extracted folder: it is left as it is, and the next start removes it before extracting again.
-STOP_REQUESTS = (KeyboardInterrupt, PreemptedError, UserInterruptError, DeadlineError, StallError)
+STOP_REQUESTS = (KeyboardInterrupt, StopRequested)
 
 
 @dataclass
@@ -226,9 +222,10 @@ class _Extractor:
             raise CorruptArchiveError(f"the file is not a tar archive ({error})", "upload a .tar or .tar.gz") from None
         except RecursionError:
             raise _header_chain(0) from None
-        member = archive.firstmember
-        archive.firstmember = None
-        archive.members = []  # headers are not kept: a million-file archive stays small in memory
+        # firstmember and members are private TarFile attributes, absent from typeshed
+        member = archive.firstmember  # type: ignore[attr-defined]
+        archive.firstmember = None  # type: ignore[attr-defined]
+        archive.members = []  # type: ignore[attr-defined]  # headers are not kept: a million-file archive stays small in memory
         try:
             while member is not None:
                 self._one(member, reader)
@@ -251,9 +248,9 @@ class _Extractor:
             reader.seek(archive.offset)
             reader.header_starts()
             return archive.tarinfo.fromtarfile(archive)
-        except tarfile.EOFHeaderError:
+        except tarfile.EOFHeaderError:  # type: ignore[attr-defined]  # in tarfile, not in typeshed
             return None  # the end-of-archive zero block
-        except tarfile.EmptyHeaderError:
+        except tarfile.EmptyHeaderError:  # type: ignore[attr-defined]
             raise CorruptArchiveError(
                 "the tar ends without its end-of-archive marker: it is truncated", _REUPLOAD
             ) from None
@@ -477,6 +474,9 @@ def _replacing(path: str, relative: str, make: Callable[[], int]) -> int:
         return make()
 
 
+_Job = tuple[str, str, int, bytes]  # path, name in the archive, mode, contents
+
+
 def _create_file(path: str, relative: str, mode: int) -> int:
     """A new file (never through a symlink), replacing one of the same name from earlier in the tar."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -489,10 +489,9 @@ class _Writers:
     the same thread, so two members of the same name are written in tar order. The first error
     is raised in the main thread at its next call."""
 
-    _STOP = object()
-
     def __init__(self, count: int) -> None:
-        self.queues: list[queue.SimpleQueue[object]] = [queue.SimpleQueue() for _ in range(count)]
+        # None ends a thread
+        self.queues: list[queue.SimpleQueue[_Job | None]] = [queue.SimpleQueue() for _ in range(count)]
         self.pending = 0  # bytes submitted and not yet written
         self.jobs = 0
         self.error: BaseException | None = None
@@ -525,7 +524,7 @@ class _Writers:
 
     def close(self) -> None:
         for jobs in self.queues:
-            jobs.put(self._STOP)
+            jobs.put(None)
         for thread in self.threads:
             thread.join()
 
@@ -533,9 +532,9 @@ class _Writers:
         if self.error is not None:
             raise self.error
 
-    def _work(self, jobs: queue.SimpleQueue[object]) -> None:
-        while (job := jobs.get()) is not self._STOP:
-            path, relative, mode, data = job  # type: ignore[misc]
+    def _work(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
+        while (job := jobs.get()) is not None:
+            path, relative, mode, data = job
             try:
                 if self.error is None and not self.cancelled:  # after a failure the rest is dropped
                     fd = _create_file(path, relative, mode)
@@ -573,6 +572,5 @@ def _kind(member: tarfile.TarInfo) -> str:
 
 
 def _disk_error(error: OSError, relative: str) -> Exception:
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskSpaceError(f"the disk filled up while extracting {relative!r}", "use a bigger disk")
-    return DatasetError(f"cannot write {relative!r} of the dataset: {error.strerror}", "check that WORKDIR is writable")
+    where = Where(Area.DATASET_WRITE, doing=f"extracting {relative!r}", path=relative)
+    return agent_error(error, where) or error

@@ -37,8 +37,9 @@ from ..errors import (
     NoArchiveError,
     UnsafeArchiveError,
 )
-from ..hub import NETWORK_ERRORS, Hub, is_retryable
+from ..hub import Hub
 from ..log import logger
+from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
 from . import extract
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
@@ -242,7 +243,7 @@ class _Download(threading.Thread):
     def __init__(self, hub: Hub, remote: RemoteFile, partial: Path) -> None:
         super().__init__(name="dataset-download", daemon=True)
         self.hub, self.remote, self.partial = hub, remote, partial
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_CHUNKS)
+        self.queue: queue.Queue[bytes | BaseException | object] = queue.Queue(maxsize=_QUEUE_CHUNKS)
         self._stopping = threading.Event()
         self._ended = False
         assert remote.size is not None
@@ -305,6 +306,7 @@ class _Download(threading.Thread):
         if isinstance(item, BaseException):
             self._ended = True
             raise item
+        assert isinstance(item, bytes)
         return item
 
     def stop(self) -> None:

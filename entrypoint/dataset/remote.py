@@ -10,21 +10,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from huggingface_hub.errors import RepositoryNotFoundError
+from typing import Any, Literal
 
 from ..errors import (
     AgentError,
     CorruptArchiveError,
-    DatasetAccessError,
     DatasetError,
-    DatasetNotFoundError,
-    NoArchiveError,
     RevisionNotFoundError,
 )
-from ..hub import BASE_WAIT, MAX_WAIT, Hub, _describe, is_retryable, status_of, with_retries
+from ..foreign import Area, Where, agent_error
+from ..hub import BASE_WAIT, MAX_WAIT, Hub, with_retries
 from ..log import logger
+from ..retry import RetryPolicy, describe, is_retryable, retry_after_of
 
 # == Dataset repos: the read side of the dataset stage ======================================
 # Revision → commit sha, the files at the repo root, one file's metadata, and its bytes: streamed
@@ -199,7 +196,9 @@ def stream_dataset_file(
 
     headers = build_hf_headers(token=hub.token or False)
     headers["Accept-Encoding"] = "identity"  # the bytes of the file, not a re-compressed body
-    offset, failures, wait = start, 0, BASE_WAIT
+    # Not call_with_retries: bytes that arrived make the next try immediate and reset the count.
+    policy = RetryPolicy(attempts=STREAM_ATTEMPTS, first_wait=BASE_WAIT, max_wait=MAX_WAIT, sleep=sleep)
+    offset, failures = start, 0
     while remote.size is None or offset < remote.size:
         progressed = False
         try:
@@ -228,20 +227,19 @@ def stream_dataset_file(
                 raise ConnectionError(f"the Hub closed the download at byte {offset} of {remote.size}")
         except Exception as error:
             failures = 0 if progressed else failures + 1
-            wait = BASE_WAIT if progressed else wait
-            if not is_retryable(error) or failures >= STREAM_ATTEMPTS:
+            if not is_retryable(error) or failures >= policy.attempts:
                 if isinstance(error, AgentError):
                     raise
                 raise DatasetError(
-                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {_describe(error)}",
+                    f"downloading {remote.path} from {remote.repo_id} failed at byte {offset}: {describe(error)}",
                     "check the network; the next start resumes from the bytes already on disk",
                 ) from None
             if not progressed:
-                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, _describe(error), wait)
-                sleep(wait)
-                wait = min(MAX_WAIT, wait * 2)
+                wait = policy.pause(failures - 1, retry_after_of(error))
+                logger.warning("download of %s: %s; retrying in %.0f s", remote.path, describe(error), wait)
+                policy.sleep(wait)
             else:
-                logger.warning("download of %s: %s; resuming at byte %d", remote.path, _describe(error), offset)
+                logger.warning("download of %s: %s; resuming at byte %d", remote.path, describe(error), offset)
     if remote.size is not None and offset > remote.size:
         raise CorruptArchiveError(
             f"the Hub sent {offset} bytes of {remote.path}, expected {remote.size}", "try again later"
@@ -278,56 +276,13 @@ class _DatasetErrors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> Literal[False]:
         if error is None or not isinstance(error, Exception) or isinstance(error, AgentError):
             return False
-        mapped = dataset_error(error, self.repo_id, self.revision, path=self.path, token=bool(self.hub.token))
+        where = Where(
+            Area.DATASET_READ, repo_id=self.repo_id, revision=self.revision, path=self.path, token=bool(self.hub.token)
+        )
+        mapped = agent_error(error, where)
         if mapped is None:
             return False
         raise mapped from None
-
-
-def dataset_error(
-    error: BaseException, repo_id: str, revision: str, *, path: str | None = None, token: bool
-) -> AgentError | None:
-    """The agent's error for a failed read of dataset ``repo_id`` (None: not a Hub answer)."""
-    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError
-    from huggingface_hub.errors import RevisionNotFoundError as HubRevisionNotFoundError
-
-    status = status_of(error)
-    server_says = str(getattr(getattr(error, "response", None), "headers", {}).get("X-Error-Message") or "")
-    if status == 401 and "invalid credentials" in server_says.lower():
-        return DatasetAccessError(
-            f"the Hub refused HF_TOKEN while reading dataset {repo_id}: invalid or expired",
-            "set HF_TOKEN to a valid token with read access (huggingface.co/settings/tokens)",
-        )
-    if isinstance(error, GatedRepoError):
-        return DatasetAccessError(
-            f"dataset {repo_id} is gated and HF_TOKEN's account has not been granted access",
-            "accept its conditions on the Hub with that account, or use another HF_TOKEN",
-        )
-    if isinstance(error, RepositoryNotFoundError):
-        if not token:
-            return DatasetAccessError(
-                f"dataset {repo_id} is private or does not exist, and HF_TOKEN is not set",
-                "set HF_TOKEN to a token that can read it, or check DATASET_REPO (org/name of a dataset repo)",
-            )
-        return DatasetNotFoundError(
-            f"dataset repo {repo_id} not found (or HF_TOKEN's account cannot see it)",
-            "check DATASET_REPO: org/name of a dataset repo (not a model repo), readable with HF_TOKEN",
-        )
-    if isinstance(error, HubRevisionNotFoundError):
-        return RevisionNotFoundError(
-            f"revision {revision!r} not found in dataset {repo_id}",
-            "set DATASET_REVISION to a branch, tag or commit of that repo (default: main)",
-        )
-    if isinstance(error, EntryNotFoundError):
-        return NoArchiveError(
-            f"{path or 'the file'} is not in dataset {repo_id} at {revision[:12]}",
-            "set DATASET_FILE to a file of the repo, e.g. data.tar",
-        )
-    if status in (401, 403):
-        return DatasetAccessError(
-            f"the Hub refused access to dataset {repo_id} (HTTP {status})", "check that HF_TOKEN may read it"
-        )
-    return None

@@ -123,7 +123,9 @@ def check_matmul(torch: Any, device: Any, reference: tuple[Any, Any, Any]) -> di
     }
 
 
-def check_gpu(torch: Any, index: int, count: int, arch_list: list[str], reference: tuple[Any, Any, Any]) -> dict:
+def check_gpu(
+    torch: Any, index: int, count: int, arch_list: list[str], reference: tuple[Any, Any, Any]
+) -> dict[str, Any]:
     facts: dict[str, Any] = {"index": index}
     if index >= count:
         facts["missing"] = True
@@ -154,7 +156,8 @@ def check_gpu(torch: Any, index: int, count: int, arch_list: list[str], referenc
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _all_reduce_rank(rank: int, devices: list[int], port: int, backend: str, timeout: float, results: Any) -> None:

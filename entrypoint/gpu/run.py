@@ -42,6 +42,7 @@ def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:
         for line in iter(stream.readline, b""):
             lines.put(line)
     finally:
+        stream.close()  # here, not in run_probe: closing it there would wait for a read a grandchild keeps open
         lines.put(None)
 
 

@@ -126,7 +126,8 @@ def test_without_output_repo_the_card_and_plot_stay_in_the_run_folder(tmp_path: 
     assert "local only (no OUTPUT_REPO)" in result.stderr
     loaded = ModelCard.load(run_dir / "README.md")
     assert loaded.data.library_name == "libreyolo" and "**State: done** after 2/2 epochs" in loaded.text
-    assert Image.open(run_dir / card.PLOT_FILE).size == (1000, 400)
+    with Image.open(run_dir / card.PLOT_FILE) as image:
+        assert image.size == (1000, 400)
     state = json.loads((run_dir / "trainbox.json").read_text())
     parts = sum(part["seconds"] for part in state["receipt"]["parts"].values())
     assert abs(parts - state["receipt"]["billed_seconds"]) <= 0.02 * state["receipt"]["billed_seconds"]

@@ -247,7 +247,7 @@ def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_c
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)  # the machine goes away mid-download
-    process.wait(timeout=30)
+    process.communicate(timeout=30)  # reaps it and closes its pipes
     (partial,) = downloads.glob("*.part")
     kept = partial.stat().st_size
     assert 0 < kept < size

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from entrypoint.dataset import extract
-from entrypoint.errors import CorruptArchiveError, DiskSpaceError, PreemptedError, UnsafeArchiveError
+from entrypoint.errors import (
+    CorruptArchiveError,
+    CostLimitError,
+    DeadlineError,
+    DiskSpaceError,
+    PreemptedError,
+    StopRequested,
+    UnsafeArchiveError,
+    UserInterruptError,
+)
 
 Member = tuple[tarfile.TarInfo, bytes | None]
 
@@ -381,11 +390,18 @@ def interrupted(data: bytes, error: BaseException) -> Iterator[bytes]:
     raise error
 
 
-def test_a_stop_request_leaves_the_half_extracted_folder_for_the_next_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "stop",
+    [PreemptedError("SIGTERM"), UserInterruptError("Ctrl-C"), DeadlineError("MAX_RUNTIME"), CostLimitError("MAX_COST")],
+    ids=lambda error: type(error).__name__,
+)
+def test_a_stop_request_leaves_the_half_extracted_folder_for_the_next_start(
+    tmp_path: Path, stop: StopRequested
+) -> None:
     # Preemption gives seconds: they go to uploads and the release, not to deleting files.
     data = tar_bytes(*(info(f"images/{index}.png", data=os.urandom(5000)) for index in range(20)))
-    with pytest.raises(PreemptedError):
-        extract.extract(interrupted(data, PreemptedError("SIGTERM")), tmp_path / "dataset")
+    with pytest.raises(type(stop)):
+        extract.extract(interrupted(data, stop), tmp_path / "dataset")
     assert (tmp_path / "dataset" / "images").is_dir()
 
 

@@ -65,10 +65,10 @@ def test_the_plot_is_a_png_of_the_rows(tmp_path: Path) -> None:
     target = tmp_path / "training.png"
     rows = rows_until(5)
     assert plot.draw(rows, target, "run: loss and mAP")
-    image = Image.open(target)
-    assert image.size == (1000, 400)
-    assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or []) > 20
-    data = json.loads(image.info[plot.SERIES_KEY])
+    with Image.open(target) as image:
+        assert image.size == (1000, 400)
+        assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or []) > 20
+        data = json.loads(image.info[plot.SERIES_KEY])
     assert data["train/loss"] == [[row["epoch"], row["train/loss"]] for row in rows]
     assert data["metrics/mAP50"] == [[row["epoch"], row["metrics/mAP50"]] for row in rows]
     assert not list(tmp_path.glob(".*")), "the temporary file is gone"

@@ -85,3 +85,9 @@ def test_readers_never_see_half_a_file(tmp_path: Path) -> None:
     thread.join()
     assert bad == []
     assert not list(tmp_path.glob(".*.tmp")), "temporary files left behind"
+
+
+def test_a_state_file_that_is_json_but_not_an_object_reads_as_unreadable(tmp_path: Path) -> None:
+    for text in ("[]", '"done"', "3"):
+        (tmp_path / STATE_FILE).write_text(text)
+        assert read_state(tmp_path / STATE_FILE) is None
