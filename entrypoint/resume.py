@@ -203,10 +203,17 @@ def newest_on_hub(
 
 
 def find(
-    run_dir: Path, args: RunArgs, *, hub: Hub | None = None, repo_id: str | None = None, work_dir: Path
+    run_dir: Path,
+    args: RunArgs,
+    *,
+    hub: Hub | None = None,
+    repo_id: str | None = None,
+    work_dir: Path,
+    volume: bool = True,
 ) -> ResumePoint | None:
-    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt."""
-    local = newest_local(run_dir)
+    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt;
+    ``volume=False``: the Hub's alone (what every node of a multi-node training can see)."""
+    local = newest_local(run_dir) if volume else None
     local_epochs = local[1].completed_epochs if local else 0
     chosen, source = local, "volume"
     hub_files: set[str] = set()
@@ -214,7 +221,8 @@ def find(
     try:
         if hub is not None and repo_id is not None and hub.head(repo_id):
             files = {entry.path: entry for entry in hub.list_files(repo_id)}
-            local_last = run_dir / libreyolo.LAST_CHECKPOINT
+            # volume=False: a copy equal to this volume's is still the Hub's choice, not a reason to skip it
+            local_last = run_dir / libreyolo.LAST_CHECKPOINT if volume else None
             remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
             if remote is not None:
                 chosen, source, hub_files = remote, "hub", set(files)
