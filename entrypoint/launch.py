@@ -11,11 +11,14 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from . import ddp_train
 from .errors import ConfigError, PeerLostError
 from .topology import Topology
-from .training import TrainCommand
+from .training import CONSOLE_LOG, TrainCommand
+
+_SCAN_BYTES = 256 * 1024  # the end of the worker's traceback and torchrun's report fit
 
 # torchrun's own words (and gloo/NCCL's) when another node's processes went away.
 _PEER_LOST = re.compile(
@@ -77,9 +80,26 @@ def torch_env(topology: Topology, gpu_indices: tuple[int, ...] | None) -> dict[s
     return env
 
 
-def peer_lost(code: int, tail: str, topology: Topology) -> PeerLostError | None:
-    """A failed multi-node training whose output says another node went away."""
-    if code == 0 or not _PEER_LOST.search(tail):
+def log_size(run_dir: Path) -> int:
+    """Where this attempt's output starts in console.log (earlier attempts' lines come before it)."""
+    try:
+        return (run_dir / CONSOLE_LOG).stat().st_size
+    except OSError:
+        return 0
+
+
+def peer_lost(code: int, run_dir: Path, since: int, topology: Topology) -> PeerLostError | None:
+    """A failed multi-node training whose output (this attempt's, in console.log) says another node
+    went away. torchrun ends with its own traceback: the worker's words are further up."""
+    if code == 0:
+        return None
+    try:
+        with (run_dir / CONSOLE_LOG).open("rb") as log:
+            log.seek(max(since, log.seek(0, 2) - _SCAN_BYTES))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    if not _PEER_LOST.search(text):
         return None
     return PeerLostError(
         f"another node of this {topology.nnodes}-node training went away (this is node {topology.node_rank})",

@@ -272,6 +272,7 @@ class Job:
             nproc = launch.nproc_per_node(topology, gpu_indices)
             command = launch.torchrun(command, topology, nproc, self.settings.run_name)
             env |= launch.torch_env(topology, gpu_indices)
+        log_start = launch.log_size(command.run_dir)
         self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
         try:
             self._deferred = []  # a stop raised inside the constructor would leave its child untracked
@@ -291,7 +292,7 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
-        error = launch.peer_lost(code, self.trainer.error_tail(), topology) if topology.multi else None
+        error = launch.peer_lost(code, command.run_dir, log_start, topology) if topology.multi else None
         error = error or training.error_for_exit(code, self.trainer.error_tail())
         error = training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
         if error is not None:

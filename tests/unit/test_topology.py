@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from entrypoint import launch, topology
@@ -90,8 +92,15 @@ def test_the_global_batch_splits_over_every_worker() -> None:
         launch.check_batch("6", 4)
 
 
-def test_a_lost_peer_is_told_apart() -> None:
-    tail = "RuntimeError: [../third_party/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242"
-    assert isinstance(launch.peer_lost(1, tail, NODE_1), PeerLostError)
-    assert launch.peer_lost(1, "ValueError: No images found", NODE_1) is None
-    assert launch.peer_lost(0, tail, NODE_1) is None
+def test_a_lost_peer_is_told_apart(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    log.write_text("earlier attempt: Connection closed by peer\n")
+    start = launch.log_size(tmp_path)
+    with log.open("a") as handle:
+        handle.write("ValueError: No images found\n")
+    assert launch.peer_lost(1, tmp_path, start, NODE_1) is None  # an earlier attempt's words do not count
+    with log.open("a") as handle:
+        handle.write("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242\n")
+        handle.write("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "x" * 300 + "\n")
+    assert isinstance(launch.peer_lost(1, tmp_path, start, NODE_1), PeerLostError)
+    assert launch.peer_lost(0, tmp_path, start, NODE_1) is None
