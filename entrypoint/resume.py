@@ -202,6 +202,14 @@ def newest_on_hub(
     return None
 
 
+def _hub_last_here(files: dict[str, Any], local: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
+    entry = files.get(libreyolo.LAST_CHECKPOINT)
+    if entry is None or not _same_as_local(entry, local):
+        return None
+    info = _valid(local)
+    return (local, info) if info is not None else None
+
+
 def find(
     run_dir: Path,
     args: RunArgs,
@@ -221,9 +229,11 @@ def find(
     try:
         if hub is not None and repo_id is not None and hub.head(repo_id):
             files = {entry.path: entry for entry in hub.list_files(repo_id)}
-            # volume=False: a copy equal to this volume's is still the Hub's choice, not a reason to skip it
-            local_last = run_dir / libreyolo.LAST_CHECKPOINT if volume else None
-            remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
+            local_last = run_dir / libreyolo.LAST_CHECKPOINT
+            if volume:
+                remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
+            else:  # the Hub's choice; this volume's copy of it (same sha256) saves the download
+                remote = _hub_last_here(files, local_last) or newest_on_hub(hub, repo_id, files, scratch, 0)
             if remote is not None:
                 chosen, source, hub_files = remote, "hub", set(files)
                 _restore_history(hub, repo_id, set(files), run_dir, scratch)
