@@ -23,7 +23,7 @@ def _on_cpu(args: list[str]) -> bool:
 
 
 def _shorter_timeout(seconds: float) -> None:
-    from libreyolo.training import distributed, trainer
+    from libreyolo.training import distributed, trainer  # type: ignore[import-untyped]
 
     original = distributed.init_distributed
 
@@ -50,7 +50,7 @@ def main(args: list[str]) -> None:
         _shorter_timeout(float(timeout))
     if _on_cpu(args):
         _no_sync_bn()
-    from libreyolo.cli import entrypoint
+    from libreyolo.cli import entrypoint  # type: ignore[import-untyped]
 
     sys.argv = ["libreyolo", *args]
     entrypoint()
