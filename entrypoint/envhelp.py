@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from . import settings
+from . import settings, topology
 from .procs import SECRET_PROVIDER_VARS
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]+$")
@@ -45,6 +45,21 @@ MEANINGS = {
     "MONITOR": "1 starts `libreyolo monitor` beside training",
     "MONITOR_HOST": "address the dashboard binds",
     "PROFILE": "1 profiles a few steps first",
+    "NNODES": "several machines: how many (default 1)",
+    "NODE_RANK": "several machines: this one's number, 0 … NNODES-1",
+    "MASTER_ADDR": "several machines: node 0's address",
+    "MASTER_PORT": "several machines: the rendezvous port (default 29500)",
+    "HEADLESS_SERVICE": "Kubernetes indexed Job: the Service naming pod 0",
+    "DDP_TIMEOUT": "several machines: a silent lost node ends the others after this",
+    "RENDEZVOUS_TIMEOUT": "several machines: how long the nodes wait for each other at the start",
+    "SKYPILOT_NUM_NODES": "set by SkyPilot",
+    "SKYPILOT_NODE_RANK": "set by SkyPilot",
+    "SKYPILOT_NODE_IPS": "set by SkyPilot",
+    "SKYPILOT_NUM_GPUS_PER_NODE": "set by SkyPilot",
+    "JOB_COMPLETION_INDEX": "set by a Kubernetes indexed Job: the node rank",
+    "HOSTNAME": "set by Kubernetes: the pod's name",
+    "WORLD_SIZE": "set by PyTorchJob (one pod per node): the number of nodes",
+    "RANK": "set by PyTorchJob (one pod per node): the node rank",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 
@@ -83,14 +98,15 @@ def _literal(node: ast.expr | None) -> str | None:
 
 @cache
 def variables() -> tuple[Variable, ...]:
-    tree = ast.parse(inspect.getsource(settings))
     found: dict[str, str | None] = {}
 
     def add(name: object, default: str | None = None) -> None:
         if isinstance(name, str) and _NAME.match(name) and (name not in found or found[name] is None):
             found[name] = default
 
-    for node in ast.walk(tree):
+    # settings reads the environment; topology.py (several machines) is its part for the launchers' variables
+    nodes = [node for module in (settings, topology) for node in ast.walk(ast.parse(inspect.getsource(module)))]
+    for node in nodes:
         if isinstance(node, ast.Call):
             func = node.func
             args = node.args

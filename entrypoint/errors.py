@@ -167,6 +167,13 @@ class ModelError(TrainingError):
     reason = "training_model"
 
 
+class PeerLostError(TrainingError):
+    """Multi-node: another node's training went away (machine lost, preempted, crashed)."""
+
+    exit_code = 63
+    reason = "peer_lost"
+
+
 # -- the rest of the job ---------------------------------------------------------------------
 class SyncError(AgentError):
     exit_code = 70

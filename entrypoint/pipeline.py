@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, monitor, preflight, profiling, progress, providers, release, resume, sync, training
+from . import cost, dataset, launch, monitor, preflight, profiling, progress, providers, release, resume, sync, training
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
@@ -118,6 +118,7 @@ class Job:
                 "output_repo": self.settings.output_repo,
                 "run_args": str(self.settings.run_args),
                 "gpus": str(self.settings.gpus),
+                "nodes": self.settings.topology.describe(),
             }
         )
         outcome: AgentError | None = None
@@ -125,7 +126,10 @@ class Job:
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
-            if gpus.indices:
+            if self.settings.topology.multi:
+                world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
+                launch.check_batch(self.settings.run_args.get("batch"), world)
+            elif gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
             # A wrong instance id or key fails now, not at the end; the read also gives the price.
@@ -192,7 +196,8 @@ class Job:
             logger.warning("OUTPUT_REPO is not set: the weights stay in %s only", self.settings.run_dir)
             return
         self.hub = Hub.for_settings(self.settings)
-        self.hub.ensure_writable_repo(repo)
+        if self.settings.topology.leader:  # the other nodes only read OUTPUT_REPO (resume)
+            self.hub.ensure_writable_repo(repo)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
         resume.check_same_run(remote, self.settings.run_name, repo, names)
@@ -203,7 +208,7 @@ class Job:
     def _start_uploader(self, point: resume.ResumePoint | None) -> None:
         """Mirror the run folder to OUTPUT_REPO, once resume has chosen between the volume and the
         Hub: what the Hub holds newer than this volume is never overwritten by the older copy."""
-        if self.hub is None or self.settings.output_repo is None:
+        if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
         self.uploader = sync.Uploader(
@@ -237,6 +242,8 @@ class Job:
             hub=self.hub,
             repo_id=self.settings.output_repo,
             work_dir=self._scratch(),
+            # several nodes: every node resumes from the Hub alone, so all of them pick the same epoch
+            volume=not self.settings.topology.multi,
         )
         if point is not None:
             self.state.update(
@@ -259,11 +266,18 @@ class Job:
             run_name=self.settings.run_name,
             device=training.device_arg(gpu_indices),
         )
+        env = dict(self.settings.env)
+        topology = self.settings.topology
+        if topology.multi:
+            nproc = launch.nproc_per_node(topology, gpu_indices)
+            command = launch.torchrun(command, topology, nproc, self.settings.run_name)
+            env |= launch.torch_env(topology, gpu_indices)
+        log_start = launch.log_size(command.run_dir)
         self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
         try:
             self._deferred = []  # a stop raised inside the constructor would leave its child untracked
             try:
-                self.trainer = training.TrainingProcess(command, self.settings.env)
+                self.trainer = training.TrainingProcess(command, env)
             finally:
                 deferred, self._deferred = self._deferred, None
                 for signum in deferred:
@@ -278,7 +292,10 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
-        error = training.error_for_exit(code, self.trainer.error_tail())
+        error: AgentError | None = (
+            launch.peer_lost(code, command.run_dir, log_start, topology) if topology.multi else None
+        )
+        error = error or training.error_for_exit(code, self.trainer.error_tail())
         error = training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
         if error is not None:
             raise error

@@ -212,11 +212,26 @@ def newest_on_hub(
     return None
 
 
+def _hub_last_here(files: dict[str, Any], local: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
+    entry = files.get(libreyolo.LAST_CHECKPOINT)
+    if entry is None or not _same_as_local(entry, local):
+        return None
+    info = _valid(local)
+    return (local, info) if info is not None else None
+
+
 def find(
-    run_dir: Path, args: RunArgs, *, hub: Hub | None = None, repo_id: str | None = None, work_dir: Path
+    run_dir: Path,
+    args: RunArgs,
+    *,
+    hub: Hub | None = None,
+    repo_id: str | None = None,
+    work_dir: Path,
+    volume: bool = True,
 ) -> ResumePoint | None:
-    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt."""
-    local = newest_local(run_dir)
+    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt;
+    ``volume=False``: the Hub's alone (what every node of a multi-node training can see)."""
+    local = newest_local(run_dir) if volume else None
     local_epochs = local[1].completed_epochs if local else 0
     chosen, source = local, "volume"
     hub_files: set[str] = set()
@@ -225,7 +240,10 @@ def find(
         if hub is not None and repo_id is not None and hub.head(repo_id):
             files = {entry.path: entry for entry in hub.list_files(repo_id)}
             local_last = run_dir / libreyolo.LAST_CHECKPOINT
-            remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
+            if volume:
+                remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
+            else:  # the Hub's choice; this volume's copy of it (same sha256) saves the download
+                remote = _hub_last_here(files, local_last) or newest_on_hub(hub, repo_id, files, scratch, 0)
             if remote is not None:
                 chosen, source, hub_files = remote, "hub", set(files)
                 _restore_history(hub, repo_id, set(files), run_dir, scratch)

@@ -13,11 +13,11 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from . import libreyolo, log, run_args
+from . import libreyolo, log, run_args, topology
 from .errors import ConfigError
 from .procs import SECRET_PROVIDER_VARS, child_env
 from .run_args import RunArgs
@@ -131,6 +131,7 @@ class Settings:
     monitor_host: str
     profile: bool
     env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
+    topology: topology.Topology = field(default_factory=topology.Topology)  # one node unless the launcher says
 
     @property
     def is_demo(self) -> bool:
@@ -198,11 +199,17 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
         env=child_env(env) | {"HF_HOME": str(hf_home)},
+        topology=_topology(env),
     )
     if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
         raise ConfigError(
             "ON_EXIT/ON_FAILURE=destroy without OUTPUT_REPO would delete the weights with the machine",
             "set OUTPUT_REPO=org/name, or use ON_EXIT=stop",
+        )
+    if settings.topology.multi and settings.output_repo is None:
+        raise ConfigError(
+            f"{settings.topology.nnodes} nodes without OUTPUT_REPO: node 0's weights and the resume point have no home",
+            "set OUTPUT_REPO=org/name (every node reads it, node 0 writes it)",
         )
     unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
     if settings.max_cost is not None and unpriced:  # with a provider, its price is read at start
@@ -217,6 +224,14 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
     return settings
+
+
+def _topology(env: Mapping[str, str]) -> topology.Topology:
+    """The nodes of this training (topology.py), with its timeouts."""
+    found = topology.from_env(env)
+    peer = _optional_duration(env, "DDP_TIMEOUT", topology.DEFAULT_PEER_TIMEOUT)
+    join = _optional_duration(env, "RENDEZVOUS_TIMEOUT", topology.DEFAULT_JOIN_TIMEOUT)
+    return replace(found, peer_timeout=peer or topology.DEFAULT_PEER_TIMEOUT, join_timeout=join or found.join_timeout)
 
 
 def parse_gpus(value: str) -> GpuSelection:

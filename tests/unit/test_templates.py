@@ -99,6 +99,7 @@ def check_names(names: set[str]) -> None:
 
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml", "kubernetes.yaml"}
+    checked |= {"kubernetes-multinode.yaml"}
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -203,6 +204,45 @@ def test_kubernetes_job() -> None:
     assert duration_s(env["MAX_RUNTIME"]["value"]) < deadline
     mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
     assert {"/workspace", "/dev/shm"} <= mounts
+
+
+def test_skypilot_several_nodes() -> None:
+    text = (TEMPLATES / "skypilot.yaml").read_text()
+    assert "# num_nodes: 2\n" in text, "the multi-node variant is one line to uncomment"
+    task = yaml.safe_load(text.replace("# num_nodes: 2\n", "num_nodes: 2\n"))
+    assert task["num_nodes"] == 2 and "trainbox run" in task["run"]
+    # SkyPilot's own variables give the topology: nothing multi-node to set by hand
+    assert not {"NNODES", "NODE_RANK", "MASTER_ADDR"} & set(task["envs"])
+
+
+def test_kubernetes_several_nodes() -> None:
+    service, job = yaml.safe_load_all((TEMPLATES / "kubernetes-multinode.yaml").read_text())
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
+    assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == service["metadata"]["name"] and pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["image"].rsplit(":", 1)[-1] == entrypoint.__version__
+    env = {item["name"]: item for item in container["env"]}
+    check_names(set(env))
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "HF_TOKEN"
+    nodes = int(env["NNODES"]["value"])
+    assert nodes == job["spec"]["completions"] == job["spec"]["parallelism"] > 1
+    # node 0 through the headless Service, on the port the rendezvous uses
+    assert env["MASTER_ADDR"]["value"] == f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+    assert int(env["MASTER_PORT"]["value"]) == service["spec"]["ports"][0]["port"]
+    assert duration_s(env["MAX_RUNTIME"]["value"]) < job["spec"]["activeDeadlineSeconds"]
+    # what a retry cannot fix fails the Job, as in the single-node manifest; a lost peer (63) is retried
+    _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
+    assert job["spec"]["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
+    assert 63 not in job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    # settings the agent reads the same way on every node
+    from entrypoint import topology
+
+    pod0 = {key: item["value"] for key, item in env.items() if "value" in item} | {"JOB_COMPLETION_INDEX": "0"}
+    assert topology.from_env(pod0).leader and topology.from_env(pod0).nnodes == nodes
+    assert topology.from_env(pod0 | {"JOB_COMPLETION_INDEX": "1"}).node_rank == 1
 
 
 def exit_codes() -> dict[int, str]:

@@ -1,0 +1,107 @@
+"""Several machines: the training command becomes torchrun, one worker per GPU on every node.
+
+Static rendezvous (``--node-rank`` honoured): global rank 0, the one process that writes checkpoints,
+must run on node 0, the one agent that uploads them. torchrun's c10d rendezvous ranks nodes by host
+name instead. ``--max-restarts 0``: a lost peer ends every node's job; the launcher (SkyPilot managed
+jobs, the Kubernetes Job) restarts the whole set, which resumes from OUTPUT_REPO.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from . import ddp_train
+from .errors import ConfigError, PeerLostError
+from .topology import Topology
+from .training import CONSOLE_LOG, TrainCommand
+
+_SCAN_BYTES = 256 * 1024  # the end of the worker's traceback and torchrun's report fit
+
+# torchrun's own words (and gloo/NCCL's) when another node's processes went away.
+_PEER_LOST = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|DistNetworkError|DistStoreError|"
+    r"RendezvousTimeoutError|RendezvousClosedError|Watchdog caught collective operation timeout|"
+    r"NCCL communicator was aborted|ProcessGroupNCCL.*[Tt]imeout|Socket Timeout|recvValue failed",
+)
+
+
+def nproc_per_node(topology: Topology, gpu_indices: tuple[int, ...] | None) -> int:
+    """Workers on this node: one per GPU the check found (SkyPilot's count when it gives one), else one."""
+    if gpu_indices:
+        return len(gpu_indices)
+    return 1
+
+
+def check_batch(batch: str | None, world: int) -> None:
+    """The global batch splits evenly over every worker of every node."""
+    if batch is not None and int(batch) > 0 and int(batch) % world:
+        raise ConfigError(
+            f"RUN_ARGS batch={batch} does not divide by the {world} workers of all nodes",
+            f"use a multiple of {world}, or batch=-1 to size it automatically",
+        )
+
+
+def torchrun(command: TrainCommand, topology: Topology, nproc: int, run_name: str) -> TrainCommand:
+    """``libreyolo train …`` → ``python -m torch.distributed.run … -m entrypoint.ddp_train train …``."""
+    assert command.argv[1] == "train", command.argv
+    argv = (
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={topology.nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--node-rank={topology.node_rank}",
+        "--rdzv-backend=static",
+        f"--master-addr={topology.master_addr}",
+        f"--master-port={topology.master_port}",
+        f"--rdzv-id={run_name}",
+        f"--rdzv-conf=timeout={int(topology.join_timeout)}",
+        "--max-restarts=0",
+        "-m",
+        ddp_train.__name__,
+        *command.argv[1:],
+    )
+    return replace(command, argv=argv)
+
+
+def torch_env(topology: Topology, gpu_indices: tuple[int, ...] | None) -> dict[str, str]:
+    """What the workers need besides the agent's env: a bounded wait on a lost peer, their GPUs."""
+    env = {
+        ddp_train.TIMEOUT_VAR: str(int(topology.peer_timeout)),
+        # NCCL aborts the process group on a timed-out collective instead of hanging in it
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "TORCH_NCCL_BLOCKING_WAIT": "0",
+    }
+    if gpu_indices:  # torchrun's workers take cuda:LOCAL_RANK: show them the chosen GPUs only
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_indices))
+    return env
+
+
+def log_size(run_dir: Path) -> int:
+    """Where this attempt's output starts in console.log (earlier attempts' lines come before it)."""
+    try:
+        return (run_dir / CONSOLE_LOG).stat().st_size
+    except OSError:
+        return 0
+
+
+def peer_lost(code: int, run_dir: Path, since: int, topology: Topology) -> PeerLostError | None:
+    """A failed multi-node training whose output (this attempt's, in console.log) says another node
+    went away. torchrun ends with its own traceback: the worker's words are further up."""
+    if code == 0:
+        return None
+    try:
+        with (run_dir / CONSOLE_LOG).open("rb") as log:
+            log.seek(max(since, log.seek(0, 2) - _SCAN_BYTES))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    if not _PEER_LOST.search(text):
+        return None
+    return PeerLostError(
+        f"another node of this {topology.nnodes}-node training went away (this is node {topology.node_rank})",
+        "restart every node (SkyPilot managed jobs and the Kubernetes Job do): the run resumes from OUTPUT_REPO",
+    )

@@ -1,0 +1,48 @@
+"""Two nodes on one machine's GPUs (one GPU each, NCCL, SyncBatchNorm as on real nodes), against the test Hub."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from entrypoint.checkpoint import inspect
+from tests.hubfixtures import HubContext
+from tests.integration.test_multinode import finish, free_port, node_env
+from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # trains real models
+
+
+def gpu_count() -> int:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+@pytest.mark.transfer("xet")
+def test_two_nodes_on_two_gpus(hub_ctx: HubContext, tmp_path: Path) -> None:
+    if gpu_count() < 2:
+        pytest.skip("two nodes on one machine need two GPUs (NCCL refuses two ranks on one GPU)")
+    dataset = make_dataset(tmp_path / "cones", train=16, val=4).parent
+    repo = hub_ctx.repo_id("multinode-gpu")
+    common = dict(DATASET_REPO=str(dataset), OUTPUT_REPO=repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=4")
+    port = free_port()
+    follower_env = node_env(tmp_path / "node1", 1, port, hub_ctx.read_token, **common) | {"GPUS": "1"}
+    leader_env = node_env(tmp_path / "node0", 0, port, hub_ctx.token, **common) | {"GPUS": "0"}
+    follower = start_trainbox("run", env=follower_env)
+    leader = start_trainbox("run", env=leader_env)
+    code0, out0 = finish(leader)
+    code1, out1 = finish(follower)
+    assert code0 == 0, out0[-4000:]
+    assert code1 == 0, out1[-4000:]
+    on_hub = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
+    assert on_hub["phase"] == "done"
+    assert inspect(hub_ctx.hub.blob_path(repo, "weights/last.pt")).completed_epochs == 2
+    console = (tmp_path / "node0" / "runs" / "two-nodes" / "console.log").read_text()
+    assert "SyncBatchNorm" in console  # the GPU path keeps libreyolo's sync_bn
