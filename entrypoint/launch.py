@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import ddp_train
-from .errors import ConfigError, PeerLostError
+from .errors import PeerLostError
 from .topology import Topology
 from .training import CONSOLE_LOG, TrainCommand
 
@@ -33,15 +33,6 @@ def nproc_per_node(topology: Topology, gpu_indices: tuple[int, ...] | None) -> i
     if gpu_indices:
         return len(gpu_indices)
     return 1
-
-
-def check_batch(batch: str | None, world: int) -> None:
-    """The global batch splits evenly over every worker of every node."""
-    if batch is not None and int(batch) > 0 and int(batch) % world:
-        raise ConfigError(
-            f"RUN_ARGS batch={batch} does not divide by the {world} workers of all nodes",
-            f"use a multiple of {world}, or batch=-1 to size it automatically",
-        )
 
 
 def torchrun(command: TrainCommand, topology: Topology, nproc: int, run_name: str) -> TrainCommand:

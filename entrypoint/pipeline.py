@@ -128,7 +128,7 @@ class Job:
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
             if self.settings.topology.multi:
                 world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
-                launch.check_batch(self.settings.run_args.get("batch"), world)
+                training.check_batch(self.settings.run_args, world, "workers of all nodes")
             elif gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())

@@ -47,13 +47,13 @@ def device_arg(gpu_indices: tuple[int, ...] | None) -> str:
     return "cpu" if not gpu_indices else ",".join(map(str, gpu_indices))
 
 
-def check_batch(args: RunArgs, gpu_count: int) -> None:
-    """A fixed global batch must split evenly across the GPUs (libreyolo refuses it later)."""
+def check_batch(args: RunArgs, workers: int, what: str = "GPUs") -> None:
+    """A fixed global batch must split evenly across the workers (libreyolo refuses it later)."""
     batch = args.get("batch")
-    if gpu_count > 1 and batch is not None and int(batch) > 0 and int(batch) % gpu_count:
+    if workers > 1 and batch is not None and int(batch) > 0 and int(batch) % workers:
         raise ConfigError(
-            f"RUN_ARGS batch={batch} does not divide by the {gpu_count} GPUs",
-            f"use a multiple of {gpu_count}, or batch=-1 to size it automatically",
+            f"RUN_ARGS batch={batch} does not divide by the {workers} {what}",
+            f"use a multiple of {workers}, or batch=-1 to size it automatically",
         )
 
 

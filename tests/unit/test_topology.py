@@ -84,14 +84,6 @@ def test_torchrun_wraps_the_train_command() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["TRAINBOX_DDP_TIMEOUT"] == "600"
 
 
-def test_the_global_batch_splits_over_every_worker() -> None:
-    launch.check_batch("16", 4)
-    launch.check_batch("-1", 3)
-    launch.check_batch(None, 3)
-    with pytest.raises(ConfigError, match="batch=6 does not divide by the 4 workers"):
-        launch.check_batch("6", 4)
-
-
 def test_a_lost_peer_is_told_apart(tmp_path: Path) -> None:
     log = tmp_path / "console.log"
     log.write_text("earlier attempt: Connection closed by peer\n")
