@@ -30,11 +30,22 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
         lines.append(f"output     {settings.output_repo} (created private if missing; every epoch is uploaded)")
     else:
         lines.append("output     none: OUTPUT_REPO is unset, the weights stay in the run folder")
+    if settings.topology.multi:
+        lines.append(f"nodes      {_nodes(settings)}")
     point_text, args = _resume(settings)
     lines.append(f"resume     {point_text}")
     lines.append(f"command    + {shlex.join(_command(settings, args))}")
     lines.append(f"release    {_release(settings)}")
     return lines
+
+
+def _nodes(settings: Settings) -> str:
+    top = settings.topology
+    role = "writes OUTPUT_REPO" if top.leader else "reads OUTPUT_REPO only"
+    return (
+        f"node {top.node_rank} of {top.nnodes} ({top.source}, {role}); meets the others at "
+        f"{top.master_addr}:{top.store_port}, then torchrun at {top.master_addr}:{top.master_port}"
+    )
 
 
 def _dataset(settings: Settings) -> str:

@@ -45,6 +45,13 @@ class CrashLoopError(AgentError):
     reason = "crash_loop"
 
 
+class NodesMismatchError(ConfigError):
+    """Multi-node: the nodes disagree on what they train or with what (run, GPU count, GPU size)."""
+
+    exit_code = 12
+    reason = "nodes_mismatch"
+
+
 # -- access ----------------------------------------------------------------------------------
 class AccessError(AgentError):
     exit_code = 20
@@ -172,6 +179,13 @@ class PeerLostError(TrainingError):
 
     exit_code = 63
     reason = "peer_lost"
+
+
+class NodesUnreachableError(AgentError):
+    """Multi-node: the nodes never all met before training (a node not started, a port closed)."""
+
+    exit_code = 64
+    reason = "nodes_unreachable"
 
 
 # -- the rest of the job ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ _PEER_LOST = re.compile(
 
 
 def nproc_per_node(topology: Topology, gpu_indices: tuple[int, ...] | None) -> int:
-    """Workers on this node: one per GPU the check found (SkyPilot's count when it gives one), else one."""
+    """Workers on this node: one per GPU the check proved, else one (the CPU)."""
     if gpu_indices:
         return len(gpu_indices)
     return 1

@@ -17,6 +17,8 @@ from typing import Any
 
 from . import cost, dataset, launch, monitor, preflight, profiling, progress, providers, release, resume, sync, training
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .gpu.nodes import NodesAgreement
+from .gpu.report import GpuReport
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
@@ -65,6 +67,7 @@ class Job:
         self._deadline: float | None = None  # set by SIGTERM: the process exits by then
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
         self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
+        self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -135,6 +138,8 @@ class Job:
             # A wrong instance id or key fails now, not at the end; the read also gives the price.
             self._arm_budget(release.check_access(self.settings))
             self._connect_hub()
+            if self.settings.topology.multi:
+                self._meet_nodes(gpus)
 
             self.state.set_phase(Phase.RESUME)
             point = self._find_resume_point()
@@ -205,6 +210,14 @@ class Job:
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.attempts)
 
+    def _meet_nodes(self, gpus: GpuReport) -> None:
+        """Several machines: meet, prove NCCL between them, share node 0's OUTPUT_REPO commit."""
+        assert self.hub is not None and self.settings.output_repo is not None  # settings require OUTPUT_REPO
+        revision = self.hub.head(self.settings.output_repo) if self.settings.topology.leader else None
+        self._nodes = preflight.check_nodes(
+            self.settings, gpus, revision, record=lambda details: self.state.update(nodes_check=details)
+        )
+
     def _start_uploader(self, point: resume.ResumePoint | None) -> None:
         """Mirror the run folder to OUTPUT_REPO, once resume has chosen between the volume and the
         Hub: what the Hub holds newer than this volume is never overwritten by the older copy."""
@@ -242,12 +255,14 @@ class Job:
             hub=self.hub,
             repo_id=self.settings.output_repo,
             work_dir=self._scratch(),
-            # several nodes: every node resumes from the Hub alone, so all of them pick the same epoch
+            # several nodes: every node resumes from the Hub alone, at node 0's commit: the same epoch
             volume=not self.settings.topology.multi,
+            revision=self._nodes.revision if self._nodes is not None else None,
         )
         if point is not None:
+            pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
             self.state.update(
-                resume={"from": point.source, "epochs_done": point.completed_epochs},
+                resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
                 progress={"epochs_done": point.completed_epochs, "epochs_total": point.total_epochs},
             )
         return point

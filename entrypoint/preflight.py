@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, NoGpuError
+from .gpu import nodes
 from .gpu.problems import find_problem, problem_record
 from .gpu.report import GpuReport, summary_lines
 from .gpu.run import nvidia_present, run_probe
@@ -76,6 +77,34 @@ def check_gpus(settings: Settings, record: Callable[[dict[str, Any]], None] | No
     for line in summary_lines(report.details):
         logger.info("%s", line)
     return report
+
+
+def check_nodes(
+    settings: Settings, gpus: GpuReport, revision: str | None, record: Callable[[dict[str, Any]], None]
+) -> nodes.NodesAgreement:
+    """Several machines: meet the other nodes and prove NCCL between them (a child process, like the GPU
+    check), before any of them fetches or trains. ``revision``: node 0's OUTPUT_REPO commit, shared."""
+    topology = settings.topology
+    brings = nodes.facts(settings.run_name, gpus.details, gpus.indices)
+    if topology.leader:
+        brings["revision"] = revision
+    if topology.gpus_per_node and gpus.indices is not None and len(gpus.indices) != topology.gpus_per_node:
+        logger.warning("the launcher gave this node %d GPUs; %d train here", topology.gpus_per_node, len(gpus.indices))
+    env = probe_env(settings)
+    if gpus.indices:  # the check's cuda:0 is this node's first training GPU
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus.indices))
+    with step(f"nodes check (node {topology.node_rank} of {topology.nnodes}, meeting at {topology.master_addr})"):
+        report = nodes.meet(topology, brings, env, nccl=bool(gpus.indices))
+    record(nodes.summary(report))
+    agreement = nodes.judge(report, topology, settings.run_args.get("batch"))
+    nccl = report.get("nccl") or {}
+    logger.info(
+        "nodes: %d met, %d workers in all%s",
+        topology.nnodes,
+        agreement.workers,
+        f", NCCL across nodes ok ({nccl.get('busbw_gbps')} GB/s)" if nccl.get("ok") else "",
+    )
+    return agreement
 
 
 # -- presentation -----------------------------------------------------------------------------------

@@ -188,7 +188,13 @@ def _same_as_local(entry: Any, local: Path | None) -> bool:
 
 
 def newest_on_hub(
-    hub: Hub, repo_id: str, files: dict[str, Any], scratch: Path, better_than: int, local: Path | None = None
+    hub: Hub,
+    repo_id: str,
+    files: dict[str, Any],
+    scratch: Path,
+    better_than: int,
+    local: Path | None = None,
+    revision: str | None = None,
 ) -> tuple[Path, checkpoint.CheckpointInfo] | None:
     """Download OUTPUT_REPO's newest valid checkpoint (``files``: its listing), if newer than ``better_than``."""
     candidates = (
@@ -201,7 +207,7 @@ def newest_on_hub(
     )
     candidates += [name for epoch, name in numbered if epoch > better_than]
     for name in candidates:
-        path = hub.download(repo_id, name, scratch)
+        path = hub.download(repo_id, name, scratch, revision=revision)
         info = _valid(path)
         if info is None:
             logger.warning("resume: %s on the Hub is corrupt; trying the next newest checkpoint", name)
@@ -228,25 +234,29 @@ def find(
     repo_id: str | None = None,
     work_dir: Path,
     volume: bool = True,
+    revision: str | None = None,
 ) -> ResumePoint | None:
     """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt;
-    ``volume=False``: the Hub's alone (what every node of a multi-node training can see)."""
+    ``volume=False``: the Hub's alone (what every node of a multi-node training can see);
+    ``revision``: the Hub as it was at that commit (node 0's, so every node picks the same epoch)."""
     local = newest_local(run_dir) if volume else None
     local_epochs = local[1].completed_epochs if local else 0
     chosen, source = local, "volume"
     hub_files: set[str] = set()
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
-        if hub is not None and repo_id is not None and hub.head(repo_id):
-            files = {entry.path: entry for entry in hub.list_files(repo_id)}
+        if hub is not None and repo_id is not None and (revision or hub.head(repo_id)):
+            files = {entry.path: entry for entry in hub.list_files(repo_id, revision=revision)}
             local_last = run_dir / libreyolo.LAST_CHECKPOINT
             if volume:
                 remote = newest_on_hub(hub, repo_id, files, scratch, better_than=local_epochs or 0, local=local_last)
             else:  # the Hub's choice; this volume's copy of it (same sha256) saves the download
-                remote = _hub_last_here(files, local_last) or newest_on_hub(hub, repo_id, files, scratch, 0)
+                remote = _hub_last_here(files, local_last) or newest_on_hub(
+                    hub, repo_id, files, scratch, 0, revision=revision
+                )
             if remote is not None:
                 chosen, source, hub_files = remote, "hub", set(files)
-                _restore_history(hub, repo_id, set(files), run_dir, scratch)
+                _restore_history(hub, repo_id, set(files), run_dir, scratch, revision)
         if chosen is None:
             return None
         path, info = chosen
@@ -279,12 +289,14 @@ def _requested_epochs(args: RunArgs, info: checkpoint.CheckpointInfo) -> int:
     return info.total_epochs or LIBREYOLO_DEFAULT_EPOCHS
 
 
-def _restore_history(hub: Hub, repo_id: str, names: set[str], run_dir: Path, scratch: Path) -> None:
+def _restore_history(
+    hub: Hub, repo_id: str, names: set[str], run_dir: Path, scratch: Path, revision: str | None = None
+) -> None:
     """The Hub's checkpoint won: bring its run history along, so metrics keep every epoch."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in _HISTORY_FILES:
         if name in names:
-            downloaded = hub.download(repo_id, name, scratch / "history")
+            downloaded = hub.download(repo_id, name, scratch / "history", revision=revision)
             os.replace(downloaded, run_dir / name)
 
 

@@ -3,8 +3,9 @@
 Read from, in this order (the first that says "more than one node" wins):
 explicit ``NNODES``/``NODE_RANK``/``MASTER_ADDR``/``MASTER_PORT``; SkyPilot's ``SKYPILOT_*``
 variables; a Kubernetes indexed Job (``JOB_COMPLETION_INDEX``, with ``HEADLESS_SERVICE`` naming
-the Service that gives pod 0 a DNS name); the ``MASTER_ADDR``/``RANK``/``WORLD_SIZE`` that
-PyTorchJob and JobSet set (there ``RANK``/``WORLD_SIZE`` count pods: one agent per pod).
+the Service that gives pod 0 a DNS name); Kubeflow PyTorchJob's ``PET_NNODES``/``PET_NODE_RANK``
+(its ``WORLD_SIZE`` is pods × ``nprocPerNode``, not pods); else the ``MASTER_ADDR``/``RANK``/
+``WORLD_SIZE`` that JobSet manifests and older PyTorchJobs set (one agent per pod: they count pods).
 One node (nothing set, or a count of 1) is ``Topology()``: the single-machine job, unchanged.
 """
 
@@ -45,7 +46,8 @@ class Topology:
 
     @property
     def store_port(self) -> int:
-        """Where node 0 tells the other nodes what it resumes from (beside the rendezvous port)."""
+        """Where the nodes check meets (the GPUs across nodes, node 0's resume choice). Not the
+        rendezvous port: a fast node's torchrun must never reach the check's store instead."""
         return self.master_port + 1
 
     def describe(self) -> dict[str, object]:
@@ -68,8 +70,10 @@ def from_env(env: Mapping[str, str]) -> Topology:
             "HEADLESS_SERVICE is set but NNODES is not",
             "set NNODES to the Job's completions (and parallelism), e.g. NNODES=2",
         )
+    if "PET_NNODES" in env:
+        return _pytorchjob(env, "PET_NNODES", "PET_NODE_RANK" if "PET_NODE_RANK" in env else "RANK")
     if "WORLD_SIZE" in env and "RANK" in env:
-        return _pytorchjob(env)
+        return _pytorchjob(env, "WORLD_SIZE", "RANK")
     return Topology()
 
 
@@ -100,11 +104,16 @@ def _skypilot(env: Mapping[str, str]) -> Topology:
     return Topology(**{**topology.__dict__, "gpus_per_node": gpus or None})
 
 
-def _pytorchjob(env: Mapping[str, str]) -> Topology:
-    nnodes = _count(env, "WORLD_SIZE")
+def _pytorchjob(env: Mapping[str, str], count: str, rank: str) -> Topology:
+    if ":" in env[count]:  # an elasticPolicy: torchrun would pick the node count at run time
+        raise ConfigError(
+            f"{count}={env[count]!r} is an elastic range: the agent trains on a fixed set of nodes",
+            "remove the PyTorchJob's elasticPolicy (replicas fix the node count)",
+        )
+    nnodes = _count(env, count)
     if nnodes == 1:
         return Topology()
-    return _build(env, nnodes, _rank(env, "RANK", nnodes), env.get("MASTER_ADDR"), "pytorchjob", "MASTER_ADDR")
+    return _build(env, nnodes, _rank(env, rank, nnodes), env.get("MASTER_ADDR"), "pytorchjob", "MASTER_ADDR")
 
 
 def _build(env: Mapping[str, str], nnodes: int, rank: int, addr: str | None, source: str, addr_var: str) -> Topology:

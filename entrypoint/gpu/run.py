@@ -104,8 +104,9 @@ def run_probe(
                 continue
             if "report" in event:
                 report = event["report"]
-            else:
-                current, deadline = event, time.monotonic() + step_timeout
+            else:  # a step that waits on other machines names its own bound
+                current = event
+                deadline = time.monotonic() + float(event.get("timeout", step_timeout))
         try:
             code = child.wait(timeout=step_timeout)
         except subprocess.TimeoutExpired:
@@ -123,6 +124,10 @@ def run_probe(
             child.wait(timeout=_KILL_WAIT)
         _wait_for_group_exit(child.pid, _KILL_WAIT)
     if report is None:
-        return {"crashed": f"the GPU check exited with code {code} without a report", "output": list(output)}
+        return {
+            "crashed": f"the GPU check exited with code {code} without a report",
+            "during": current,
+            "output": list(output),
+        }
     report["output"] = list(output)
     return report

@@ -46,3 +46,7 @@ def test_two_nodes_on_two_gpus(hub_ctx: HubContext, tmp_path: Path) -> None:
     assert inspect(hub_ctx.hub.blob_path(repo, "weights/last.pt")).completed_epochs == 2
     console = (tmp_path / "node0" / "runs" / "two-nodes" / "console.log").read_text()
     assert "SyncBatchNorm" in console  # the GPU path keeps libreyolo's sync_bn
+    for node in ("node0", "node1"):  # the nodes check summed a tensor across the "nodes" with NCCL
+        state = json.loads((tmp_path / node / "runs" / "two-nodes" / "trainbox.json").read_text())
+        assert state["nodes_check"]["nccl"]["ok"], state["nodes_check"]
+    assert "NCCL across nodes ok" in out0

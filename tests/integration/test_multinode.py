@@ -22,9 +22,16 @@ pytestmark = pytest.mark.slow  # every test here trains real models
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A MASTER_PORT whose next port (the nodes check's) is free too."""
+    while True:
+        with socket.socket() as sock, socket.socket() as beside:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            try:
+                beside.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
 
 
 def node_env(workdir: Path, rank: int, port: int, token: str, **env: str) -> dict[str, str]:
@@ -51,7 +58,7 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
 def test_two_nodes_train_one_run_and_only_node_0_writes_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     dataset = make_dataset(tmp_path / "cones", train=8, val=4).parent
     repo = hub_ctx.repo_id("multinode")
-    common = dict(DATASET_REPO=str(dataset), OUTPUT_REPO=repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=4")
+    common = dict(DATASET_REPO=str(dataset), OUTPUT_REPO=repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=-1")
     port = free_port()
     # node 1 holds a read-only token: any write to the Hub from it would fail its job
     follower = start_trainbox("run", env=node_env(tmp_path / "node1", 1, port, hub_ctx.read_token, **common))
@@ -73,6 +80,14 @@ def test_two_nodes_train_one_run_and_only_node_0_writes_the_hub(hub_ctx: HubCont
     assert (tmp_path / "node0" / "runs" / "two-nodes" / "weights" / "last.pt").is_file()
     assert not (tmp_path / "node1" / "runs" / "two-nodes" / "weights" / "last.pt").exists()
     assert "sync:" not in out1  # node 1 never started the uploader
+    # batch=-1 is sized once, on rank 0 (node 0), and broadcast: on the CPU libreyolo keeps 16 per worker
+    consoles = [(tmp_path / node / "runs" / "two-nodes" / "console.log").read_text() for node in ("node0", "node1")]
+    assert consoles[0].count("AutoBatch: resolved global batch size = 32") == 1, consoles[0][-3000:]
+    assert "AutoBatch" not in consoles[1]
+    # every node met the other before fetching or training; node 1 learnt node 0's OUTPUT_REPO commit
+    for node in ("node0", "node1"):
+        state = json.loads((tmp_path / node / "runs" / "two-nodes" / "trainbox.json").read_text())
+        assert [entry["gpus"] for entry in state["nodes_check"]["nodes"]] == [0, 0], state["nodes_check"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -121,10 +136,14 @@ def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubCo
     for pid in descendants(follower.pid):  # node 1's machine is gone: agent, torchrun, workers
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
     follower.communicate(timeout=30)
 
-    code0, out0 = finish(leader)  # ends on its own: the test's timeout is the bound
+    code0, out0 = finish(leader)
     assert code0 == errors.PeerLostError.exit_code, out0[-4000:]
+    # the bound README states: DDP_TIMEOUT for a silent peer (its connections closing ends it sooner),
+    # plus the final upload and the release; never NCCL's 3 h
+    assert time.monotonic() - killed < 60 + 120, out0[-4000:]
     on_hub = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert on_hub["phase"] == "failed" and on_hub["exit"]["reason"] == "peer_lost", on_hub["exit"]
     done = hub_epochs(hub_ctx, repo)
@@ -138,9 +157,34 @@ def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubCo
     code1, out1 = finish(follower)
     assert code0 == 0, out0[-4000:]
     assert code1 == 0, out1[-4000:]
+    resumed = []
     for workdir in (tmp_path / "node0", tmp_path / "node1"):
         state = json.loads((workdir / "runs" / "two-nodes" / "trainbox.json").read_text())
         assert state["resume"]["from"] == "hub" and state["resume"]["epochs_done"] >= done, state.get("resume")
+        resumed.append(state["resume"])
+    assert resumed[0] == resumed[1] and resumed[0]["revision"]  # node 0's commit, the same epoch on both
     on_hub = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert on_hub["phase"] == "done"
     assert inspect(hub_ctx.hub.blob_path(repo, "weights/last.pt")).completed_epochs == 5
+
+
+def test_a_node_that_never_comes_ends_node_0_within_the_rendezvous_timeout(hub_ctx: HubContext, tmp_path: Path) -> None:
+    dataset = make_dataset(tmp_path / "cones", train=4, val=2).parent
+    repo = hub_ctx.repo_id("multinode-alone")
+    env = node_env(
+        tmp_path / "node0",
+        0,
+        free_port(),
+        hub_ctx.token,
+        DATASET_REPO=str(dataset),
+        OUTPUT_REPO=repo,
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=4",
+        RENDEZVOUS_TIMEOUT="5",
+    )
+    code, output = finish(start_trainbox("run", env=env))
+    assert code == errors.NodesUnreachableError.exit_code, output[-4000:]
+    assert "MASTER_PORT+1" in output  # the fix names the ports to open
+    # it ended before the uploader started (as any preflight failure): the volume's trainbox.json tells
+    state = json.loads((tmp_path / "node0" / "runs" / "two-nodes" / "trainbox.json").read_text())
+    assert state["exit"]["reason"] == "nodes_unreachable" and "training" not in state, state
+    assert state["nodes_check"]["waited"] >= 5

@@ -188,3 +188,42 @@ def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path, da
     run_dir = next((workdir / "runs").iterdir())
     assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == [1, 2, 3, 4, 5, 6]
     assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 6
+
+
+@pytest.mark.transfer("xet")
+def test_a_pinned_commit_resumes_from_that_commits_checkpoint(hub_ctx: HubContext, tmp_path: Path) -> None:
+    """Several nodes resume at node 0's commit: a checkpoint committed after it is not theirs."""
+    from entrypoint import resume
+    from entrypoint.hub import Hub
+    from entrypoint.run_args import parse
+
+    repo = hub_ctx.repo_id("pinned")
+    api = hub_ctx.api()
+    api.create_repo(repo)
+    commits = []
+    for epoch in (1, 3):
+        api.upload_folder(
+            folder_path=str(_run_folder(tmp_path / f"epoch{epoch}", epoch)), repo_id=repo, commit_message=f"{epoch}"
+        )
+        commits.append(api.repo_info(repo).sha)
+    hub = Hub(token=hub_ctx.token)
+    for commit, completed in zip(commits, (2, 4), strict=True):
+        run_dir, work = tmp_path / f"node-{completed}" / "run", tmp_path / f"node-{completed}" / "work"
+        work.mkdir(parents=True)
+        point = resume.find(
+            run_dir, parse("epochs=10"), hub=hub, repo_id=repo, work_dir=work, volume=False, revision=commit
+        )
+        assert point is not None and point.completed_epochs == completed
+        assert inspect(run_dir / "weights" / "last.pt").completed_epochs == completed
+        rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+        assert len(rows) == completed  # the history of that commit too, not the newer one
+
+
+def _run_folder(folder: Path, epoch: int) -> Path:
+    from tests.unit.test_checkpoint import save
+
+    (folder / "weights").mkdir(parents=True)
+    save(folder / "weights" / "last.pt", epoch=epoch)
+    rows = [json.dumps({"epoch": done}) for done in range(1, epoch + 2)]
+    (folder / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    return folder

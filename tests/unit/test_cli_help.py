@@ -108,3 +108,22 @@ def test_status_watch_draws_the_epoch_line_and_the_receipt(tmp_path: Path) -> No
     assert "epoch 2/2 · 25 s/epoch · mAP50 0.20 (best 0.20 @ 2) · $0.06 so far · on the Hub" in result.output
     assert "receipt: setup 5 s $0.01 · GPU check 0 s $0.00 · dataset 0 s $0.00 · training 50 s $0.05" in result.output
     assert "billed 59 s $0.06 · billing efficiency 85%" in result.output
+
+
+def test_dry_run_names_this_nodes_place(tmp_path: Path) -> None:
+    env = {
+        "WORKDIR": str(tmp_path),
+        "PROVIDER": "none",
+        "GPUS": "cpu",
+        "OUTPUT_REPO": "acme/yolo",
+        "HF_HUB_OFFLINE": "1",
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NODE_RANK": "1",
+        "SKYPILOT_NODE_IPS": "10.1.0.7\n10.1.0.9",
+    }
+    result = CliRunner().invoke(cli, ["run", "--dry-run"], env=env)
+    assert result.exit_code == 0, result.output
+    assert (
+        "nodes      node 1 of 2 (skypilot, reads OUTPUT_REPO only); meets the others at 10.1.0.7:29501, "
+        "then torchrun at 10.1.0.7:29500"
+    ) in result.output

@@ -236,7 +236,11 @@ def test_kubernetes_several_nodes() -> None:
     # what a retry cannot fix fails the Job, as in the single-node manifest; a lost peer (63) is retried
     _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
     assert job["spec"]["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
-    assert 63 not in job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    retried = job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"]
+    assert 63 not in retried and 64 not in retried and 12 in retried  # lost or late nodes: retry; disagreeing: not
+    # the nodes check meets beside the rendezvous port: both open on pod 0
+    ports = {port["port"] for port in service["spec"]["ports"]}
+    assert {int(env["MASTER_PORT"]["value"]), int(env["MASTER_PORT"]["value"]) + 1} <= ports
     # settings the agent reads the same way on every node
     from entrypoint import topology
 
@@ -263,7 +267,7 @@ def test_kubernetes_fails_the_job_on_failures_a_retry_would_repeat() -> None:
     assert codes == sorted(set(codes)), "Kubernetes wants the values ordered and unique"
     assert set(codes) <= set(exit_codes()), "every code is one the agent uses"
     # configuration, access and the dataset: the same input fails the same way
-    assert {2, 10, 11, 20, *range(31, 42), 52, 53} <= set(codes)
+    assert {2, 10, 11, 12, 20, *range(31, 42), 52, 53} <= set(codes)
     # what a retry can fix stays retried: transient failures, GPU faults on a node, preemption
     assert not {0, 1, 30, 50, 51, 54, 55, 60, 70, 81, 143} & set(codes)
     # an evicted or preempted pod does not count against backoffLimit

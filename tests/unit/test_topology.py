@@ -49,6 +49,26 @@ def test_pytorchjob_counts_pods() -> None:
     assert (found.nnodes, found.node_rank, found.master_port, found.leader) == (4, 0, 23456, True)
 
 
+def test_pytorchjob_with_nproc_per_node_counts_nodes_not_processes() -> None:
+    # Kubeflow's operator: WORLD_SIZE = pods x nprocPerNode; PET_NNODES / PET_NODE_RANK count pods
+    env = {
+        "WORLD_SIZE": "16",
+        "RANK": "1",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_NPROC_PER_NODE": "8",
+        "MASTER_ADDR": "job-master-0",
+        "MASTER_PORT": "23456",
+    }
+    found = topology.from_env(env)
+    assert (found.nnodes, found.node_rank, found.master_addr, found.source) == (2, 1, "job-master-0", "pytorchjob")
+
+
+def test_an_elastic_pytorchjob_is_refused() -> None:
+    with pytest.raises(ConfigError, match="elasticPolicy"):
+        topology.from_env({"PET_NNODES": "1:3", "RANK": "0", "MASTER_ADDR": "job-master-0"})
+
+
 @pytest.mark.parametrize(
     ("env", "names"),
     [
