@@ -62,7 +62,7 @@ def meet(topology: Topology, brings: Mapping[str, Any], env: Mapping[str, str], 
             f"--facts={path}",
             *(["--nccl"] if nccl else []),
         ]
-        return run_probe("", env, argv=argv)
+        return run_probe("", env, argv=argv, name="the nodes check")
 
 
 def judge(report: Mapping[str, Any], topology: Topology, batch: str | None) -> NodesAgreement:

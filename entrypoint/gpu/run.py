@@ -64,6 +64,7 @@ def run_probe(
     *,
     step_timeout: float = STEP_TIMEOUT,
     argv: Sequence[str] | None = None,
+    name: str = "the GPU check",
 ) -> dict[str, Any]:
     """Run the probe child; its report, or ``{"hang": step}`` / ``{"crashed": …}``. Never leaves a process behind."""
     command = list(argv or [sys.executable, "-m", "entrypoint.gpu.probe", "--gpus", selection])
@@ -73,7 +74,7 @@ def run_probe(
     lines: queue.Queue[bytes | None] = queue.Queue()
     assert child.process.stdout is not None
     threading.Thread(target=_pump, args=(child.process.stdout, lines), name="gpu-probe-output", daemon=True).start()
-    current: dict[str, Any] = {"what": "starting the GPU check"}
+    current: dict[str, Any] = {"what": f"starting {name}"}
     report: dict[str, Any] | None = None
     output: deque[str] = deque(maxlen=_OUTPUT_LINES)
     deadline = time.monotonic() + step_timeout
@@ -110,7 +111,7 @@ def run_probe(
         try:
             code = child.wait(timeout=step_timeout)
         except subprocess.TimeoutExpired:
-            return {"hang": {"what": "the GPU check exiting", "timeout": step_timeout}, "output": list(output)}
+            return {"hang": {"what": f"{name} exiting", "timeout": step_timeout}, "output": list(output)}
     finally:
         if child.poll() is None:
             child.send(signal.SIGKILL)  # its group and every descendant
@@ -125,7 +126,7 @@ def run_probe(
         _wait_for_group_exit(child.pid, _KILL_WAIT)
     if report is None:
         return {
-            "crashed": f"the GPU check exited with code {code} without a report",
+            "crashed": f"{name} exited with code {code} without a report",
             "during": current,
             "output": list(output),
         }
