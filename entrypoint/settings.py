@@ -211,6 +211,13 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
             f"{settings.topology.nnodes} nodes without OUTPUT_REPO: node 0's weights and the resume point have no home",
             "set OUTPUT_REPO=org/name (every node reads it, node 0 writes it)",
         )
+    launcher = settings.topology.source in {"skypilot", "kubernetes", "pytorchjob"}
+    if launcher and {settings.on_exit, settings.on_failure} != {ExitAction.EXIT}:
+        raise ConfigError(
+            f"ON_EXIT/ON_FAILURE other than exit on {settings.topology.source} nodes: the launcher owns these"
+            " machines and would recover (and bill) what the agent stopped",
+            "use ON_EXIT=exit and ON_FAILURE=exit; the launcher ends the machines when the job ends",
+        )
     unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
     if settings.max_cost is not None and unpriced:  # with a provider, its price is read at start
         raise ConfigError(

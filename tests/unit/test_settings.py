@@ -105,6 +105,26 @@ def test_destroy_without_an_output_repo_would_lose_the_weights() -> None:
     assert "ON_EXIT=stop" in caught.value.hint
 
 
+def test_a_launchers_nodes_only_exit() -> None:
+    skypilot_on_runpod = {
+        "WORKDIR": "/w",
+        "OUTPUT_REPO": "acme/out",
+        "RUNPOD_POD_ID": "p",
+        "RUNPOD_API_KEY": "rpa_secretkey_0123456789",
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NODE_RANK": "0",
+        "SKYPILOT_NODE_IPS": "10.0.0.1 10.0.0.2",
+    }
+    with pytest.raises(ConfigError, match="skypilot nodes: the launcher owns") as caught:
+        from_env(skypilot_on_runpod | {"ON_EXIT": "destroy"})
+    assert "ON_EXIT=exit" in caught.value.hint
+    assert from_env(skypilot_on_runpod).on_exit is ExitAction.EXIT
+    # nodes started by hand on marketplace hosts release their own machines as asked
+    by_hand = {key: value for key, value in skypilot_on_runpod.items() if not key.startswith("SKYPILOT")}
+    by_hand |= {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "ON_EXIT": "destroy"}
+    assert from_env(by_hand).on_exit is ExitAction.DESTROY
+
+
 def test_provider_detected_from_its_env() -> None:
     settings = from_env(
         {
