@@ -135,13 +135,22 @@ class TrainingProcess:
         self._tail: list[str] = []
         self._echo = echo if echo is not None else sys.stdout.buffer
         self._log = open(command.run_dir / CONSOLE_LOG, "ab")  # noqa: SIM115 - closed by the pump
-        self.child = Child(command.argv, cwd=command.cwd, env=env, label="training")
-        self._pump = threading.Thread(target=self._forward_output, name="training-output", daemon=True)
-        self._pump.start()
-        self._ended = threading.Event()
-        self._liveness = Liveness(self.child.pid, command.run_dir, _AGENT_FILES)
-        self._watcher = threading.Thread(target=self._watch_liveness, name="training-liveness", daemon=True)
-        self._watcher.start()
+        try:
+            self.child = Child(command.argv, cwd=command.cwd, env=env, label="training")
+        except BaseException:
+            self._log.close()
+            raise
+        try:
+            self._ended = threading.Event()
+            self._pump = threading.Thread(target=self._forward_output, name="training-output", daemon=True)
+            self._pump.start()
+            self._liveness = Liveness(self.child.pid, command.run_dir, _AGENT_FILES)
+            self._watcher = threading.Thread(target=self._watch_liveness, name="training-liveness", daemon=True)
+            self._watcher.start()
+        except BaseException:
+            # Started, then left without an owner: nobody would ever stop it (a machine kept busy).
+            self.child.stop(signal.SIGKILL, grace=0.0)
+            raise
 
     @property
     def pid(self) -> int:
@@ -187,6 +196,7 @@ class TrainingProcess:
                     self._tail = [*self._tail[-19:], text]
         finally:
             self._log.close()
+            stream.close()  # here, by its only reader: a pipe left to the garbage collector warns
 
     def _join_pump(self) -> None:
         """The output pump ends when every holder of the pipe is gone; an orphan may keep it open."""

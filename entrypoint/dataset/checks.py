@@ -139,14 +139,18 @@ class DatasetCheck:
         self._deadline = time.monotonic() + DOCTOR_TIMEOUT
         self._files = contextlib.ExitStack()  # the children's output, read once they exit
         self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str]] = []
-        for fingerprint, (data_yaml, imgsz) in wanted.items():
-            argv = _doctor_argv(data_yaml, imgsz)
-            logger.info("+ %s (beside the start of training)", " ".join(argv))
-            # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
-            out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
-            err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
-            process = procs.Child(argv, cwd=data_yaml.parent, output=out, errors=err, echo=False)
-            self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
+        try:
+            for fingerprint, (data_yaml, imgsz) in wanted.items():
+                argv = _doctor_argv(data_yaml, imgsz)
+                logger.info("+ %s (beside the start of training)", " ".join(argv))
+                # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
+                out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+                err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
+                process = procs.Child(argv, cwd=data_yaml.parent, output=out, errors=err, echo=False)
+                self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
+        except BaseException:
+            self.cancel()  # a second check that cannot start must not leave the first one running
+            raise
 
     def done(self) -> bool:
         return time.monotonic() > self._deadline or all(run[0].poll() is not None for run in self._runs)

@@ -110,6 +110,41 @@ def test_training_stop_is_bounded_and_says_so(tmp_path: Path, monkeypatch: pytes
         echo.close()
 
 
+def _sleeper_command(tmp_path: Path, script: str) -> training.TrainCommand:
+    return training.TrainCommand(argv=(sys.executable, "-c", script), cwd=tmp_path, run_dir=tmp_path / "run")
+
+
+def test_a_finished_trainings_output_pipe_is_closed_by_its_reader(tmp_path: Path) -> None:
+    # Left open, the pipe is closed by the garbage collector later, warning wherever that happens.
+    with open(os.devnull, "wb") as echo:
+        trainer = training.TrainingProcess(_sleeper_command(tmp_path, "print('epoch 1', flush=True)"), {}, echo=echo)
+        assert finishes(trainer.wait) == 0
+    stream = trainer.child.process.stdout
+    assert stream is not None and stream.closed
+    assert (tmp_path / "run" / training.CONSOLE_LOG).read_bytes() == b"epoch 1\n"
+
+
+def test_a_training_whose_start_fails_halfway_leaves_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[procs.Child] = []
+
+    class Recorded(procs.Child):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            started.append(self)
+
+    def broken_liveness(*_: object) -> None:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(training, "Child", Recorded)
+    monkeypatch.setattr(training, "Liveness", broken_liveness)
+    command = _sleeper_command(tmp_path, "import time; time.sleep(600)")
+    with open(os.devnull, "wb") as echo, pytest.raises(OSError, match="no /proc"):
+        training.TrainingProcess(command, {}, echo=echo)
+    [child] = started
+    assert child.poll() == -signal.SIGKILL  # stopped before the error went on: nobody else could
+    wait_until(lambda: child.process.stdout is not None and child.process.stdout.closed, "the pipe was left open")
+
+
 def test_run_kills_the_whole_tree_on_timeout(tmp_path: Path) -> None:
     script = "import subprocess, time; print(subprocess.Popen(['sleep', '600']).pid, flush=True); time.sleep(600)"
     result = finishes(lambda: procs.run([sys.executable, "-c", script], timeout=2.0, cwd=tmp_path))
@@ -204,3 +239,29 @@ def test_run_args_help_child_goes_through_procs(monkeypatch: pytest.MonkeyPatch)
     assert {"epochs", "batch"} <= set(libreyolo._options_from_help())
     assert seen == [120]
     assert parse("epochs=1").get("epochs") == "1"
+
+
+def test_a_dataset_check_whose_second_doctor_cannot_start_stops_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = tmp_path / "libreyolo"
+    standin.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
+    standin.chmod(0o755)
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(standin))
+    started: list[procs.Child] = []
+
+    class SecondFails(procs.Child):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            if started:
+                raise OSError("too many open files")
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            started.append(self)
+
+    monkeypatch.setattr(procs, "Child", SecondFails)
+    wanted = {name: (tmp_path / name / "data.yaml", 64) for name in ("train", "val")}
+    for data_yaml, _ in wanted.values():
+        data_yaml.parent.mkdir()
+    with pytest.raises(OSError, match="too many open files"):
+        checks.DatasetCheck(wanted)
+    [first] = started
+    assert first.poll() == -signal.SIGKILL
