@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .probe import emit, error_text
+from .probe import emit, error_text, report_and_exit
 
 ALL_REDUCE_MIB = 32
 _MARGIN = 30.0  # beyond torch's own timeout: the parent's watchdog only catches what torch does not
@@ -110,14 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--facts", required=True, help="a JSON file: what this node brings")
     parser.add_argument("--nccl", action="store_true", help="also sum across the nodes' GPUs with NCCL")
     args = parser.parse_args(argv)
-    try:
-        report = check(args)
-    except BaseException as error:  # the parent needs a report, whatever happened
-        report = {"crashed": error_text(error)}
-    emit(report=report)
+    report_and_exit(lambda: check(args))
 
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # CUDA's and gloo's teardown must not hang a finished check

@@ -27,9 +27,10 @@ import socket
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import procs
 from . import causes as gpu_causes
@@ -50,6 +51,20 @@ def emit(**event: Any) -> None:
 
 def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".strip()
+
+
+def report_and_exit(make_report: Callable[[], dict[str, Any]]) -> NoReturn:
+    """Print the one report, whatever happened, and leave at once.
+
+    Exiting through ``os._exit``: multiprocessing's exit handler would join ranks stuck in the driver
+    without a bound, and CUDA's (or gloo's) teardown can hang on a card that fell off the bus."""
+    try:
+        report = make_report()
+    except BaseException as error:  # the parent needs a report, whatever happened
+        report = {"crashed": error_text(error)}
+    emit(report=report)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # -- facts that need no CUDA context ---------------------------------------------------------------
@@ -326,16 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nccl-timeout", type=float, default=45.0)
     args = parser.parse_args(argv)
     selection = None if args.gpus == "all" else [int(part) for part in args.gpus.split(",")]
-    try:
-        report = probe(selection, args.nccl_timeout)
-    except BaseException as error:  # the parent needs a report, whatever happened
-        report = {"crashed": error_text(error)}
-    emit(report=report)
+    report_and_exit(lambda: probe(selection, args.nccl_timeout))
 
 
 if __name__ == "__main__":
     main()
-    # The report is out. Exit now: multiprocessing's exit handler would join ranks stuck in the
-    # driver without a bound, and CUDA's teardown can hang on a card that fell off the bus.
-    sys.stdout.flush()
-    os._exit(0)

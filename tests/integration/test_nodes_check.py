@@ -51,7 +51,10 @@ def test_two_nodes_meet_and_share_node_0s_commit() -> None:
     assert [agreement.workers for agreement in agreements] == [2, 2]
     assert all("output" not in agreement.details for agreement in agreements)
     with socket.socket() as sock:  # the check left no listener behind on its port
+        # as a server binds (TCPStore does too): closed connections in TIME_WAIT may remain, a listener may not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", lead.store_port))
+        sock.listen()
 
 
 @pytest.mark.parametrize("rank", [0, 1])
