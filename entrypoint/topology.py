@@ -159,5 +159,9 @@ def _rank(env: Mapping[str, str], name: str, nnodes: int) -> int:
 def _port(env: Mapping[str, str]) -> int:
     value = env.get("MASTER_PORT", str(DEFAULT_PORT)).strip()
     if not value.isdigit() or not 1 <= int(value) <= 65534:
-        raise ConfigError(f"MASTER_PORT={value!r} is not a port", f"e.g. MASTER_PORT={DEFAULT_PORT}")
+        # 65535 is a port, but the nodes check listens on the next one
+        raise ConfigError(
+            f"MASTER_PORT={value!r} is not a port from 1 to 65534 (the nodes check also uses MASTER_PORT+1)",
+            f"e.g. MASTER_PORT={DEFAULT_PORT}",
+        )
     return int(value)

@@ -78,6 +78,7 @@ def test_an_elastic_pytorchjob_is_refused() -> None:
         ({"NNODES": "two", "NODE_RANK": "0"}, "NNODES"),
         ({"NNODES": "2", "NODE_RANK": "0"}, "MASTER_ADDR"),
         ({"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "99999"}, "MASTER_PORT"),
+        ({"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "65535"}, "MASTER_PORT+1"),
         ({"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": "10.0.0.1"}, "SKYPILOT"),
         ({"JOB_COMPLETION_INDEX": "0", "HEADLESS_SERVICE": "trainbox"}, "NNODES"),
     ],
