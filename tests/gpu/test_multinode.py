@@ -11,7 +11,7 @@ import pytest
 
 from entrypoint.checkpoint import inspect
 from tests.hubfixtures import HubContext
-from tests.integration.test_multinode import finish, free_port, node_env
+from tests.integration.test_multinode import finish, free_port, lose_a_node_then_resume, node_env
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # trains real models
@@ -25,10 +25,14 @@ def gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in listed.splitlines())
 
 
-@pytest.mark.transfer("xet")
-def test_two_nodes_on_two_gpus(hub_ctx: HubContext, tmp_path: Path) -> None:
+def need_two_gpus() -> None:
     if gpu_count() < 2:
         pytest.skip("two nodes on one machine need two GPUs (NCCL refuses two ranks on one GPU)")
+
+
+@pytest.mark.transfer("xet")
+def test_two_nodes_on_two_gpus(hub_ctx: HubContext, tmp_path: Path) -> None:
+    need_two_gpus()
     dataset = make_dataset(tmp_path / "cones", train=16, val=4).parent
     repo = hub_ctx.repo_id("multinode-gpu")
     common = dict(DATASET_REPO=str(dataset), OUTPUT_REPO=repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=4")
@@ -50,3 +54,13 @@ def test_two_nodes_on_two_gpus(hub_ctx: HubContext, tmp_path: Path) -> None:
         state = json.loads((tmp_path / node / "runs" / "two-nodes" / "trainbox.json").read_text())
         assert state["nodes_check"]["nccl"]["ok"], state["nodes_check"]
     assert "NCCL across nodes ok" in out0
+
+
+@pytest.mark.transfer("xet")
+def test_a_lost_gpu_node_ends_the_other_within_ddp_timeout_then_both_resume(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    """NCCL, not gloo: node 0 blocked in a collective with a vanished peer must end by the watchdog
+    (DDP_TIMEOUT), not NCCL's 3 h default. More epochs than on the CPU: a GPU would finish 5 before the kill."""
+    need_two_gpus()
+    lose_a_node_then_resume(hub_ctx, tmp_path, epochs=40, gpus=("0", "1"))

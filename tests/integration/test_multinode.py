@@ -117,18 +117,31 @@ def hub_epochs(hub_ctx: HubContext, repo: str) -> int:
 
 @pytest.mark.transfer("xet")
 def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
+    lose_a_node_then_resume(hub_ctx, tmp_path, epochs=5)
+
+
+def lose_a_node_then_resume(
+    hub_ctx: HubContext, tmp_path: Path, *, epochs: int, gpus: tuple[str, str] = ("cpu", "cpu")
+) -> None:
+    """Node 1's machine vanishes mid-run: node 0 ends within the stated bound, the reason on the Hub;
+    the restarted set resumes on both nodes from the same commit and finishes. ``gpus``: each node's GPUS."""
     dataset = make_dataset(tmp_path / "cones", train=16, val=4).parent
     repo = hub_ctx.repo_id("multinode-lost")
     common = dict(
         DATASET_REPO=str(dataset),
         OUTPUT_REPO=repo,
-        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=5 batch=4 save_period=1",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs={epochs} batch=4 save_period=1",
         DDP_TIMEOUT="60",  # the bound on a peer that vanished without closing its sockets
         RENDEZVOUS_TIMEOUT="180",  # a node that failed before training must not hold the other long
     )
-    port = free_port()
-    follower = start_trainbox("run", env=node_env(tmp_path / "node1", 1, port, hub_ctx.read_token, **common))
-    leader = start_trainbox("run", env=node_env(tmp_path / "node0", 0, port, hub_ctx.token, **common))
+
+    def start_both() -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+        port = free_port()
+        follower_env = node_env(tmp_path / "node1", 1, port, hub_ctx.read_token, **common) | {"GPUS": gpus[1]}
+        leader_env = node_env(tmp_path / "node0", 0, port, hub_ctx.token, **common) | {"GPUS": gpus[0]}
+        return start_trainbox("run", env=follower_env), start_trainbox("run", env=leader_env)
+
+    follower, leader = start_both()
     deadline = time.monotonic() + 600
     while hub_epochs(hub_ctx, repo) < 1 and leader.poll() is None:
         assert time.monotonic() < deadline, "no epoch reached the Hub"
@@ -147,12 +160,10 @@ def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubCo
     on_hub = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert on_hub["phase"] == "failed" and on_hub["exit"]["reason"] == "peer_lost", on_hub["exit"]
     done = hub_epochs(hub_ctx, repo)
-    assert done < 5
+    assert done < epochs
 
     # the launcher restarts the set: both resume from the Hub and finish
-    port = free_port()
-    follower = start_trainbox("run", env=node_env(tmp_path / "node1", 1, port, hub_ctx.read_token, **common))
-    leader = start_trainbox("run", env=node_env(tmp_path / "node0", 0, port, hub_ctx.token, **common))
+    follower, leader = start_both()
     code0, out0 = finish(leader)
     code1, out1 = finish(follower)
     assert code0 == 0, out0[-4000:]
@@ -165,7 +176,7 @@ def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubCo
     assert resumed[0] == resumed[1] and resumed[0]["revision"]  # node 0's commit, the same epoch on both
     on_hub = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert on_hub["phase"] == "done"
-    assert inspect(hub_ctx.hub.blob_path(repo, "weights/last.pt")).completed_epochs == 5
+    assert inspect(hub_ctx.hub.blob_path(repo, "weights/last.pt")).completed_epochs == epochs
 
 
 def test_a_node_that_never_comes_ends_node_0_within_the_rendezvous_timeout(hub_ctx: HubContext, tmp_path: Path) -> None:
