@@ -164,14 +164,39 @@ def _local_candidates(run_dir: Path) -> list[Path]:
 
 
 def newest_local(run_dir: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
-    best: tuple[Path, checkpoint.CheckpointInfo] | None = None
-    for path in _local_candidates(run_dir):
-        if not path.is_file():
-            continue
-        info = _valid(path)
-        if info is not None and (best is None or info.completed_epochs > best[1].completed_epochs):  # type: ignore[operator]
-            best = (path, info)
-    return best
+    """The volume's checkpoint to resume from: the newest, unless libreyolo never recorded its epoch.
+
+    libreyolo writes ``last.pt`` (and ``epoch_N.pt``) before the epoch's metrics.jsonl row: a kill in
+    between leaves a checkpoint whose row would be missing forever. That epoch counts as in progress
+    and is redone from the checkpoint of the last recorded one, when that costs no more than it."""
+    found = [(path, info) for path in _local_candidates(run_dir) if path.is_file() and (info := _valid(path))]
+    if not found:
+        return None
+    newest = max(found, key=lambda item: item[1].completed_epochs or 0)
+    recorded = recorded_epochs(run_dir)
+    newest_epochs = newest[1].completed_epochs or 0
+    if recorded is None or newest_epochs <= recorded:
+        return newest
+    if recorded == 0 and newest_epochs == 1:
+        logger.info("resume: epoch 1 was saved but never recorded (cut off): starting it again")
+        return None
+    for path, info in found:
+        if info.completed_epochs == recorded and recorded == newest_epochs - 1:
+            logger.info("resume: epoch %d was saved but never recorded (cut off): redoing it", newest_epochs)
+            return path, info
+    logger.warning("resume: epoch %d has no row in metrics.jsonl (cut off before libreyolo wrote it)", newest_epochs)
+    return newest
+
+
+def recorded_epochs(run_dir: Path) -> int | None:
+    """Epochs libreyolo recorded in this run folder (metrics.jsonl); 0 when it started the run
+    (status.json) but recorded none; None when the folder holds no libreyolo run to judge by."""
+    done = epochs_done(run_dir)
+    if done is not None:
+        return done
+    if (run_dir / libreyolo.METRICS_FILE).exists() or (run_dir / libreyolo.STATUS_FILE).exists():
+        return 0
+    return None
 
 
 def _same_as_local(entry: Any, local: Path | None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from entrypoint.errors import CrashLoopError
-from entrypoint.resume import CRASH_LOOP_LENGTH, check_crash_loop, trim_metrics
+from entrypoint.resume import CRASH_LOOP_LENGTH, check_crash_loop, newest_local, trim_metrics
 
 
 def attempt(reason: str = "training_failed", exit_code: int = 60, epochs_done: int | None = 4) -> dict[str, Any]:
@@ -111,3 +111,54 @@ def test_a_checkpoint_before_any_epoch_empties_the_file(tmp_path: Path) -> None:
     trim_metrics(tmp_path, completed_epochs=0)
 
     assert path.read_text() == ""
+
+
+# -- newest_local: an epoch saved but never recorded is the epoch in progress ------------------------
+def saved(run_dir: Path, name: str, completed: int) -> Path:
+    from tests.unit.test_checkpoint import save
+
+    path = run_dir / "weights" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save(path, epoch=completed - 1)  # libreyolo's checkpoint epoch is 0-based
+
+
+def recorded(run_dir: Path, epochs: int) -> None:
+    (run_dir / "status.json").write_text("{}")
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"epoch": n}) + "\n" for n in range(1, epochs + 1)))
+
+
+def test_a_checkpoint_whose_row_was_cut_off_is_redone_from_the_recorded_epoch(tmp_path: Path) -> None:
+    saved(tmp_path, "last.pt", 4)
+    saved(tmp_path, "epoch_3.pt", 3)
+    saved(tmp_path, "epoch_4.pt", 4)
+    recorded(tmp_path, 3)  # killed after the weights of epoch 4, before its metrics.jsonl row
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "epoch_3.pt" and found[1].completed_epochs == 3
+
+
+def test_the_first_epoch_cut_off_before_its_row_starts_again(tmp_path: Path) -> None:
+    saved(tmp_path, "last.pt", 1)
+    (tmp_path / "status.json").write_text("{}")  # libreyolo started the run, recorded no epoch
+    assert newest_local(tmp_path) is None
+
+
+def test_a_recorded_epoch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    saved(tmp_path, "last.pt", 4)
+    saved(tmp_path, "epoch_3.pt", 3)
+    recorded(tmp_path, 4)
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "last.pt" and found[1].completed_epochs == 4
+
+
+def test_redoing_more_than_the_cut_off_epoch_is_not_worth_a_row(tmp_path: Path) -> None:
+    saved(tmp_path, "last.pt", 10)  # save_period=5: no checkpoint at the recorded epoch 9
+    saved(tmp_path, "epoch_5.pt", 5)
+    recorded(tmp_path, 9)
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "last.pt"
+
+
+def test_a_folder_with_no_run_record_keeps_its_newest_checkpoint(tmp_path: Path) -> None:
+    saved(tmp_path, "last.pt", 2)  # a checkpoint placed by hand: nothing to judge it by
+    found = newest_local(tmp_path)
+    assert found is not None and found[1].completed_epochs == 2
