@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.support import run_trainbox, trainbox_env
+from tests.support import Result, run_trainbox, trainbox_env
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]  # trains real models
 
@@ -91,10 +92,17 @@ def test_a_gpu_the_machine_lacks_is_a_config_error(tmp_path: Path, check: dict[s
     assert f"GPUS=0,{missing} names GPU {missing}" in result.stderr
 
 
-def test_short_training_on_every_gpu(tmp_path: Path, check: dict[str, Any]) -> None:
-    """The bundled demo, two epochs, GPUS=all: device=0,…,n-1 and batch=-1 reach libreyolo."""
-    workdir = tmp_path / "work"
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory, check: dict[str, Any]) -> tuple[Result, Path]:
+    """The bundled demo, two epochs, GPUS=all, once for the module: ``(result, workdir)``."""
+    workdir = tmp_path_factory.mktemp("demo") / "work"
     result = run_trainbox("run", env=trainbox_env(workdir, GPUS="all", RUN_ARGS="epochs=2"), timeout=900)
+    return result, workdir
+
+
+def test_short_training_on_every_gpu(demo_run: tuple[Result, Path], check: dict[str, Any]) -> None:
+    """device=0,…,n-1 and batch=-1 reach libreyolo, and the run finishes on the cards."""
+    result, workdir = demo_run
     assert result.returncode == 0, result.output[-5000:]
     (state_file,) = (workdir / "runs").glob("*/trainbox.json")
     state = json.loads(state_file.read_text())
@@ -110,6 +118,43 @@ def test_short_training_on_every_gpu(tmp_path: Path, check: dict[str, Any]) -> N
     assert status["state"] == "completed" and status["completed_epochs"] == 2
     assert "NO GPU FOUND" not in result.stderr
     assert f"GPU {check['indices'][0]}: " in result.stderr  # the check's summary in the run log
+
+
+def test_batch_minus_one_is_sized_on_the_card(demo_run: tuple[Result, Path], check: dict[str, Any]) -> None:
+    """libreyolo's AutoBatch ran on the GPU (not the CPU fallback that keeps 16) and chose a batch that
+    splits across the GPUs; the figure is printed for the record."""
+    result, workdir = demo_run
+    assert result.returncode == 0, result.output[-3000:]
+    (run_dir,) = (path.parent for path in (workdir / "runs").glob("*/trainbox.json"))
+    logs = (run_dir / "console.log").read_text() + (run_dir / "train.log").read_text()
+    chosen = re.search(r"AutoBatch: resolved global batch size = (\d+)", logs)
+    assert chosen is not None, logs[-3000:]
+    assert "non-CUDA device" not in logs
+    batch = int(chosen.group(1))
+    config = yaml.safe_load((run_dir / "train_config.yaml").read_text())
+    assert config["batch"] == batch > 0
+    assert batch % len(check["indices"]) == 0
+    print(f"batch=-1 chose {batch} on {len(check['indices'])} GPU(s): {', '.join(g['name'] for g in check['gpus'])}")
+
+
+def test_profile_gives_a_verdict_on_the_card(
+    tmp_path: Path, demo_run: tuple[Result, Path], check: dict[str, Any]
+) -> None:
+    """PROFILE=1: `libreyolo profile run` on the first GPU before training; its verdict in trainbox.json.
+    The profiler loads weights (it has no from-scratch mode): the demo run's own last.pt, as this machine
+    cannot download the published ones."""
+    _, demo_workdir = demo_run
+    (last,) = (demo_workdir / "runs").glob("*/weights/last.pt")
+    workdir = tmp_path / "work"
+    env = trainbox_env(workdir, GPUS="all", PROFILE="1", RUN_ARGS=f"model={last} epochs=1")
+    result = run_trainbox("run", env=env, timeout=900)
+    assert result.returncode == 0, result.output[-5000:]
+    (state_file,) = (workdir / "runs").glob("*/trainbox.json")
+    verdict = json.loads(state_file.read_text()).get("profile")
+    assert verdict is not None, result.output[-5000:]
+    assert verdict["bound"], verdict
+    assert isinstance(verdict["img_per_s"], (int, float)) and verdict["img_per_s"] > 0, verdict
+    print(f"profile on GPU {check['indices'][0]}: {verdict}")
 
 
 def test_a_batch_that_does_not_split_across_the_gpus_stops_before_training(
