@@ -21,6 +21,12 @@ PACKAGES=(
     huggingface_hub hf_xet httpx2 httpcore2 truststore anyio idna click
     watchdog
 )
+# What such a machine provides (tests/unit/test_gpu_scripts.py checks that every runtime requirement is in one of
+# the two lists, so a new dependency gets a decision here).
+PROVIDED=(
+    torch torchvision opencv-python numpy pillow scipy matplotlib pyyaml requests tqdm typer safetensors
+    cloudpickle packaging filelock fsspec typing-extensions h11 pytest
+)
 
 if [ ! -x "$PYTHON" ]; then
     echo "no $PYTHON: create the environment first (bash .ci/run, or README's first command)" >&2
@@ -38,6 +44,7 @@ done
 
 rm -rf "$DIR"
 mkdir -p "$DIR"
+echo "== expected on the GPU machine already: ${PROVIDED[*]}"
 echo "== downloading for CPython $TARGET_PYTHON, manylinux x86_64: ${pins[*]}"
 platforms=()
 for tag in manylinux_2_39 manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 \
