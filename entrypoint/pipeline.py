@@ -17,13 +17,15 @@ from typing import Any
 
 from . import cost, dataset, launch, monitor, preflight, profiling, progress, providers, release, resume, sync, training
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .foreign import Area, Where
+from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .settings import Settings
-from .state import STATE_FILE, Phase, RunState
+from .state import STATE_FILE, Phase, RunState, read_state
 
 # Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
 # every step after it (child grace, final upload, publishing trainbox.json) takes its share of it.
@@ -50,8 +52,9 @@ class Job:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.started = time.monotonic()
-        settings.run_dir.mkdir(parents=True, exist_ok=True)
-        self.state = RunState.load(settings.run_dir, settings.run_name)
+        # Only reads here: the run folder is made inside ``run``'s try, so a full or read-only volume
+        # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
+        self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: training.TrainingProcess | None = None
         self.uploader: sync.Uploader | None = None
@@ -126,6 +129,7 @@ class Job:
         )
         outcome: AgentError | None = None
         try:
+            self._make_run_dir()
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
@@ -172,6 +176,17 @@ class Job:
             if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
                 self._dataset_check.cancel()
         return self._finish(outcome)
+
+    def _make_run_dir(self) -> None:
+        run_dir = self.settings.run_dir
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            mapped = classify(error, Where(Area.DISK, doing=f"creating {run_dir}", disk_hint="free space in WORKDIR"))
+            raise mapped or AgentError(
+                f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
+            ) from None
+        self.state.save()  # the saves before it had nowhere to go
 
     def _arm_budget(self, seen: providers.Observed | None) -> None:
         """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline

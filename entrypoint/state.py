@@ -99,17 +99,30 @@ def replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None
 def read_state(path: Path) -> dict[str, Any] | None:
     try:
         state = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep to parse
         return None
     return state if isinstance(state, dict) else None  # valid JSON but not ours: as unreadable
 
 
+def _history(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The earlier attempts a trainbox.json lists; entries that do not parse are dropped, never fatal
+    (a damaged history must not keep the job from starting, and so from releasing the machine)."""
+    entries = (previous or {}).get("attempts")
+    return [dict(entry) for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
 def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     """An attempt that never wrote its end (SIGKILL, power loss) is recorded as lost."""
-    if not previous or Phase(previous.get("phase", "done")).terminal:
+    if not previous:
         return []
-    if any(entry.get("attempt") == previous.get("attempt") for entry in previous.get("attempts", [])):
+    try:
+        if Phase(previous.get("phase", "done")).terminal:
+            return []
+    except (ValueError, TypeError):  # a phase this version does not know: it never wrote an end we can read
+        pass
+    if any(entry.get("attempt") == previous.get("attempt") for entry in _history(previous)):
         return []
+    progress = previous.get("progress")
     return [
         {
             "attempt": previous.get("attempt"),
@@ -118,7 +131,7 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
             "phase": previous.get("phase"),
             "exit_code": None,
             "reason": "lost",
-            "epochs_done": (previous.get("progress") or {}).get("epochs_done"),
+            "epochs_done": progress.get("epochs_done") if isinstance(progress, dict) else None,
         }
     ]
 
@@ -144,7 +157,7 @@ class RunState:
         self._phase_started = time.monotonic()
         self._listeners: list[Callable[[], None]] = []
         self.previous = previous  # the file as the last attempt left it
-        attempts = _settled(list((previous or {}).get("attempts", []))) + _lost_attempt(previous)
+        attempts = _settled(_history(previous)) + _lost_attempt(previous)
         self._data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_name": run_name,
@@ -185,7 +198,7 @@ class RunState:
     def adopt_history(self, remote: dict[str, Any] | None) -> None:
         """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
         # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
-        attempts = _settled(list((remote or {}).get("attempts", []))) + _lost_attempt(remote)
+        attempts = _settled(_history(remote)) + _lost_attempt(remote)
         with self._lock:
             if len(attempts) <= len(self._data["attempts"]):
                 return

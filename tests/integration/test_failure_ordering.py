@@ -721,3 +721,32 @@ def test_hub_errors_while_resuming_or_finishing_lose_nothing(agent: Agent, phase
     assert {f"weights/epoch_{n}.pt" for n in range(1, 5)} <= hub_epochs(hub, agent.repo)
     assert hub.file_bytes(agent.repo, "weights/last.pt") == (agent.run_dir / "weights" / "last.pt").read_bytes()
     assert_invariants(agent, code, output, before)
+
+
+# -- the job cannot even start -----------------------------------------------------------------
+def test_a_run_folder_that_cannot_be_made_still_releases(agent: Agent, vast: FakeVast) -> None:
+    (agent.volume / "runs").mkdir(parents=True)
+    agent.run_dir.write_text("a file where the run folder goes")  # as a read-only volume: no folder there
+
+    code, output = agent.run(agent.env(vast, ON_FAILURE="destroy"))
+
+    assert code == 1, output[-3000:]
+    assert "cannot create the run folder" in output and "Traceback" not in output
+    assert [action.method for action in vast.actions()] == ["DELETE"], "the machine was not released"
+
+
+def test_a_full_disk_at_the_start_is_38_and_still_releases(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    small_disk(agent.volume, "1m,nr_inodes=64")
+    for n in range(200):  # every inode taken: not even a folder can be made
+        try:
+            (agent.volume / f"f{n}").touch()
+        except OSError:
+            break
+
+    code, output = agent.run(agent.env(vast, ON_FAILURE="stop"))
+
+    assert code == DiskSpaceError.exit_code, output[-3000:]
+    assert "Traceback" not in output
+    assert [action.method for action in vast.actions()] == ["PUT"], "the machine was not released"

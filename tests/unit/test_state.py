@@ -6,6 +6,8 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
 from entrypoint import log
 from entrypoint.state import STATE_FILE, Phase, RunState, read_state, write_json_atomic
 
@@ -91,3 +93,27 @@ def test_a_state_file_that_is_json_but_not_an_object_reads_as_unreadable(tmp_pat
     for text in ("[]", '"done"', "3"):
         (tmp_path / STATE_FILE).write_text(text)
         assert read_state(tmp_path / STATE_FILE) is None
+
+
+DAMAGED_HISTORIES = [
+    {"phase": "bogus", "attempt": 1, "attempts": "not a list", "progress": [3]},
+    {"phase": ["training"], "attempt": 2, "attempts": [1, "x", None, {"attempt": 1, "reason": "lost"}]},
+    {"phase": "training", "attempt": 1, "attempts": {"1": "x"}, "progress": None},
+]
+
+
+@pytest.mark.parametrize("history", DAMAGED_HISTORIES)
+def test_a_history_that_does_not_parse_never_stops_the_start(tmp_path: Path, history: dict[str, object]) -> None:
+    (tmp_path / STATE_FILE).write_text(json.dumps(history))
+    state = RunState.load(tmp_path, "run1")
+    attempts = state.attempts
+    # What can be read is kept; the earlier attempt never wrote an end we can read: it counts as lost.
+    assert attempts[-1]["reason"] == "lost" and attempts[-1]["exit_code"] is None
+    assert all(isinstance(entry, dict) for entry in attempts)
+    assert state.snapshot()["attempt"] == len(attempts) + 1
+    state.adopt_history(history)  # the same file on the Hub (a new disk): no crash either
+
+
+def test_a_history_nested_too_deep_reads_as_unreadable(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert read_state(tmp_path / STATE_FILE) is None
