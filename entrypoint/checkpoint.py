@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import StopRequested
+
 _ELEMENT_SIZE = {
     "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
     "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1,
@@ -111,7 +113,7 @@ def inspect(path: Path) -> CheckpointInfo:
         raise InvalidCheckpoint(f"not a complete zip archive ({error})") from None
     try:
         loaded = _SafeUnpickler(data, records, prefix).load()
-    except InvalidCheckpoint:
+    except (InvalidCheckpoint, StopRequested):  # a stop (signal handler, resume) is never a bad pickle
         raise
     except Exception as error:  # any malformed pickle
         raise InvalidCheckpoint(f"unreadable pickle ({type(error).__name__}: {error})") from None

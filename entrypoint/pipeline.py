@@ -77,6 +77,10 @@ class Job:
         """Stop the job because of ``error``. Before training this raises at once; during it,
         the training loop notices and stops the child; while finishing it is only recorded."""
         if self._stop is not None:
+            if isinstance(error, PreemptedError) and not isinstance(self._stop, PreemptedError):
+                self._stop = error  # the machine is going away: that bound now rules the wrap-up
+            if self.trainer is None and not self._finishing:
+                raise self._stop  # the first one was swallowed somewhere: a later signal still stops the job
             return
         self._stop = error
         logger.warning("stopping: %s", error)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TypeVar
 
+from .errors import StopRequested
 from .log import logger
 
 T = TypeVar("T")
@@ -149,6 +150,8 @@ def call_with_retries(
     for attempt in range(policy.attempts):
         try:
             return call()
+        except StopRequested:  # a stop raised by the signal handler during the call is never retried
+            raise
         except Exception as error:
             if not retryable(error) or attempt == policy.attempts - 1:
                 raise

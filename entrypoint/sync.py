@@ -43,7 +43,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from . import checkpoint, libreyolo
-from .errors import AccessError, AgentError, SyncError
+from .errors import AccessError, AgentError, StopRequested, SyncError
 from .hub import Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
@@ -619,6 +619,8 @@ class Uploader:
             if head == self.ledger.head:
                 return
             remote = {} if head is None else self.hub.remote_ids(self.repo_id)
+        except StopRequested:  # raised by the signal handler in this (main) thread: the job must stop
+            raise
         except Exception as error:
             logger.warning("sync: cannot read %s (%s); every file will be checked again", self.repo_id, error)
             remote, head = {}, None
