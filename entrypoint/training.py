@@ -6,6 +6,8 @@ both scrubbed of secrets. Its exit code is mapped to the agent's typed errors.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import shutil
 import signal
 import subprocess
@@ -130,7 +132,8 @@ class TrainingProcess:
         self.command = command
         self.last_activity = time.monotonic()
         self.pump_stuck = False
-        self.saw_no_space = False  # the child said its disk was full (ENOSPC)
+        self.saw_no_space = False  # the child said its disk was full (ENOSPC), or console.log could not be written
+        self._log_failing = False
         self._activity_lock = threading.Lock()  # the output pump and the liveness watcher both report
         self._tail: list[str] = []
         self._echo = echo if echo is not None else sys.stdout.buffer
@@ -184,8 +187,7 @@ class TrainingProcess:
                 if any(marker in line for marker in _NO_SPACE):
                     self.saw_no_space = True
                 clean = redact_bytes(line)
-                self._log.write(clean)
-                self._log.flush()
+                self._write_log(clean)
                 try:
                     self._echo.write(clean)
                     self._echo.flush()
@@ -195,8 +197,26 @@ class TrainingProcess:
                 if text:
                     self._tail = [*self._tail[-19:], text]
         finally:
-            self._log.close()
+            with contextlib.suppress(OSError):  # its last flush may meet the same full disk
+                self._log.close()
             stream.close()  # here, by its only reader: a pipe left to the garbage collector warns
+
+    def _write_log(self, data: bytes) -> None:
+        """Into console.log; a failed write (a full disk) costs only the log, never the reader: a pipe
+        nobody drains would block the trainer at its next 64 KB of output. Tried again line by line."""
+        try:
+            self._log.write(data)
+            self._log.flush()
+        except (OSError, ValueError) as error:
+            if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+                self.saw_no_space = True  # the disk's fault if training fails now
+            if not self._log_failing:
+                self._log_failing = True
+                logger.warning("cannot write %s (%s): the training output goes on unlogged", CONSOLE_LOG, error)
+            return
+        if self._log_failing:
+            self._log_failing = False
+            logger.info("writing %s again", CONSOLE_LOG)
 
     def _join_pump(self) -> None:
         """The output pump ends when every holder of the pipe is gone; an orphan may keep it open."""

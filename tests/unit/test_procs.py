@@ -265,3 +265,35 @@ def test_a_dataset_check_whose_second_doctor_cannot_start_stops_the_first(
         checks.DatasetCheck(wanted)
     [first] = started
     assert first.poll() == -signal.SIGKILL
+
+
+class _FullDiskLog:
+    """console.log on a disk that filled up: every write and the last flush fail with ENOSPC."""
+
+    def __init__(self, *_: object) -> None:
+        self.tries = 0
+
+    def write(self, data: bytes) -> int:
+        self.tries += 1
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_console_log_that_cannot_be_written_never_stops_the_output_pump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 MB of output: far past the pipe's 64 KB, so a reader that gave up would block the trainer for good.
+    script = "import sys\nfor n in range(20000): sys.stdout.write(f'line {n} ' + 'x' * 90 + '\\n')\nprint('done')"
+    logs: list[_FullDiskLog] = []
+    monkeypatch.setattr(training, "open", lambda *args: logs.append(_FullDiskLog()) or logs[-1], raising=False)
+    with open(os.devnull, "wb") as echo:
+        trainer = training.TrainingProcess(_sleeper_command(tmp_path, script), {}, echo=echo)
+        assert finishes(trainer.wait) == 0
+    assert trainer._tail[-1] == "done" and logs[0].tries > 1  # read to the end, the log tried on every line
+    assert trainer.saw_no_space and not trainer.pump_stuck  # the disk is blamed if the training fails now
+    assert training.blame_full_disk(training.error_for_exit(1, ""), tmp_path, trainer.saw_no_space) is not None
