@@ -187,6 +187,39 @@ def test_skypilot() -> None:
     assert "trainbox run" in task["run"]
 
 
+# SkyPilot's own task schema (the `skypilot` package pulls in every cloud's SDK, so its schema is vendored).
+SKYPILOT_SCHEMA = REPO / "tests" / "fakes" / "skypilot_task_schema.json"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_skypilot_file_is_valid_for_skypilot(nodes: int) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    text = (TEMPLATES / "skypilot.yaml").read_text()
+    if nodes > 1:
+        text = text.replace("# num_nodes: 2\n", f"num_nodes: {nodes}\n")
+    validator = jsonschema.Draft202012Validator(json.loads(SKYPILOT_SCHEMA.read_text()))
+    task = yaml.safe_load(text)
+    errors = [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(task)]
+    assert not errors, errors
+    # the vendored schema does refuse what SkyPilot refuses
+    assert list(validator.iter_errors({"resources": {"job_recovery": {"recover_on_exit_code": [63]}}}))
+    assert list(validator.iter_errors({"resources": {"job_recovery": {"recover_on_exit_codes": [63, 256]}}}))
+
+
+def test_skypilot_relaunches_what_a_fresh_set_of_machines_fixes() -> None:
+    """SkyPilot recovers a managed job by itself only when its cluster is gone; a node lost while the VMs stay up
+    ends the job unless its exit code is listed (and max_restarts_on_errors defaults to 0)."""
+    recovery = yaml.safe_load((TEMPLATES / "skypilot.yaml").read_text())["resources"]["job_recovery"]
+    codes = set(recovery["recover_on_exit_codes"])
+    assert {63, 64, 143} <= codes, "a lost node, nodes that never met, a SIGTERM: relaunch the set"
+    assert codes <= set(exit_codes()), "every code is one the agent uses"
+    # listed codes are retried without limit: never one a retry repeats, nor the crash-loop guard's own exit
+    assert not {0, 2, 10, 11, 12, 20, *range(30, 42), 52, 53, 61, 62, 80, 82, 90} & codes
+    assert 1 <= recovery["max_restarts_on_errors"] <= 3, "other failures: a bounded number of retries"
+    readme = (TEMPLATES / "README.md").read_text()
+    assert "recover_on_exit_codes" in readme and "max_restarts_on_errors" in readme
+
+
 def test_kubernetes_job() -> None:
     claim, job = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
     assert claim["kind"] == "PersistentVolumeClaim"
