@@ -144,6 +144,46 @@ def test_runpod() -> None:
     assert "POST https://api.runpod.io/v2/templates" in readme and "/v1/" not in readme
 
 
+def image_cuda(image: str) -> str:
+    """The CUDA release (``12.6``) of a published image reference: its variant's base in docker/bases.Dockerfile."""
+    tag = image.rsplit(":", 1)[-1]
+    variant = re.search(r"-(cu\d+)", tag)
+    stage = variant.group(1) if variant else "cu126"  # the plain X.Y.Z tags are the cu126 build
+    bases = (REPO / "docker" / "bases.Dockerfile").read_text()
+    (base,) = re.findall(rf"^FROM (\S+) AS {stage}$", bases, re.M)
+    found = re.search(r"-cuda(\d+\.\d+)-", base)
+    assert found, base
+    return found.group(1)
+
+
+def cuda_key(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+def check_runpod_cuda(allowed: list[str], image_release: str) -> None:
+    assert allowed, "an empty list lets the pod land on any driver"
+    assert all(re.fullmatch(r"\d+\.\d+", version) for version in allowed), "RunPod v2 wants major.minor"
+    assert allowed == sorted(set(allowed), key=cuda_key)
+    # exact matching: the image's own release and every later one up to 13.2, no gap, nothing older
+    assert allowed[0] == image_release
+    known = [f"12.{minor}" for minor in range(10)] + [f"13.{minor}" for minor in range(3)]
+    assert [v for v in known if cuda_key(v) >= cuda_key(image_release)] == [v for v in allowed if v in known]
+
+
+def test_runpod_keeps_pods_off_hosts_whose_driver_is_too_old() -> None:
+    template = json.loads((TEMPLATES / "runpod.json").read_text())
+    check_runpod_cuda(template["allowedCudaVersions"], image_cuda(template["image"]))
+    # the README gives the list of each variant
+    readme = (TEMPLATES / "README.md").read_text()
+    for variant in ("cu126", "cu130"):
+        release = image_cuda(f"{IMAGE}:0.1.0-{variant}")
+        lists = re.findall(r"`(\[[^`]*\])` for (?:the default image|a `-cu\d+` image)", readme)
+        matching = [json.loads(found) for found in lists if json.loads(found)[0] == release]
+        assert len(matching) == 1, f"{variant}: {lists}"
+        check_runpod_cuda(matching[0], release)
+
+
 def test_vast() -> None:
     template = json.loads((TEMPLATES / "vast.json").read_text())
     assert template["image"] == IMAGE and template["tag"]
