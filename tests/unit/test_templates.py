@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def check_names(names: set[str]) -> None:
 
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml", "kubernetes.yaml"}
-    checked |= {"kubernetes-multinode.yaml"}
+    checked |= {"kubernetes-multinode.yaml", ".beamignore"}
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -466,6 +467,7 @@ class _Function:
         self.fn = fn
 
     def remote(self, *args):
+        print("beam uploads the folder", os.getcwd(), flush=True)  # the SDK syncs the working folder here
         result = self.fn(*args)
         return None if os.environ.get("FAKE_BEAM_FAILS") else result
 
@@ -584,3 +586,20 @@ def test_beam_launcher_fails_when_beam_returns_no_result(tmp_path: Path) -> None
 def test_modal_launcher_documents_detach() -> None:
     text = (TEMPLATES / "modal_train.py").read_text()
     assert "modal run --detach templates/modal_train.py" in text
+    # since Modal 1.4 `modal app logs` prints the last lines and exits; -f follows
+    assert "modal app logs -f trainbox" in text and "modal app logs trainbox" not in text
+
+
+def test_beam_uploads_the_launcher_alone(tmp_path: Path) -> None:
+    """Beam syncs the working folder, filtered by the .beamignore found there (gitignore syntax)."""
+    process, _ = launcher("beam_train.py", tmp_path, AGENT_EXIT="0")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert f"beam uploads the folder {TEMPLATES}" in output, "run from anywhere, it syncs the templates folder"
+    pathspec = pytest.importorskip("pathspec")
+    with warnings.catch_warnings():  # Beam vendors a pathspec from before "gitwildmatch" was deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        rules = pathspec.PathSpec.from_lines("gitwildmatch", (TEMPLATES / ".beamignore").read_text().splitlines())
+    kept = {path.name for path in TEMPLATES.iterdir() if not rules.match_file(path.name)}
+    assert kept == {"beam_train.py"}
+    assert rules.match_file(".env") and rules.match_file("data/images/a.jpg")
