@@ -54,6 +54,11 @@ class RateLimitedError(Exception):
         self.retry_after = retry_after
 
 
+class CardRefusedError(Exception):
+    """The Hub refused README.md's metadata (its YAML validation): the commit carrying it did not land.
+    Not an exit: the card is the only file in its commit, so nothing else waits on it."""
+
+
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 6
@@ -194,6 +199,11 @@ class Hub:
             raise _upload_error(error, repo_id) from None
         except NETWORK_ERRORS as error:
             raise _upload_error(error, repo_id) from None
+        except ValueError as error:
+            # huggingface_hub checks README.md with the Hub's /api/validate-yaml before uploading anything
+            if "README.md" in str(error):
+                raise CardRefusedError(" ".join(str(error).split())) from None
+            raise
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
         """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.

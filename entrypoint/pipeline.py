@@ -251,6 +251,8 @@ class Job:
             before_snapshot=self._before_snapshot,
             superseded=newer.__contains__ if newer else None,
             on_commit=self.progress.committed,
+            # trainbox.json says why the Hub refused the card, until a card lands
+            on_card=lambda refused: self.state.update(card={"refused": refused}),
         )
         self.uploader.start()
         self.state.on_phase(self.uploader.notify)

@@ -44,11 +44,13 @@ from watchdog.observers.api import BaseObserver
 
 from . import checkpoint, libreyolo
 from .errors import AccessError, AgentError, StopRequested, SyncError
-from .hub import Hub, RateLimitedError, new_commit_id
+from .hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
 
 BOUNDARY_FILE = libreyolo.STATUS_FILE
+# The model card goes in a commit of its own, after the rest: a card the Hub refuses never holds back an epoch.
+CARD_FILE = "README.md"
 POLL_INTERVAL = 1.0
 # The Hub allows 128 commits per hour per repo; leave room for people and other tools.
 COMMITS_PER_HOUR = 100
@@ -194,6 +196,7 @@ class Uploader:
         on_commit: Callable[[str, list[str]], None] | None = None,
         before_snapshot: Callable[[], None] | None = None,
         superseded: Callable[[str], bool] | None = None,
+        on_card: Callable[[str | None], None] | None = None,
     ) -> None:
         self.hub = hub
         self.repo_id = repo_id
@@ -203,6 +206,9 @@ class Uploader:
         self.budget = budget or CommitBudget(recent=self.ledger.commit_times)
         self.poll_interval = poll_interval
         self.on_commit = on_commit
+        # Told why the Hub refused the card (its YAML check), or None once a card landed.
+        self.on_card = on_card
+        self.card_refused: str | None = None
         # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
         self.before_snapshot = before_snapshot
         # Files already on the volume at start that the Hub holds in a newer version (the run
@@ -534,6 +540,8 @@ class Uploader:
             self._confirm_earlier(deadline)
         with self._lock:
             batch = list(self._pending.values())
+            # The card alone once everything else has landed (the loop comes back for it at once).
+            batch = [item for item in batch if item.relative != CARD_FILE] or batch
             self._in_flight = {id(item) for item in batch}
             boundary_at = self._boundary_seen_at
             self._boundary_seen_at = None
@@ -552,6 +560,9 @@ class Uploader:
                 deadline=deadline,
                 commit_id=commit_id,
             )
+        except CardRefusedError as error:  # the card alone: dropped until it changes, never retried as is
+            self._refuse_card(batch, str(error))
+            return True
         except Exception as error:  # kept pending: the next try carries it, with anything newer
             self._settle(batch, committed=False, boundary_at=boundary_at)
             plain = isinstance(error, (AgentError, RateLimitedError))
@@ -567,6 +578,28 @@ class Uploader:
         self._landed(batch, sha, boundary_at)
         return True
 
+    def _refuse_card(self, batch: list[StagedFile], why: str) -> None:
+        """The Hub refused this README.md: drop it (a later card, changed, is tried again) and say why once."""
+        if why != self.card_refused:
+            logger.warning("sync: the Hub refused the model card (README.md), the rest is uploaded: %s", why)
+        self.card_refused = why  # before the card leaves `pending`: a flush waiting on it then sees why
+        self._tell_card(why)
+        with self._changed:
+            self._in_flight = set()
+            for item in batch:
+                if self._pending.get(item.relative) is item:
+                    del self._pending[item.relative]
+                with contextlib.suppress(OSError):
+                    item.path.unlink()
+            self._changed.notify_all()
+
+    def _tell_card(self, refused: str | None) -> None:
+        if self.on_card is not None:
+            try:
+                self.on_card(refused)
+            except Exception:
+                logger.exception("sync: card hook failed")
+
     def _confirm_earlier(self, deadline: float | None) -> None:
         """A commit that failed without an answer may have landed: then it is done, not redone."""
         assert self._unconfirmed is not None
@@ -579,6 +612,9 @@ class Uploader:
             self._landed(batch, sha, None)
 
     def _landed(self, batch: list[StagedFile], sha: str, boundary_at: float | None) -> None:
+        if self.card_refused is not None and any(item.relative == CARD_FILE for item in batch):
+            self.card_refused = None  # before the batch leaves `pending`, like a refusal
+            self._tell_card(None)
         self._settle(batch, committed=True, boundary_at=boundary_at)
         self.budget.spend()
         self.commits.append(sha)

@@ -6,10 +6,13 @@
 The container stops when the function returns, so the run's end is the bill's end (ON_EXIT stays `exit`).
 ``timeout`` bounds a hung run; MAX_RUNTIME is set a little shorter, so the agent wraps up itself (final
 upload, trainbox.json) before Beam stops it. Ctrl-C here leaves the function running on Beam (the SDK says so);
-follow it in the dashboard. This script exits with the agent's exit code (README's table), and with 1 when Beam
+follow it in the dashboard. Beam uploads the folder it runs from as the function's code: the script moves to
+its own folder, where `.beamignore` lets beam_train.py alone go (not the repository, a dataset, or a `.env`).
+This script exits with the agent's exit code (README's table), and with 1 when Beam
 reports no result (the function failed, or was left running by Ctrl-C).
 """
 
+import os
 import sys
 
 from beam import Image, Volume, function
@@ -97,4 +100,6 @@ def exit_code(result: object) -> int:
 
 if __name__ == "__main__":
     dataset, output, *rest = sys.argv[1:]
+    # Beam syncs the working folder, filtered by the .beamignore found there: this file's folder has one.
+    os.chdir(os.path.dirname(os.path.abspath(__file__)))
     sys.exit(exit_code(train.remote(dataset, output, *rest)))

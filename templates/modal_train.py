@@ -4,7 +4,8 @@
     modal run --detach templates/modal_train.py --dataset-repo your-org/your-dataset --output-repo your-org/your-model
 
 ``--detach`` keeps the run going when this terminal closes or the laptop sleeps; without it, losing the local
-client stops the app. Follow a detached run with ``modal app logs trainbox``; the model is on the Hub either way.
+client stops the app. Follow a detached run with ``modal app logs -f trainbox`` (without ``-f`` it prints the last
+lines and exits); the model is on the Hub either way.
 
 The container scales to zero when the function returns, so the run's end is the bill's end (ON_EXIT stays
 `exit`). ``timeout`` is the only barrier between a hung run and a bill until Modal's 24 h maximum; MAX_RUNTIME

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def check_names(names: set[str]) -> None:
 
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml", "kubernetes.yaml"}
-    checked |= {"kubernetes-multinode.yaml"}
+    checked |= {"kubernetes-multinode.yaml", ".beamignore"}
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -144,6 +145,46 @@ def test_runpod() -> None:
     assert "POST https://api.runpod.io/v2/templates" in readme and "/v1/" not in readme
 
 
+def image_cuda(image: str) -> str:
+    """The CUDA release (``12.6``) of a published image reference: its variant's base in docker/bases.Dockerfile."""
+    tag = image.rsplit(":", 1)[-1]
+    variant = re.search(r"-(cu\d+)", tag)
+    stage = variant.group(1) if variant else "cu126"  # the plain X.Y.Z tags are the cu126 build
+    bases = (REPO / "docker" / "bases.Dockerfile").read_text()
+    (base,) = re.findall(rf"^FROM (\S+) AS {stage}$", bases, re.M)
+    found = re.search(r"-cuda(\d+\.\d+)-", base)
+    assert found, base
+    return found.group(1)
+
+
+def cuda_key(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+def check_runpod_cuda(allowed: list[str], image_release: str) -> None:
+    assert allowed, "an empty list lets the pod land on any driver"
+    assert all(re.fullmatch(r"\d+\.\d+", version) for version in allowed), "RunPod v2 wants major.minor"
+    assert allowed == sorted(set(allowed), key=cuda_key)
+    # exact matching: the image's own release and every later one up to 13.2, no gap, nothing older
+    assert allowed[0] == image_release
+    known = [f"12.{minor}" for minor in range(10)] + [f"13.{minor}" for minor in range(3)]
+    assert [v for v in known if cuda_key(v) >= cuda_key(image_release)] == [v for v in allowed if v in known]
+
+
+def test_runpod_keeps_pods_off_hosts_whose_driver_is_too_old() -> None:
+    template = json.loads((TEMPLATES / "runpod.json").read_text())
+    check_runpod_cuda(template["allowedCudaVersions"], image_cuda(template["image"]))
+    # the README gives the list of each variant
+    readme = (TEMPLATES / "README.md").read_text()
+    for variant in ("cu126", "cu130"):
+        release = image_cuda(f"{IMAGE}:0.1.0-{variant}")
+        lists = re.findall(r"`(\[[^`]*\])` for (?:the default image|a `-cu\d+` image)", readme)
+        matching = [json.loads(found) for found in lists if json.loads(found)[0] == release]
+        assert len(matching) == 1, f"{variant}: {lists}"
+        check_runpod_cuda(matching[0], release)
+
+
 def test_vast() -> None:
     template = json.loads((TEMPLATES / "vast.json").read_text())
     assert template["image"] == IMAGE and template["tag"]
@@ -185,6 +226,39 @@ def test_skypilot() -> None:
     assert task["secrets"] == {"HF_TOKEN": None}, "HF_TOKEN given at launch, never in the file"
     assert duration_s(task["envs"]["MAX_RUNTIME"]) > 0
     assert "trainbox run" in task["run"]
+
+
+# SkyPilot's own task schema (the `skypilot` package pulls in every cloud's SDK, so its schema is vendored).
+SKYPILOT_SCHEMA = REPO / "tests" / "fakes" / "skypilot_task_schema.json"
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_skypilot_file_is_valid_for_skypilot(nodes: int) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    text = (TEMPLATES / "skypilot.yaml").read_text()
+    if nodes > 1:
+        text = text.replace("# num_nodes: 2\n", f"num_nodes: {nodes}\n")
+    validator = jsonschema.Draft202012Validator(json.loads(SKYPILOT_SCHEMA.read_text()))
+    task = yaml.safe_load(text)
+    errors = [f"{'/'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(task)]
+    assert not errors, errors
+    # the vendored schema does refuse what SkyPilot refuses
+    assert list(validator.iter_errors({"resources": {"job_recovery": {"recover_on_exit_code": [63]}}}))
+    assert list(validator.iter_errors({"resources": {"job_recovery": {"recover_on_exit_codes": [63, 256]}}}))
+
+
+def test_skypilot_relaunches_what_a_fresh_set_of_machines_fixes() -> None:
+    """SkyPilot recovers a managed job by itself only when its cluster is gone; a node lost while the VMs stay up
+    ends the job unless its exit code is listed (and max_restarts_on_errors defaults to 0)."""
+    recovery = yaml.safe_load((TEMPLATES / "skypilot.yaml").read_text())["resources"]["job_recovery"]
+    codes = set(recovery["recover_on_exit_codes"])
+    assert {63, 64, 143} <= codes, "a lost node, nodes that never met, a SIGTERM: relaunch the set"
+    assert codes <= set(exit_codes()), "every code is one the agent uses"
+    # listed codes are retried without limit: never one a retry repeats, nor the crash-loop guard's own exit
+    assert not {0, 2, 10, 11, 12, 20, *range(30, 42), 52, 53, 61, 62, 80, 82, 90} & codes
+    assert 1 <= recovery["max_restarts_on_errors"] <= 3, "other failures: a bounded number of retries"
+    readme = (TEMPLATES / "README.md").read_text()
+    assert "recover_on_exit_codes" in readme and "max_restarts_on_errors" in readme
 
 
 def test_kubernetes_job() -> None:
@@ -393,6 +467,7 @@ class _Function:
         self.fn = fn
 
     def remote(self, *args):
+        print("beam uploads the folder", os.getcwd(), flush=True)  # the SDK syncs the working folder here
         result = self.fn(*args)
         return None if os.environ.get("FAKE_BEAM_FAILS") else result
 
@@ -511,3 +586,20 @@ def test_beam_launcher_fails_when_beam_returns_no_result(tmp_path: Path) -> None
 def test_modal_launcher_documents_detach() -> None:
     text = (TEMPLATES / "modal_train.py").read_text()
     assert "modal run --detach templates/modal_train.py" in text
+    # since Modal 1.4 `modal app logs` prints the last lines and exits; -f follows
+    assert "modal app logs -f trainbox" in text and "modal app logs trainbox" not in text
+
+
+def test_beam_uploads_the_launcher_alone(tmp_path: Path) -> None:
+    """Beam syncs the working folder, filtered by the .beamignore found there (gitignore syntax)."""
+    process, _ = launcher("beam_train.py", tmp_path, AGENT_EXIT="0")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert f"beam uploads the folder {TEMPLATES}" in output, "run from anywhere, it syncs the templates folder"
+    pathspec = pytest.importorskip("pathspec")
+    with warnings.catch_warnings():  # Beam vendors a pathspec from before "gitwildmatch" was deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        rules = pathspec.PathSpec.from_lines("gitwildmatch", (TEMPLATES / ".beamignore").read_text().splitlines())
+    kept = {path.name for path in TEMPLATES.iterdir() if not rules.match_file(path.name)}
+    assert kept == {"beam_train.py"}
+    assert rules.match_file(".env") and rules.match_file("data/images/a.jpg")

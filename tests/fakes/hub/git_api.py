@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
 
+from tests.fakes.hub import card_rules
 from tests.fakes.hub.http import _ROUTES, _Call, _Handler
 from tests.fakes.hub.model import (
     PLURAL,
@@ -134,8 +135,9 @@ class GitApiMixin:
         h.send_json(200, {})
 
     def _api_validate_yaml(self, h: _Handler, c: _Call) -> None:
-        h.drain()
-        h.send_json(200, {"errors": [], "warnings": []})
+        body = h.read_json()
+        found = card_rules.errors(str((body or {}).get("content") or ""))
+        h.send_json(400 if found else 200, {"errors": [{"message": m} for m in found], "warnings": []})
 
     def _api_repo_info(self, h: _Handler, c: _Call) -> None:
         h.drain()

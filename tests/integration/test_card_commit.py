@@ -1,0 +1,51 @@
+"""The model card rides in a commit of its own: a card the Hub refuses (its YAML check) never holds back a
+checkpoint, is logged once and recorded; a later card that passes lands and clears the record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from entrypoint.hub import Hub
+from entrypoint.sync import Uploader
+from tests.hubfixtures import HubContext
+
+GOOD_CARD = "---\nlicense: apache-2.0\nlibrary_name: libreyolo\n---\n\n# run\n"
+# What a user's own card may hold, and what the Hub refuses: an unknown license id, a NaN metric.
+BAD_CARD = (
+    "---\nlicense: my-own-license\nmodel-index:\n- name: run\n  results:\n  - task: {type: object-detection}\n"
+    "    dataset: {type: org/data, name: org/data}\n    metrics:\n    - {type: map, value: .nan}\n---\n\n# run\n"
+)
+
+
+def test_a_refused_card_holds_back_nothing(hub_ctx: HubContext, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "weights").mkdir(parents=True)
+    repo = hub_ctx.repo_id("card")
+    hub = Hub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    told: list[str | None] = []
+    uploader = Uploader(hub, repo, run_dir, tmp_path / "sync", poll_interval=0.05, on_card=told.append)
+    uploader.start()
+    try:
+        (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+        (run_dir / "README.md").write_text(BAD_CARD)
+        uploader.snapshot()
+        assert uploader.flush(60), uploader.last_error
+        files = hub_ctx.hub.files(repo)
+        assert "metrics.jsonl" in files and "README.md" not in files
+        assert uploader.card_refused is not None and "license" in uploader.card_refused
+        assert "finite" in uploader.card_refused and told == [uploader.card_refused]
+        assert uploader.pending == [] and uploader.last_error is None
+
+        # the next card passes: it lands in a commit of its own, after the epoch's files
+        (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
+        (run_dir / "README.md").write_text(GOOD_CARD)
+        uploader.snapshot()
+        assert uploader.flush(60), uploader.last_error
+    finally:
+        uploader.stop()
+    assert hub_ctx.hub.file_bytes(repo, "README.md") == GOOD_CARD.encode()
+    assert uploader.card_refused is None and told[-1] is None
+    newest, previous = hub_ctx.hub.commits(repo)[:2]
+    changed = {path for path, entry in newest.files.items() if previous.files.get(path) != entry}
+    assert changed == {"README.md"}, "the card's commit carries the card alone"
