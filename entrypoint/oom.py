@@ -111,9 +111,9 @@ class OomTry:
         args: RunArgs,
         workers: int,
     ) -> OomTry:
-        """The retry for a failed training, or raise: ``error`` itself when it is not out of memory,
-        a configuration error when an explicit batch ran out in the first step, ``GpuMemoryError``
-        when no smaller batch or retry is left."""
+        """The retry for a failed training, or raise: ``error`` itself when it is not out of memory (or
+        before any epoch with AutoBatch's batch, or with OOM_RETRIES=0), a configuration error when an
+        explicit batch ran out in the first step, ``GpuMemoryError`` when no smaller batch or retry is left."""
         run_dir = settings.run_dir
         if type(error) is not TrainingError or not ran_out(run_dir, tail):
             raise error
@@ -123,9 +123,11 @@ class OomTry:
         own = settings.run_args.get("batch")
         if done == 0 and batch is not None and own is not None and own.isdigit() and healed.batch is None:
             raise first_step_error(batch, workers)
+        if done == 0 or settings.oom_retries == 0:  # nothing to resume from, or healing is off: as libreyolo said
+            raise error
         smaller = smaller_batch(batch, workers) if batch is not None else None
-        if done == 0 or batch is None or smaller is None or healed.retries >= settings.oom_retries:
-            raise exhausted_error(batch, done or None, healed.retries, settings.oom_retries)
+        if batch is None or smaller is None or healed.retries >= settings.oom_retries:
+            raise exhausted_error(batch, done, healed.retries, settings.oom_retries)
         return cls(done, batch, smaller, healed.retries + 1, settings.oom_retries)
 
 
