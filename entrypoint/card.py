@@ -55,6 +55,7 @@ class CardInfo:
     receipt: Receipt | None
     plot: bool
     updated_at: str | None
+    notes: tuple[str, ...] = ()  # what the run mended on its way (out of GPU memory → a smaller batch)
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -123,6 +124,7 @@ def page(info: CardInfo) -> str:
     lines += _load_snippet(info)
     lines += ["### Training arguments", "", "```bash", " ".join(_quote(arg) for arg in info.argv) or "(not started)"]
     lines += ["```", "", f"`RUN_ARGS`: `{info.run_args or '(empty)'}`", ""]
+    lines += [*(f"- {note}" for note in info.notes), ""] if info.notes else []
     if info.receipt is not None:
         lines += ["### Cost", "", info.receipt.markdown(), ""]
     lines += ["### Versions and hardware", "", "| | |", "|---|---|"]

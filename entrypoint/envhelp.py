@@ -60,6 +60,7 @@ MEANINGS = {
     "HOSTNAME": "set by Kubernetes: the pod's name",
     "WORLD_SIZE": "set by PyTorchJob (one pod per node): the number of nodes",
     "RANK": "set by PyTorchJob (one pod per node): the node rank",
+    "OOM_RETRIES": "out of GPU memory after an epoch: resume with half the batch, at most this often",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 

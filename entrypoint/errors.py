@@ -181,6 +181,13 @@ class PeerLostError(TrainingError):
     reason = "peer_lost"
 
 
+class GpuMemoryError(TrainingError):
+    """Out of GPU memory, and halving the batch (OOM_RETRIES) could not or did not help."""
+
+    exit_code = 65
+    reason = "out_of_memory"
+
+
 class NodesUnreachableError(AgentError):
     """Multi-node: the nodes never all met before training (a node not started, a port closed)."""
 

@@ -24,6 +24,8 @@ from .gpu.report import GpuReport
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
+from .oom import OomTry
+from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 
@@ -71,6 +73,7 @@ class Job:
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
         self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
+        self._workers = 1  # training processes of all nodes: a batch must divide by it
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -140,8 +143,10 @@ class Job:
             if self.settings.topology.multi:
                 world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
                 training.check_batch(self.settings.run_args, world, "workers of all nodes")
+                self._workers = world
             elif gpus.indices:
                 training.check_batch(self.settings.run_args, len(gpus.indices))
+                self._workers = len(gpus.indices)
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
             # A wrong instance id or key fails now, not at the end; the read also gives the price.
             self._arm_budget(release.check_access(self.settings))
@@ -270,6 +275,9 @@ class Job:
         resume.stop_orphan(self.state.previous)
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
+        return self._locate_resume_point()
+
+    def _locate_resume_point(self) -> resume.ResumePoint | None:
         point = resume.find(
             self.settings.run_dir,
             self.settings.run_args,
@@ -292,9 +300,37 @@ class Job:
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, point: resume.ResumePoint | None
     ) -> None:
         args = resume.resume_args(self.settings.run_args, point) if point is not None else self.settings.run_args
+        healed = OomTry.healing(self.state.attempts)
+        if healed.batch is not None:  # an earlier attempt ran out of GPU memory: keep its smaller batch
+            logger.warning("out of GPU memory before: training with batch=%d", healed.batch)
+            args = args.set("batch", str(healed.batch))
         verdict = profiling.profile(self.settings, data.data_yaml, gpu_indices)
         if verdict is not None:
             self.state.update(profile=verdict)
+        while True:
+            error = self._train_once(data, gpu_indices, args)
+            if error is None:
+                return
+            args = self._heal(error, args)
+
+    def _heal(self, error: AgentError, args: RunArgs) -> RunArgs:
+        """After a failed training: the arguments to resume with (out of GPU memory: half the batch), or raise."""
+        assert self.trainer is not None
+        tail = self.trainer.error_tail()
+        attempt = OomTry.judge(error, tail, self.settings, self.state.attempts, args, self._workers)
+        point = self._locate_resume_point()
+        if point is None:
+            raise error
+        logger.warning(
+            "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
+        )
+        self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
+        self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
+        return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
+
+    def _train_once(
+        self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
+    ) -> AgentError | None:
         command = training.build_command(
             args,
             data_yaml=data.data_yaml,
@@ -309,7 +345,11 @@ class Job:
             command = launch.torchrun(command, topology, nproc, self.settings.run_name)
             env |= launch.torch_env(topology, gpu_indices)
         log_start = launch.log_size(command.run_dir)
-        self.state.update(training={"argv": list(command.argv[1:]), "started_at": time.time()})
+        batch = args.get("batch")
+        self.state.update(
+            training={"argv": list(command.argv[1:]), "started_at": time.time()}
+            | ({"batch": int(batch)} if batch is not None and batch.isdigit() else {})
+        )
         try:
             self._deferred = []  # a stop raised inside the constructor would leave its child untracked
             try:
@@ -325,6 +365,7 @@ class Job:
         finally:
             if self.dashboard is not None:
                 self.dashboard.stop(grace=0.0 if self._deadline is not None else 3.0)
+                self.dashboard = None  # a resumed training (smaller batch) starts its own
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
@@ -332,9 +373,7 @@ class Job:
             launch.peer_lost(code, command.run_dir, log_start, topology) if topology.multi else None
         )
         error = error or training.error_for_exit(code, self.trainer.error_tail())
-        error = training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
-        if error is not None:
-            raise error
+        return training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
 
     def _watch_training(self) -> None:
         """Called every half second while training runs: act on stop requests and stalls."""

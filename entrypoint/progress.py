@@ -418,6 +418,12 @@ def card_info(
         receipt=receipt,
         plot=plot,
         updated_at=snapshot.get("updated_at"),
+        notes=tuple(
+            f"Out of GPU memory at epoch {a['epochs_done'] + 1} with batch={a['batch']}:"
+            f" resumed after epoch {a['epochs_done']} with batch={a['next_batch']}."
+            for a in snapshot.get("attempts") or []
+            if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
+        ),
     )
 
 

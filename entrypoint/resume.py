@@ -109,10 +109,14 @@ def check_crash_loop(attempts: list[dict[str, Any]]) -> None:
     recent = relevant[-CRASH_LOOP_LENGTH:]
     if len(recent) < CRASH_LOOP_LENGTH:
         return
-    # The same failure at the same epoch: a run that fails later each time is still progressing.
-    causes = {(attempt.get("exit_code"), attempt.get("reason"), attempt.get("epochs_done")) for attempt in recent}
+    # The same failure at the same epoch: a run that fails later each time is still progressing,
+    # and so is one whose batch keeps shrinking (out of GPU memory, resumed with half the batch).
+    causes = {
+        (attempt.get("exit_code"), attempt.get("reason"), attempt.get("epochs_done"), attempt.get("batch"))
+        for attempt in recent
+    }
     if len(causes) == 1:
-        code, reason, _ = causes.pop()
+        code, reason, _, _ = causes.pop()
         if reason not in _NOT_FAILURES and code != 0:
             raise CrashLoopError(
                 f"the last {CRASH_LOOP_LENGTH} attempts all failed the same way ({reason}, exit {code}); not retrying",

@@ -24,6 +24,8 @@ from .run_args import RunArgs
 
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
+# Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
+DEFAULT_OOM_RETRIES = 2
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
@@ -132,6 +134,7 @@ class Settings:
     profile: bool
     env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
     topology: topology.Topology = field(default_factory=topology.Topology)  # one node unless the launcher says
+    oom_retries: int = DEFAULT_OOM_RETRIES  # out of GPU memory after an epoch: resumes with half the batch
 
     @property
     def is_demo(self) -> bool:
@@ -200,6 +203,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         profile=_flag(env, "PROFILE"),
         env=child_env(env) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
+        oom_retries=_count(env, "OOM_RETRIES", DEFAULT_OOM_RETRIES),
     )
     if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
         raise ConfigError(
@@ -343,6 +347,15 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if value in {"0", "false", "no", "off"}:
         return False
     raise ConfigError(f"{name}={value!r} is not 0 or 1", f"e.g. {name}=1")
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name)
+    if value is None:
+        return default
+    if not value.strip().isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number", f"e.g. {name}={default}, or 0 to turn it off")
+    return int(value.strip())
 
 
 def _dollars(name: str, value: str | None, example: str, *, zero_ok: bool) -> float | None:

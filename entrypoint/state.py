@@ -244,11 +244,37 @@ class RunState:
                     "exit_code": exit_code,
                     "reason": reason,
                     "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
+                    **self._batch(),
                     "final": False,
                 }
             )
         self.save()
         self._phase_changed()
+
+    def _batch(self) -> dict[str, Any]:
+        batch = (self._data.get("training") or {}).get("batch")
+        return {"batch": batch} if batch is not None else {}
+
+    def next_attempt(self, exit_code: int, reason: str, **fields: Any) -> None:
+        """The job goes on after a failure it mends itself (out of memory → a smaller batch): the
+        failed try is an attempt of its own in ``attempts``, and a new one begins now."""
+        with self._lock:
+            self._data["attempts"].append(
+                {
+                    "attempt": self._data["attempt"],
+                    "started_at": self._data["started_at"],
+                    "finished_at": now_iso(),
+                    "phase": self._data["phase"],
+                    "exit_code": exit_code,
+                    "reason": reason,
+                    "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
+                    **self._batch(),
+                    **fields,
+                }
+            )
+            self._data["attempt"] += 1
+            self._data["started_at"] = now_iso()
+        self.save()
 
     def confirm_exit(self) -> None:
         """The final upload returned: the outcome ``finish`` wrote is the one the process exits with."""

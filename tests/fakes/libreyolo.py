@@ -19,6 +19,10 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
 
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
 
+``FAKE_OOM_ABOVE=<N>``: a run whose ``batch`` (in ``train_config.yaml``, as libreyolo records it; -1 is
+16) is above N runs out of GPU memory during epoch ``FAKE_OOM_EPOCH`` (default 2) as libreyolo 1.6.0 does:
+``status.json`` ``failed`` with ``error.type`` ``OutOfMemoryError``, its ``Error [cuda_oom]`` line, exit 1.
+
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -83,11 +87,19 @@ def train(args: dict[str, str], mode: str) -> int:
     weights = os.path.join(run_dir, "weights")
     os.makedirs(weights, exist_ok=True)
     total = int(args.get("epochs", "2"))
+    batch = int(args.get("batch", "16"))
+    batch = 16 if batch == -1 else batch
+    with open(os.path.join(run_dir, "train_config.yaml"), "w") as f:
+        f.write(f"epochs: {total}\nbatch: {batch}\n")
+    oom_above = int(os.environ.get("FAKE_OOM_ABOVE", "0"))
+    oom_epoch = int(os.environ.get("FAKE_OOM_EPOCH", "2"))
     pause = float(os.environ.get("FAKE_EPOCH_SECONDS", "0"))
     first = _epoch_of(args["model"]) + 1 if args.get("resume") == "true" else 1
     epoch = first
     while mode == "forever" or epoch <= total:
         time.sleep(pause)
+        if oom_above and batch > oom_above and epoch == oom_epoch:
+            return _out_of_memory(run_dir, epoch)
         data = _checkpoint(epoch, total)
         if mode == "enospc" and epoch == 2:
             print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
@@ -110,6 +122,17 @@ def train(args: dict[str, str], mode: str) -> int:
         print(f"epoch {epoch}/{'?' if mode == 'forever' else total} done", flush=True)
         epoch += 1
     return 0
+
+
+def _out_of_memory(run_dir: str, epoch: int) -> int:
+    message = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB"
+    status = {"state": "failed", "current_epoch": epoch, "error": {"type": "OutOfMemoryError", "message": message}}
+    tmp = os.path.join(run_dir, ".status.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, os.path.join(run_dir, "status.json"))
+    print(f"ERROR    Error [cuda_oom]: Training failed: {message}", flush=True)
+    return 1
 
 
 def main(argv: list[str]) -> int:
