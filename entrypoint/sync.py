@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog.events import (
     EVENT_TYPE_CLOSED_NO_WRITE,
@@ -47,6 +48,10 @@ from .errors import AccessError, AgentError, SyncError
 from .hub import Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
+
+if TYPE_CHECKING:
+    from .bucket import CommitTarget
+    from .places import TwoPlaces
 
 BOUNDARY_FILE = libreyolo.STATUS_FILE
 POLL_INTERVAL = 1.0
@@ -183,7 +188,7 @@ class Uploader:
 
     def __init__(
         self,
-        hub: Hub,
+        hub: Hub | CommitTarget,  # the model repo, or a Storage Bucket (bucket.py)
         repo_id: str,
         run_dir: Path,
         work_dir: Path,
@@ -194,8 +199,10 @@ class Uploader:
         on_commit: Callable[[str, list[str]], None] | None = None,
         before_snapshot: Callable[[], None] | None = None,
         superseded: Callable[[str], bool] | None = None,
+        select: Callable[[str], bool] | None = None,
     ) -> None:
         self.hub = hub
+        self.select = select  # which files of the run folder go (None: all); places.py widens it at the end
         self.repo_id = repo_id
         self.run_dir = run_dir
         self.staging = work_dir / "staging"
@@ -370,6 +377,8 @@ class Uploader:
         for path in sorted(self.run_dir.rglob("*")):
             relative = path.relative_to(self.run_dir).as_posix()
             if path.is_file() and not path.is_symlink() and not _skip(relative):
+                if self.select is not None and not self.select(relative):
+                    continue
                 found.append((path, relative))
         return found
 
@@ -679,7 +688,7 @@ def _quiet_spell(status: dict[str, object]) -> float:
     return max(SILENCE, 3 * float(epoch))
 
 
-def sync_error(uploader: Uploader) -> SyncError:
+def sync_error(uploader: Uploader | TwoPlaces) -> SyncError:
     return SyncError(
         f"{len(uploader.pending)} file(s) could not be uploaded to {uploader.repo_id}: {uploader.last_error}",
         "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",
