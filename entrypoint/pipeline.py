@@ -25,6 +25,7 @@ from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .oom import OomTry
+from .places import Store, TwoPlaces, open_store
 from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -59,7 +60,8 @@ class Job:
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: training.TrainingProcess | None = None
-        self.uploader: sync.Uploader | None = None
+        self.uploader: sync.Uploader | TwoPlaces | None = None
+        self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
         self.hub: Hub | None = None
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
@@ -248,6 +250,21 @@ class Job:
         if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
+        if self.bucket is not None:
+            self.uploader = TwoPlaces(
+                self.bucket,
+                self.hub,
+                self.settings.output_repo,
+                self.settings.run_dir,
+                self._work_dir() / "sync",
+                publish_every=self.settings.publish_every,
+                before_snapshot=self._before_snapshot,
+                superseded=newer.__contains__ if newer else None,
+                on_commit=self.progress.committed,
+            )
+            self.uploader.start()
+            self.state.on_phase(self.uploader.notify)
+            return
         self.uploader = sync.Uploader(
             self.hub,
             self.settings.output_repo,
@@ -273,6 +290,9 @@ class Job:
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
         resume.stop_orphan(self.state.previous)
+        if self.settings.topology.leader:
+            self.bucket, where = open_store(self.settings, self.hub)
+            self.state.update(storage=where)
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
         return self._locate_resume_point()
@@ -287,6 +307,7 @@ class Job:
             # several nodes: every node resumes from the Hub alone, at node 0's commit: the same epoch
             volume=not self.settings.topology.multi,
             revision=self._nodes.revision if self._nodes is not None else None,
+            bucket=self.bucket,
         )
         if point is not None:
             pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
@@ -507,6 +528,7 @@ class Job:
             "last_commit": self.uploader.commits[-1] if self.uploader.commits else None,
             "pending": self.uploader.pending,
             "last_error": self.uploader.last_error,
+            **(self.uploader.report() if isinstance(self.uploader, TwoPlaces) else {}),
         }
 
     def _publish_state(self) -> bool:

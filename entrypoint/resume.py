@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from . import checkpoint, libreyolo, procs
+from .bucket import Store
+from .bucket import newest as newest_in_bucket
 from .errors import ConfigError, CrashLoopError, PreemptedError, UserInterruptError
 from .hub import Hub
 from .log import logger
@@ -264,8 +266,10 @@ def find(
     work_dir: Path,
     volume: bool = True,
     revision: str | None = None,
+    bucket: Store | None = None,
 ) -> ResumePoint | None:
-    """The newest valid checkpoint of this run on the volume or the Hub, placed at weights/last.pt;
+    """The newest valid checkpoint of this run on the volume, in its bucket (manifest-consistent
+    files only) or in OUTPUT_REPO, placed at weights/last.pt;
     ``volume=False``: the Hub's alone (what every node of a multi-node training can see);
     ``revision``: the Hub as it was at that commit (node 0's, so every node picks the same epoch)."""
     local = newest_local(run_dir) if volume else None
@@ -274,6 +278,9 @@ def find(
     hub_files: set[str] = set()
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
+        in_bucket = newest_in_bucket(bucket, scratch, local_epochs or 0, run_dir) if bucket is not None else None
+        if in_bucket is not None:
+            chosen, source, local_epochs = in_bucket, "bucket", in_bucket[1].completed_epochs
         if hub is not None and repo_id is not None and (revision or hub.head(repo_id)):
             files = {entry.path: entry for entry in hub.list_files(repo_id, revision=revision)}
             local_last = run_dir / libreyolo.LAST_CHECKPOINT

@@ -26,6 +26,7 @@ DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
+DEFAULT_PUBLISH_EVERY = 10 * 60
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
@@ -135,6 +136,9 @@ class Settings:
     env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
     topology: topology.Topology = field(default_factory=topology.Topology)  # one node unless the launcher says
     oom_retries: int = DEFAULT_OOM_RETRIES  # out of GPU memory after an epoch: resumes with half the batch
+    checkpoint_bucket: str | None = None  # the working state's Storage Bucket; None: commits to OUTPUT_REPO
+    publish_every: float = DEFAULT_PUBLISH_EVERY  # seconds between milestone commits to OUTPUT_REPO (bucket mode)
+    squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
 
     @property
     def is_demo(self) -> bool:
@@ -204,7 +208,15 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         env=child_env(env) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
         oom_retries=_count(env, "OOM_RETRIES", DEFAULT_OOM_RETRIES),
+        checkpoint_bucket=_checkpoint_bucket(env, output_repo),
+        publish_every=_optional_duration(env, "PUBLISH_EVERY", DEFAULT_PUBLISH_EVERY) or 0.0,
+        squash_history=_flag(env, "SQUASH_HISTORY"),
     )
+    if settings.squash_history and settings.checkpoint_bucket is not None:
+        raise ConfigError(
+            "SQUASH_HISTORY=1 squashes a repo that holds every epoch; with a bucket the repo holds a few milestones",
+            "set CHECKPOINT_BUCKET=off with SQUASH_HISTORY=1, or drop SQUASH_HISTORY",
+        )
     if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
         raise ConfigError(
             "ON_EXIT/ON_FAILURE=destroy without OUTPUT_REPO would delete the weights with the machine",
@@ -279,6 +291,22 @@ def _optional_duration(env: Mapping[str, str], name: str, default: float | None)
     if value.strip().lower() in {"off", "none", "0"}:
         return None
     return parse_duration(value, name)
+
+
+def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str | None:
+    """CHECKPOINT_BUCKET: ns/name, ``off``, or unset (derived from OUTPUT_REPO: ``<repo>-checkpoints``)."""
+    value = env.get("CHECKPOINT_BUCKET")
+    if value is not None and value.strip().lower() == "off":
+        return None
+    if value is None:
+        return f"{output_repo}-checkpoints" if output_repo is not None else None
+    if not _REPO_ID.match(value):
+        raise ConfigError(
+            f"CHECKPOINT_BUCKET={value!r} is not a bucket id", "use ns/name, e.g. CHECKPOINT_BUCKET=acme/ckpts, or off"
+        )
+    if output_repo is None:
+        raise ConfigError("CHECKPOINT_BUCKET without OUTPUT_REPO", "set OUTPUT_REPO=org/name as well")
+    return value
 
 
 def _secret(value: str | None, name: str) -> Secret | None:

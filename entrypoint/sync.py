@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from watchdog.events import (
     EVENT_TYPE_CLOSED_NO_WRITE,
@@ -47,6 +48,10 @@ from .errors import AccessError, AgentError, StopRequested, SyncError
 from .hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
 from .log import contains_secret, logger, longest_secret, redact_bytes
 from .state import STATE_FILE, write_json_atomic
+
+if TYPE_CHECKING:
+    from .bucket import CommitTarget
+    from .places import TwoPlaces
 
 BOUNDARY_FILE = libreyolo.STATUS_FILE
 # The model card goes in a commit of its own, after the rest: a card the Hub refuses never holds back an epoch.
@@ -185,7 +190,7 @@ class Uploader:
 
     def __init__(
         self,
-        hub: Hub,
+        hub: Hub | CommitTarget,  # the model repo, or a Storage Bucket (bucket.py)
         repo_id: str,
         run_dir: Path,
         work_dir: Path,
@@ -197,8 +202,10 @@ class Uploader:
         before_snapshot: Callable[[], None] | None = None,
         superseded: Callable[[str], bool] | None = None,
         on_card: Callable[[str | None], None] | None = None,
+        select: Callable[[str], bool] | None = None,
     ) -> None:
         self.hub = hub
+        self.select = select  # which files of the run folder go (None: all); places.py widens it at the end
         self.repo_id = repo_id
         self.run_dir = run_dir
         self.staging = work_dir / "staging"
@@ -376,6 +383,8 @@ class Uploader:
         for path in sorted(self.run_dir.rglob("*")):
             relative = path.relative_to(self.run_dir).as_posix()
             if path.is_file() and not path.is_symlink() and not _skip(relative):
+                if self.select is not None and not self.select(relative):
+                    continue
                 found.append((path, relative))
         return found
 
@@ -717,7 +726,7 @@ def _quiet_spell(status: dict[str, object]) -> float:
     return max(SILENCE, 3 * float(epoch))
 
 
-def sync_error(uploader: Uploader) -> SyncError:
+def sync_error(uploader: Uploader | TwoPlaces) -> SyncError:
     return SyncError(
         f"{len(uploader.pending)} file(s) could not be uploaded to {uploader.repo_id}: {uploader.last_error}",
         "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",

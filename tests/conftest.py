@@ -46,6 +46,9 @@ os.environ.update(
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
         "HF_HOME": _HF_HOME,
+        # Agents started by tests commit every epoch to OUTPUT_REPO, as the tests written for that expect;
+        # the Storage Bucket tests (test_bucket_*.py) set CHECKPOINT_BUCKET themselves.
+        "CHECKPOINT_BUCKET": "off",
     }
 )
 

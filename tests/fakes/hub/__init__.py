@@ -101,6 +101,10 @@ auth, so keep the server on a loopback address)
 
 ``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``.
 
+Storage Buckets (Xet-only, no history; ``buckets``): the bucket routes huggingface_hub 2.4.0 calls, with the
+same auth and faults; ``create_bucket``, ``bucket_files``, ``bucket_bytes``, ``set_buckets(False)`` (a Hub
+without buckets), ``deny_buckets(token)`` (a token that may write repos, not buckets).
+
 Not supported: multipart LFS, pull requests (``create_pr``), pagination (lists come in one page),
 .gitignore handling in preupload, gated repos.
 """

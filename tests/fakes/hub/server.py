@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tests.fakes.hub.admin import AdminMixin
+from tests.fakes.hub.buckets import BucketsMixin
 from tests.fakes.hub.faults import Fault, FaultsMixin
 from tests.fakes.hub.git_api import GitApiMixin
 from tests.fakes.hub.http import _Server
@@ -23,7 +24,7 @@ from tests.fakes.hub.storage import StorageMixin
 from tests.fakes.hub.xet import XET_TOKEN_TTL, XetMixin
 
 
-class HubServer(StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin):
+class HubServer(StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin, BucketsMixin):
     """The Hub. See the package docstring (tests/fakes/hub/__init__.py) for the API."""
 
     def __init__(
@@ -48,6 +49,7 @@ class HubServer(StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, Admi
         self._xet_files: dict[str, tuple[str, int]] = {}  # sha256 -> (Xet file hash, size), from the shards
         self._shards_read: set[str] = set()
         self._xet_tokens: dict[str, tuple[str, float]] = {}  # CAS access token -> (user, expiry)
+        self._init_buckets()  # Storage Buckets: tests/fakes/hub/buckets.py
         self._httpd = _Server((host, port), self)  # bind now: the URL is known before serving
         self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
         self.port: int = self._httpd.server_address[1]
