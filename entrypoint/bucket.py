@@ -28,7 +28,7 @@ from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from . import checkpoint, libreyolo
-from .errors import AccessError
+from .errors import AccessError, StopRequested
 from .hub import Hub, with_retries
 from .log import logger
 from .retry import describe, status_of
@@ -302,6 +302,8 @@ def newest(
             logger.info("resume: %s in the bucket %s has %d epochs", rel, store.bucket_id, info.completed_epochs)
             _restore_history(store, files, sizes, scratch, run_dir)
             return local, info
+    except StopRequested:
+        raise
     except Exception as error:  # the bucket is one of three places: never a reason not to resume
         logger.warning(
             "resume: cannot read the bucket %s (%s); using the volume and the repo", store.bucket_id, describe(error)

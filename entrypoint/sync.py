@@ -606,6 +606,8 @@ class Uploader:
         if self.on_card is not None:
             try:
                 self.on_card(refused)
+            except StopRequested:
+                raise
             except Exception:
                 logger.exception("sync: card hook failed")
 
