@@ -243,7 +243,7 @@ class Job:
         if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
-        self.uploader = sync.Uploader(
+        uploader = sync.Uploader(
             self.hub,
             self.settings.output_repo,
             self.settings.run_dir,
@@ -252,7 +252,17 @@ class Job:
             superseded=newer.__contains__ if newer else None,
             on_commit=self.progress.committed,
         )
-        self.uploader.start()
+        try:
+            uploader.start()  # held only once it runs: the end never waits for threads that never started
+        except OSError as error:
+            where = Where(
+                Area.DISK, doing=f"preparing the upload in {uploader.staging}", disk_hint="free space in WORKDIR"
+            )
+            raise classify(error, where) or AgentError(
+                f"cannot prepare the upload in {uploader.staging}: {error.strerror or error}",
+                "give WORKDIR a writable volume",
+            ) from None
+        self.uploader = uploader
         self.state.on_phase(self.uploader.notify)
         logger.info("sync: every epoch of this run goes to %s", self.settings.output_repo)
 

@@ -750,3 +750,17 @@ def test_a_full_disk_at_the_start_is_38_and_still_releases(
     assert code == DiskSpaceError.exit_code, output[-3000:]
     assert "Traceback" not in output
     assert [action.method for action in vast.actions()] == ["PUT"], "the machine was not released"
+
+
+def test_an_uploader_that_cannot_start_does_not_hold_the_end(agent: Agent, vast: FakeVast) -> None:
+    staging = agent.volume / ".trainbox" / "order" / "sync"
+    staging.parent.mkdir(parents=True)
+    staging.write_text("a file where the upload's staging folder goes")  # its mkdir fails, as on a full disk
+    started = time.monotonic()
+
+    code, output = agent.run(agent.env(vast, ON_FAILURE="destroy"))
+
+    assert time.monotonic() - started < 60, "the end waited for upload threads that never ran"
+    assert code != 0 and "Traceback" not in output, output[-3000:]
+    assert agent.state()["exit"]["code"] == code
+    assert [action.method for action in vast.actions()] == ["DELETE"], "the machine was not released"
