@@ -98,6 +98,9 @@ class Job:
                 self._deadline = time.monotonic() + PREEMPT_BUDGET
                 if self.uploader is not None:  # a final upload already under way ends in time too
                     self.uploader.cut_short(self._deadline - PREEMPT_EXIT_RESERVE)
+                if self.trainer is not None:  # so does a wrap-up's grace (MAX_RUNTIME, a stall) under way
+                    grace = max(0.0, min(PREEMPT_GRACE, self._remaining() - PREEMPT_SYNC_RESERVE))
+                    self.trainer.child.hurry(time.monotonic() + grace)
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
