@@ -103,6 +103,9 @@ class Job:
                 self._deadline = time.monotonic() + PREEMPT_BUDGET
                 if self.uploader is not None:  # a final upload already under way ends in time too
                     self.uploader.cut_short(self._deadline - PREEMPT_EXIT_RESERVE)
+                if self.trainer is not None:  # so does a wrap-up's grace (MAX_RUNTIME, a stall) under way
+                    grace = max(0.0, min(PREEMPT_GRACE, self._remaining() - PREEMPT_SYNC_RESERVE))
+                    self.trainer.child.hurry(time.monotonic() + grace)
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
@@ -250,8 +253,13 @@ class Job:
         if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
+
+        def on_card(refused: str | None) -> None:  # trainbox.json says why the Hub refused the card, until one lands
+            self.state.update(card={"refused": refused})
+
+        uploader: sync.Uploader | TwoPlaces
         if self.bucket is not None:
-            self.uploader = TwoPlaces(
+            uploader = TwoPlaces(
                 self.bucket,
                 self.hub,
                 self.settings.output_repo,
@@ -261,24 +269,33 @@ class Job:
                 before_snapshot=self._before_snapshot,
                 superseded=newer.__contains__ if newer else None,
                 on_commit=self.progress.committed,
+                on_card=on_card,
             )
-            self.uploader.start()
-            self.state.on_phase(self.uploader.notify)
-            return
-        self.uploader = sync.Uploader(
-            self.hub,
-            self.settings.output_repo,
-            self.settings.run_dir,
-            self._work_dir() / "sync",
-            before_snapshot=self._before_snapshot,
-            superseded=newer.__contains__ if newer else None,
-            on_commit=self.progress.committed,
-            # trainbox.json says why the Hub refused the card, until a card lands
-            on_card=lambda refused: self.state.update(card={"refused": refused}),
-        )
-        self.uploader.start()
+        else:
+            uploader = sync.Uploader(
+                self.hub,
+                self.settings.output_repo,
+                self.settings.run_dir,
+                self._work_dir() / "sync",
+                before_snapshot=self._before_snapshot,
+                superseded=newer.__contains__ if newer else None,
+                on_commit=self.progress.committed,
+                on_card=on_card,
+            )
+        try:
+            uploader.start()  # held only once it runs: the end never waits for threads that never started
+        except OSError as error:
+            where = Where(
+                Area.DISK, doing=f"preparing the upload in {self._work_dir()}", disk_hint="free space in WORKDIR"
+            )
+            raise classify(error, where) or AgentError(
+                f"cannot prepare the upload in {self._work_dir()}: {error.strerror or error}",
+                "give WORKDIR a writable volume",
+            ) from None
+        self.uploader = uploader
         self.state.on_phase(self.uploader.notify)
-        logger.info("sync: every epoch of this run goes to %s", self.settings.output_repo)
+        if self.bucket is None:  # else open_store said where the working state goes
+            logger.info("sync: every epoch of this run goes to %s", self.settings.output_repo)
 
     def _work_dir(self) -> Path:
         return self.settings.workdir / ".trainbox" / self.settings.run_name

@@ -76,6 +76,7 @@ class TwoPlaces:
         before_snapshot: Callable[[], None] | None = None,
         superseded: Callable[[str], bool] | None = None,
         on_commit: Callable[[str, list[str]], None] | None = None,
+        on_card: Callable[[str | None], None] | None = None,
     ) -> None:
         self.store = store
         self.bucket = sync.Uploader(
@@ -96,6 +97,7 @@ class TwoPlaces:
             before_snapshot=before_snapshot,
             superseded=superseded,
             on_commit=on_commit,
+            on_card=on_card,
             select=milestone,
         )
         if publish_every > 0 and per_hour < 1:  # slower than one an hour: the rate itself, not rounded up
@@ -142,7 +144,11 @@ class TwoPlaces:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         self.bucket.start()
-        self.repo.start()
+        try:
+            self.repo.start()
+        except BaseException:  # not held by the job then: nothing else would stop the bucket's threads
+            self.bucket.stop()
+            raise
 
     def notify(self) -> None:
         self.bucket.notify()

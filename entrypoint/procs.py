@@ -129,6 +129,7 @@ class Child:
         self.unreaped = False  # SIGKILLed and still not gone after KILL_WAIT: left behind
         self._stop_lock = threading.Lock()
         self._tree: set[int] = set()
+        self._hurry_by = float("inf")  # a stop's grace ends by then (``hurry``)
 
     def poll(self) -> int | None:
         return self.process.poll()
@@ -145,6 +146,11 @@ class Child:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
+    def hurry(self, deadline: float) -> None:
+        """A stop's grace, running or to come, ends by ``deadline`` (``time.monotonic()``): a SIGTERM
+        during a MAX_RUNTIME/stall wrap-up. Safe in a signal handler: it takes no lock."""
+        self._hurry_by = min(self._hurry_by, deadline)
+
     def stop(self, first: int = signal.SIGINT, grace: float = 10.0, kill_wait: float = KILL_WAIT) -> int:
         """Ask politely with ``first``; SIGKILL the whole tree when ``grace`` runs out. Idempotent.
 
@@ -154,7 +160,7 @@ class Child:
             if self.poll() is None:
                 self.send(first)
                 deadline = time.monotonic() + grace
-                while self.poll() is None and time.monotonic() < deadline:
+                while self.poll() is None and time.monotonic() < min(deadline, self._hurry_by):
                     time.sleep(0.05)
             if self.poll() is None and first != signal.SIGKILL:
                 logger.warning(

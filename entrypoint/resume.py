@@ -24,7 +24,7 @@ from typing import Any
 from . import checkpoint, libreyolo, procs
 from .bucket import Store
 from .bucket import newest as newest_in_bucket
-from .errors import ConfigError, CrashLoopError, PreemptedError, UserInterruptError
+from .errors import ConfigError, CrashLoopError, PreemptedError, SyncError, UserInterruptError
 from .hub import Hub
 from .log import logger
 from .run_args import RunArgs
@@ -41,6 +41,8 @@ _NOT_FAILURES = {
     UserInterruptError.reason,
     CrashLoopError.reason,
     "lost",
+    # Trained, only the upload failed (a Hub outage): the next start must be let through to upload it.
+    SyncError.reason,
 }
 # The run folder's history, restored with a checkpoint from the Hub so it keeps all its rows.
 _HISTORY_FILES = (*libreyolo.HISTORY_FILES, CONSOLE_LOG)

@@ -61,6 +61,8 @@ POLL_INTERVAL = 1.0
 COMMITS_PER_HOUR = 100
 COMMIT_BURST = 20
 _COPY_CHUNK = 4 * 1024 * 1024
+# Stands for the whole run folder in ``pending`` when a snapshot failed before it could list it.
+_UNREAD = "(run folder not read)"
 # A trainer whose pid is not visible counts as ended only after this long without an epoch.
 SILENCE = 15 * 60.0
 
@@ -351,6 +353,7 @@ class Uploader:
                     self.snapshot()
                 except Exception as error:  # the uploader must never take the run down
                     logger.warning("sync: snapshot failed: %s", error)
+                    self._stage_failed(_UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
                 finally:
                     with self._changed:
                         self._snapshots_done = max(self._snapshots_done, asked)
@@ -409,11 +412,16 @@ class Uploader:
                     continue
                 if self._seen.get(relative) == signature:
                     continue
-                result = self._stage(path, relative, signature)
+                try:
+                    result = self._stage(path, relative, signature)
+                except Exception as error:  # any failure to stage: pending and failed, never dropped
+                    self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                    continue
                 if result is not None:
                     staged.append(result)
             with self._changed:
-                for gone in set(self._failed) - present:  # deleted since: nothing left to upload
+                # deleted since (or read now, for a failed snapshot): nothing left to upload
+                for gone in set(self._failed) - present:
                     del self._failed[gone]
                 for item in staged:
                     replaced = self._pending.get(item.relative)
@@ -426,6 +434,12 @@ class Uploader:
             if staged:
                 self._work.set()
             return [item.relative for item in staged]
+
+    def _stage_failed(self, relative: str, reason: str) -> None:
+        logger.warning("sync: %s", reason)
+        with self._changed:
+            self._failed[relative] = reason
+        self.last_error = reason
 
     def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
         target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
@@ -482,6 +496,9 @@ class Uploader:
                     self.refused_missing[relative] = str(error)
                 target.unlink(missing_ok=True)
                 return None
+            except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
+                target.unlink(missing_ok=True)
+                raise
             with self._changed:
                 self.refused_missing.pop(relative, None)
         self._seen[relative] = signature

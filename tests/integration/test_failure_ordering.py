@@ -750,3 +750,32 @@ def test_a_full_disk_at_the_start_is_38_and_still_releases(
     assert code == DiskSpaceError.exit_code, output[-3000:]
     assert "Traceback" not in output
     assert [action.method for action in vast.actions()] == ["PUT"], "the machine was not released"
+
+
+def test_an_uploader_that_cannot_start_does_not_hold_the_end(agent: Agent, vast: FakeVast) -> None:
+    staging = agent.volume / ".trainbox" / "order" / "sync"
+    staging.parent.mkdir(parents=True)
+    staging.write_text("a file where the upload's staging folder goes")  # its mkdir fails, as on a full disk
+    started = time.monotonic()
+
+    code, output = agent.run(agent.env(vast, ON_FAILURE="destroy"))
+
+    assert time.monotonic() - started < 60, "the end waited for upload threads that never ran"
+    assert code != 0 and "Traceback" not in output, output[-3000:]
+    assert agent.state()["exit"]["code"] == code
+    assert [action.method for action in vast.actions()] == ["DELETE"], "the machine was not released"
+
+
+def test_a_sigterm_during_a_max_runtime_wrap_up_is_bounded(agent: Agent) -> None:
+    # MAX_RUNTIME gives a trainer that ignores SIGINT 15 s to stop; the machine is taken back meanwhile.
+    env = agent.env(FAKE_TRAIN_MODE="deaf", FAKE_EPOCH_SECONDS="0.5", RUN_ARGS="epochs=100", MAX_RUNTIME="4")
+    process = agent.start(env)
+    wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
+    with process.stdout as stream:  # type: ignore[union-attr]
+        for line in stream:
+            if "MAX_RUNTIME" in line:
+                break
+    code, output = sigterm(process)
+    assert code == PreemptedError.exit_code, output[-3000:]
+    assert agent.state()["phase"] == Phase.PREEMPTED
+    assert_invariants(agent, code, output, {})

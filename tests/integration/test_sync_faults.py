@@ -162,3 +162,48 @@ def test_the_duplicate_check_can_fail(hub_ctx: HubContext) -> None:
     hub.upload_bytes(repo, "a.txt", b"same")  # what a blindly resent commit leaves behind
     with pytest.raises(AssertionError, match="landed twice"):
         assert_no_duplicate_commit(hub, repo)
+
+
+def _unknown_compression(path: Path) -> None:
+    """A zip whose member claims a compression method zipfile does not implement (NotImplementedError)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("last/data.pkl", b"\x80\x02}q\x00.")
+    data = bytearray(path.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # local header, central directory
+        at = data.index(signature)
+        data[at + offset : at + offset + 2] = (99).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_a_file_that_fails_to_stage_in_any_way_is_pending_and_failed(setup, hub_ctx: HubContext) -> None:
+    uploader, run_dir, repo = setup
+    (run_dir / "weights").mkdir()
+    _unknown_compression(run_dir / "weights" / "last.pt")  # checking it raises neither OSError nor InvalidCheckpoint
+    (run_dir / "args.yaml").write_text("epochs: 1\n")  # staged in the same pass, before it
+    boundary(run_dir, 1)
+
+    assert uploader.flush(5) is False, "flush said the Hub has everything"
+    assert "weights/last.pt" in uploader.failed and "NotImplementedError" in uploader.failed["weights/last.pt"]
+    assert "weights/last.pt" in uploader.pending
+    # What was staged in that pass still went up; no copy of the failed file is left in staging.
+    assert {"args.yaml", "epoch_1.txt", "status.json"} <= set(hub_ctx.hub.files(repo))
+    assert not [p for p in uploader.staging.iterdir() if p.name.endswith("last.pt")]
+
+
+def test_a_snapshot_that_fails_as_a_whole_is_never_a_complete_flush(
+    setup, hub_ctx: HubContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uploader, run_dir, repo = setup
+
+    def unreadable(self: Uploader) -> list[tuple[Path, str]]:
+        raise RuntimeError("the run folder cannot be listed")
+
+    monkeypatch.setattr(Uploader, "_files", unreadable)
+    boundary(run_dir, 1)
+    assert uploader.flush(3) is False
+    assert uploader.pending and "cannot be listed" in (uploader.last_error or "")
+    monkeypatch.undo()
+    assert uploader.flush(WAIT) and uploader.pending == []
+    assert "epoch_1.txt" in hub_ctx.hub.files(repo)

@@ -297,3 +297,16 @@ def test_a_console_log_that_cannot_be_written_never_stops_the_output_pump(
     assert trainer._tail[-1] == "done" and logs[0].tries > 1  # read to the end, the log tried on every line
     assert trainer.saw_no_space and not trainer.pump_stuck  # the disk is blamed if the training fails now
     assert training.blame_full_disk(training.error_for_exit(1, ""), tmp_path, trainer.saw_no_space) is not None
+
+
+def test_a_stop_under_way_can_be_hurried(tmp_path: Path) -> None:
+    # A wrap-up (MAX_RUNTIME, a stall) gives the trainer 15 s; a SIGTERM meanwhile leaves it 5 s for everything.
+    script = (
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+    )
+    child = procs.Child([sys.executable, "-c", script], cwd=tmp_path, output=subprocess.DEVNULL, echo=False)
+    time.sleep(0.3)  # its SIGINT handler is in place
+    threading.Timer(0.3, lambda: child.hurry(time.monotonic() + 0.2)).start()
+    started = time.monotonic()
+    assert finishes(lambda: child.stop(signal.SIGINT, grace=15.0)) == -signal.SIGKILL
+    assert time.monotonic() - started < 3.0, "the grace under way ignored the hurry"

@@ -42,8 +42,10 @@ def test_fewer_failures_than_the_loop_length_still_retry() -> None:
         [attempt(reason=reason, exit_code=143) for reason in ("preempted", "interrupted", "lost")] * 2,
         [attempt(reason="success", exit_code=0)] * CRASH_LOOP_LENGTH,
         [attempt(reason="odd", exit_code=0)] * CRASH_LOOP_LENGTH,  # exit 0 is never a crash
+        # only the upload failed, Hub outage after Hub outage: the next start must get to upload
+        [attempt(reason="sync_failed", exit_code=70)] * (CRASH_LOOP_LENGTH + 2),
     ],
-    ids=["progressing", "other-reason", "other-code", "preempted-last", "not-failures", "successes", "exit-0"],
+    ids=["progressing", "other-reason", "other-code", "preempted-last", "not-failures", "ok", "exit-0", "sync"],
 )
 def test_what_is_not_a_loop_is_retried(attempts: list[dict[str, Any]]) -> None:
     check_crash_loop(attempts)
