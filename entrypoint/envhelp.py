@@ -60,6 +60,7 @@ MEANINGS = {
     "HOSTNAME": "set by Kubernetes: the pod's name",
     "WORLD_SIZE": "set by PyTorchJob (one pod per node): the number of nodes",
     "RANK": "set by PyTorchJob (one pod per node): the node rank",
+    "LICENSE": "the model card's license, a Hub license id (default: the base model's)",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 
