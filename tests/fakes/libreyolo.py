@@ -19,6 +19,7 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
 
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
 
+``--help-json`` fails as libreyolo 1.6.0's does with typer 0.29.2.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -113,6 +114,9 @@ def train(args: dict[str, str], mode: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "--help-json" in argv:  # as libreyolo 1.6.0 with typer 0.29.2: the agent reads the source instead
+        print("AttributeError: 'TyperOption' object has no attribute 'type'", file=sys.stderr)
+        return 1
     if not argv or argv[0] != "train":
         time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
         print(json.dumps({"findings": [], "summary": {}}))
