@@ -1,14 +1,17 @@
 """The model card (README.md of OUTPUT_REPO): Hub metadata, then a page a person reads.
 
 Built with huggingface_hub's ``ModelCard``/``ModelCardData``. Trainbox owns only the text between
-``BEGIN``/``END`` and a few metadata keys: ``library_name`` and ``pipeline_tag`` when unset, its
-tags and dataset added to the user's, and the ``model-index`` (best mAP50 / mAP50-95). A card the
-user wrote keeps every other line and key.
+``BEGIN``/``END`` and a few metadata keys: ``library_name``, ``pipeline_tag``, ``license`` and
+``base_model`` when unset, its tags and dataset added to the user's, and the ``model-index`` (best
+mAP50 / mAP50-95, when the dataset is a Hub repo the Hub can link). A card the user wrote keeps
+every other line and key. No NaN or infinity reaches the metadata (the Hub refuses it); the page
+shows them as "—".
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,9 @@ END = "<!-- trainbox:end -->"
 _SECTION = re.compile(r"<!-- trainbox:begin[^>]*-->.*?<!-- trainbox:end -->", re.DOTALL)
 TAGS = ("libreyolo", "object-detection", "trainbox")
 PLOT_FILE = "training.png"
+# model-index metric ids: COCO's mAP@[.5:.95] and mAP@.5 under the ids torchmetrics' MeanAveragePrecision
+# (and transformers' object-detection evaluation) report them; the names keep LibreYOLO's labels.
+METRIC_IDS = {"mAP50-95": "map", "mAP50": "map_50"}
 
 _STATE_WORDS = {
     "done": "done",
@@ -56,6 +62,8 @@ class CardInfo:
     plot: bool
     updated_at: str | None
     notes: tuple[str, ...] = ()  # what the run mended on its way (out of GPU memory → a smaller batch)
+    license: str | None = None  # a Hub license id: LICENSE, else the base model's
+    base_model: str | None = None  # the Hub model the weights came from
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -67,19 +75,22 @@ def metadata(info: CardInfo) -> ModelCardData:
         pipeline_tag="object-detection",
         tags=list(TAGS),
         datasets=[info.dataset_repo] if info.dataset_repo else None,
+        license=info.license,
+        base_model=info.base_model,
     )
     mAP50, mAP50_95 = _metric(info.best, "mAP50"), _metric(info.best, "mAP50-95")
-    if mAP50 is not None or mAP50_95 is not None:
+    # Results name the dataset by its Hub id: a local dataset has none the Hub could link, so no model-index.
+    if info.dataset_repo and (mAP50 is not None or mAP50_95 is not None):
         data.model_name = info.repo_id.split("/", 1)[1] if info.repo_id else info.run_name
         data.eval_results = [
             EvalResult(
-                metric_type=name,
+                metric_type=METRIC_IDS[name],
                 metric_name=name,
                 metric_value=round(value, 4),
                 task_type="object-detection",
                 task_name="Object Detection",
-                dataset_type=info.dataset_repo or "custom",
-                dataset_name=info.dataset_repo or str(info.dataset.get("source") or "custom"),
+                dataset_type=info.dataset_repo,
+                dataset_name=info.dataset_repo,
                 dataset_split="val",
                 dataset_revision=info.dataset.get("revision"),
             )
@@ -103,6 +114,8 @@ def render(info: CardInfo, existing: str | None = None) -> str:
     assert isinstance(theirs, ModelCardData)  # ModelCard's card_data_class
     theirs.library_name = theirs.library_name or ours.library_name
     theirs.pipeline_tag = theirs.pipeline_tag or ours.pipeline_tag
+    theirs.license = theirs.license or ours.license
+    theirs.base_model = theirs.base_model or ours.base_model
     theirs.tags = _union(theirs.tags, ours.tags)
     if ours.datasets:
         theirs.datasets = _union(_as_list(theirs.datasets), ours.datasets)
@@ -182,12 +195,16 @@ def _load_snippet(info: CardInfo) -> list[str]:
 def _metric(row: dict[str, Any] | None, name: str) -> float | None:
     if not row:
         return None
-    value = row.get(f"metrics/{name}")
-    return float(value) if isinstance(value, int | float) else None
+    value: Any = row.get(f"metrics/{name}")
+    return float(value) if _finite(value) else None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else "—"
+    return f"{value:.4f}" if _finite(value) else "—"
 
 
 def _quote(arg: str) -> str:

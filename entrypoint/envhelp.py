@@ -61,6 +61,7 @@ MEANINGS = {
     "WORLD_SIZE": "set by PyTorchJob (one pod per node): the number of nodes",
     "RANK": "set by PyTorchJob (one pod per node): the node rank",
     "OOM_RETRIES": "out of GPU memory after an epoch: resume with half the batch, at most this often",
+    "LICENSE": "the model card's license, a Hub license id (default: the base model's)",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 

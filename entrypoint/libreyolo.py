@@ -2,18 +2,23 @@
 
 The run folder is ``WORKDIR/runs/RUN_NAME``. LibreYOLO writes its checkpoints in place, then renames
 ``status.json`` last; ``metrics.jsonl`` gets one row per epoch. The accepted ``train`` keys are read
-from the installed libreyolo's own command (its source, parsed with ``ast``, so the agent does not pay
-for importing torch), not from a copied list.
+from the installed libreyolo's own command, not from a copied list: its versioned ``--help-json`` schema
+(kept per versions: starting libreyolo costs seconds), else its source, parsed with ``ast``.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -60,10 +65,17 @@ def executable() -> str:
 # -- the options of ``libreyolo train`` ----------------------------------------------------------------
 @functools.cache
 def train_options() -> dict[str, str]:
-    """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str."""
+    """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str.
+
+    From libreyolo's own versioned schema (``train --help-json``) where it works; it crashes with some
+    typer releases (AttributeError on ``TyperOption.type`` with 0.29), and then the options are read
+    from its source, else from ``--help``."""
     spec = importlib.util.find_spec("libreyolo")
     if spec is None or spec.origin is None:
         raise ConfigError("libreyolo is not installed", "install it: pip install libreyolo")
+    options = help_json_options()
+    if options:
+        return options
     source = Path(spec.origin).parent / "cli" / "commands" / "train.py"
     try:
         options = _options_from_source(source.read_text())
@@ -71,6 +83,60 @@ def train_options() -> dict[str, str]:
         options = {}
     # The source layout is libreyolo's private business: if it moved, ask the CLI itself.
     return options or _options_from_help()
+
+
+# click's type names in the --help-json schema (schema_version 1)
+_SCHEMA_TYPES = {"integer": "int", "integer range": "int", "float": "float", "float range": "float", "boolean": "bool"}
+
+
+def help_json_options() -> dict[str, str]:
+    """The options of ``libreyolo train --help-json`` ({} where it fails). Starting libreyolo costs seconds,
+    so the answer (options, or that it failed) is kept per libreyolo, typer and click versions."""
+    cache = _schema_cache_path()
+    with contextlib.suppress(OSError, ValueError):
+        cached = json.loads(cache.read_text())
+        if isinstance(cached, dict):
+            return {str(name): str(kind) for name, kind in cached.items()}
+    options = _options_from_help_json()
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(options))
+        os.replace(tmp, cache)
+    return options
+
+
+def _options_from_help_json() -> dict[str, str]:
+    try:
+        result = procs.run(
+            [executable(), "train", "--help-json"],
+            timeout=60,
+            env={**os.environ, "NO_COLOR": "1"},
+            echo=False,
+        )
+        schema = json.loads(result.stdout) if result.returncode == 0 else None
+    except (OSError, ValueError, ConfigError, subprocess.SubprocessError):
+        schema = None
+    if not isinstance(schema, dict) or schema.get("schema_version") != 1:
+        return {}  # a schema version this reader does not know: read the source instead
+    options: dict[str, str] = {}
+    for parameter in schema.get("parameters") or []:
+        name = parameter.get("name") if isinstance(parameter, dict) else None
+        if isinstance(name, str) and name not in _OUTPUT_FLAGS | {"help"}:
+            options[name] = _SCHEMA_TYPES.get(str(parameter.get("type")), "str")
+    return options
+
+
+def _schema_cache_path() -> Path:
+    versions = []
+    for package in ("libreyolo", "typer", "click"):
+        try:
+            versions.append(f"{package}={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package}=none")
+    key = hashlib.sha256("\n".join([executable(), *versions]).encode()).hexdigest()[:16]
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "trainbox" / f"libreyolo-train-options-{key}.json"
 
 
 def _options_from_source(source: str) -> dict[str, str]:

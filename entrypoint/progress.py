@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import card, libreyolo, plot, procs, receipt
+from . import card, libreyolo, plot, procs, provenance, receipt
 from .log import logger
 from .state import RunState, read_state, write_json_atomic
 
@@ -126,6 +126,8 @@ class Progress:
         self._plot_seconds = 0.0
         self._card_base: str | None = None
         self._card_base_known = False
+        self._base_model = provenance.base_model(settings.user_run_args)
+        self._license = settings.card_license  # else the base model's, read with the Hub's card
         self._total_cache: tuple[tuple[int, int] | None, int | None] = (None, None)
         self._warned_no_plot = False
         self._save_timeline()
@@ -297,7 +299,18 @@ class Progress:
         if self._card_base is None and local.is_file():
             self._card_base = local.read_text(encoding="utf-8")
         self._card_base_known = True
+        self._find_license(hub)
         return True
+
+    def _find_license(self, hub: Hub | None) -> None:
+        """LICENSE, else the base model's own; without either the card has none, and says so once."""
+        if self._license is None and hub is not None and self._base_model is not None:
+            scratch = self.settings.workdir / ".trainbox" / self.settings.run_name / "base-card"
+            self._license = provenance.base_license(hub, self._base_model, scratch)
+            if self._license is not None:
+                logger.info("card: license %s, from %s's card (LICENSE overrides it)", self._license, self._base_model)
+        if self._license is None:
+            logger.info("card: no license in the model card; set LICENSE to a Hub license id, e.g. LICENSE=apache-2.0")
 
     def _write_card(self, snapshot: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         previous = self.state.previous or {}
@@ -311,6 +324,8 @@ class Progress:
             receipt=receipt.compute(snapshot, self._as_of()),
             plot=(self.run_dir / card.PLOT_FILE).is_file(),
             total=self._total(snapshot),
+            license=self._license,
+            base_model=self._base_model,
         )
         text = card.render(info, self._card_base)
         self._card_base = text
@@ -388,6 +403,8 @@ def card_info(
     receipt: receipt.Receipt | None,
     plot: bool,
     total: int | None,
+    license: str | None = None,
+    base_model: str | None = None,
 ) -> card.CardInfo:
     validated = [row for row in rows if isinstance(row.get("metrics/mAP50"), int | float)]
     dataset = dict(snapshot.get("dataset") or {})
@@ -424,6 +441,8 @@ def card_info(
             for a in snapshot.get("attempts") or []
             if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
         ),
+        license=license,
+        base_model=base_model,
     )
 
 

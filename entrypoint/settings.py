@@ -130,6 +130,7 @@ class Settings:
     provider: ProviderAccess
     price_per_hour: float | None
     max_cost: float | None = None  # dollars; the job is wrapped up once the spend reaches it
+    card_license: str | None = None  # LICENSE: the model card's Hub license id
     monitor: bool
     monitor_host: str
     profile: bool
@@ -205,6 +206,7 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         monitor=_flag(env, "MONITOR"),
         monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
         profile=_flag(env, "PROFILE"),
+        card_license=_license(env.get("LICENSE")),
         env=child_env(env) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
         oom_retries=_count(env, "OOM_RETRIES", DEFAULT_OOM_RETRIES),
@@ -334,6 +336,16 @@ def _dataset(value: str | None) -> tuple[DatasetKind, str | None]:
     if not _REPO_ID.match(value):
         raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
     return DatasetKind.HUB, value
+
+
+_LICENSE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,63}$")
+
+
+def _license(value: str | None) -> str | None:
+    """A Hub license id (https://huggingface.co/docs/hub/repositories-licenses); the Hub checks the list itself."""
+    if value is not None and not _LICENSE.match(value):
+        raise ConfigError(f"LICENSE={value!r} is not a Hub license id", "use e.g. LICENSE=apache-2.0, mit or other")
+    return value
 
 
 def _run_name(env: Mapping[str, str], dataset: str | None, output: str | None, args: RunArgs) -> str:

@@ -23,6 +23,7 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
 16) is above N runs out of GPU memory during epoch ``FAKE_OOM_EPOCH`` (default 2) as libreyolo 1.6.0 does:
 ``status.json`` ``failed`` with ``error.type`` ``OutOfMemoryError``, its ``Error [cuda_oom]`` line, exit 1.
 
+``--help-json`` fails as libreyolo 1.6.0's does with typer 0.29.2.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -136,6 +137,9 @@ def _out_of_memory(run_dir: str, epoch: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "--help-json" in argv:  # as libreyolo 1.6.0 with typer 0.29.2: the agent reads the source instead
+        print("AttributeError: 'TyperOption' object has no attribute 'type'", file=sys.stderr)
+        return 1
     if not argv or argv[0] != "train":
         time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
         print(json.dumps({"findings": [], "summary": {}}))

@@ -69,7 +69,7 @@ def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: 
     assert loaded.text.count(card.BEGIN) == 1 and "**State: done** after 3/3 epochs" in loaded.text
     (result_entry,) = meta["model-index"][0]["results"]
     assert result_entry["dataset"]["revision"] == state["dataset"]["revision"]
-    metrics = {metric["type"]: metric["value"] for metric in result_entry["metrics"]}
+    metrics = {metric["name"]: metric["value"] for metric in result_entry["metrics"]}
     best = max((row for row in rows if row.get("is_best")), key=lambda row: row["epoch"])
     assert metrics == {
         "mAP50": round(best["metrics/mAP50"], 4),

@@ -49,3 +49,18 @@ def test_a_refused_card_holds_back_nothing(hub_ctx: HubContext, tmp_path: Path) 
     newest, previous = hub_ctx.hub.commits(repo)[:2]
     changed = {path for path, entry in newest.files.items() if previous.files.get(path) != entry}
     assert changed == {"README.md"}, "the card's commit carries the card alone"
+
+
+def test_the_license_defaults_to_the_base_models_own(hub_ctx: HubContext, tmp_path: Path) -> None:
+    from entrypoint import provenance
+
+    base = hub_ctx.repo_id("base")
+    hub_ctx.hub.create_repo(base, private=True)
+    hub_ctx.hub.commit(base, {"README.md": b"---\nlicense: agpl-3.0\n---\n\n# base\n"}, message="card")
+    bare = hub_ctx.repo_id("bare")
+    hub_ctx.hub.create_repo(bare, private=True)
+    hub_ctx.hub.commit(bare, {"model.pt": b"weights"}, message="no card")
+    hub = Hub(token=hub_ctx.token)
+    assert provenance.base_license(hub, base, tmp_path / "a") == "agpl-3.0"
+    assert provenance.base_license(hub, bare, tmp_path / "b") is None  # no card: no license, no failure
+    assert provenance.base_license(hub, hub_ctx.repo_id("missing"), tmp_path / "c") is None

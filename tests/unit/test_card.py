@@ -53,7 +53,9 @@ def test_a_new_card_has_the_hub_metadata_and_the_page(tmp_path: Path) -> None:
     (result,) = entry["results"]
     assert result["dataset"] == {"name": "acme/cones", "type": "acme/cones", "split": "val", "revision": "abc123"}
     # the best epoch is LibreYOLO's (is_best, mAP50-95), not the highest mAP50 row alone
-    assert {m["type"]: m["value"] for m in result["metrics"]} == {"mAP50": 0.45, "mAP50-95": 0.3}
+    assert {m["name"]: m["value"] for m in result["metrics"]} == {"mAP50": 0.45, "mAP50-95": 0.3}
+    # metric ids, not free text: COCO's mAP@[.5:.95] and mAP@.5
+    assert {m["name"]: m["type"] for m in result["metrics"]} == {"mAP50": "map_50", "mAP50-95": "map"}
     text = loaded.text
     assert "**State: running** (training), 3/10 epochs so far." in text
     assert 'model = LibreYOLO("hf://acme/yolo/weights/best.pt")' in text
@@ -110,7 +112,7 @@ def test_each_sync_replaces_only_the_marked_section(tmp_path: Path) -> None:
     assert "## Notes added after the section\n\nKept too." in loaded.text
     assert loaded.text.count(card.BEGIN) == 1 and loaded.text.count(card.END) == 1
     assert "**State: done** after 3/10 epochs." in loaded.text and "running" not in loaded.text
-    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    metrics = {m["name"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert metrics == {"mAP50": 0.7, "mAP50-95": 0.5}
     assert meta["tags"].count("libreyolo") == 1 and meta["license"] == "apache-2.0"
 
@@ -125,3 +127,60 @@ def test_a_failed_run_says_why(tmp_path: Path) -> None:
     failed = info(phase="failed", exit={"code": 60, "reason": "training_failed", "message": "CUDA out of memory"})
     _, loaded = parse(card.render(failed), tmp_path)
     assert "**State: failed** after 3/10 epochs: CUDA out of memory." in loaded.text
+
+
+def info_with(rows: list[dict[str, Any]] = ROWS, *, license: str | None = None, base: str | None = None, **extra: Any):
+    return card_info(
+        state(**extra), rows, repo_id="acme/yolo", receipt=None, plot=True, total=10, license=license, base_model=base
+    )
+
+
+def test_license_and_base_model_reach_the_hub_metadata(tmp_path: Path) -> None:
+    meta, _ = parse(card.render(info_with(license="apache-2.0", base="LibreYOLO/LibreYOLO9s")), tmp_path)
+    assert meta["license"] == "apache-2.0" and meta["base_model"] == "LibreYOLO/LibreYOLO9s"
+    # neither known: no key at all (an empty or made-up value would be refused)
+    meta, _ = parse(card.render(info_with()), tmp_path)
+    assert "license" not in meta and "base_model" not in meta
+    # the user's own choice wins
+    meta, _ = parse(card.render(info_with(license="mit", base="LibreYOLO/LibreYOLO9s"), USER_CARD), tmp_path)
+    assert meta["license"] == "apache-2.0" and meta["base_model"] == "LibreYOLO/LibreYOLO9s"
+
+
+def test_no_nan_or_infinity_reaches_the_metadata(tmp_path: Path) -> None:
+    from tests.fakes.hub import card_rules
+
+    nan, inf = float("nan"), float("inf")
+    rows = [
+        {"epoch": 1, "time": 9.0, "train/loss": nan, "metrics/mAP50": nan, "metrics/mAP50-95": inf, "is_best": True},
+    ]
+    text = card.render(info_with(rows))
+    meta, loaded = parse(text, tmp_path)
+    assert "model-index" not in meta
+    assert "| best | 1 | — | — | — |" in loaded.text
+    assert card_rules.errors(text) == []
+    # one finite metric: that one alone
+    rows[0]["metrics/mAP50"] = 0.5
+    meta, _ = parse(card.render(info_with(rows)), tmp_path)
+    assert [m["name"] for m in meta["model-index"][0]["results"][0]["metrics"]] == ["mAP50"]
+
+
+def test_results_name_only_a_hub_dataset(tmp_path: Path) -> None:
+    local = state()
+    local["settings"]["dataset"] = "/data/cones"
+    local["dataset"] = {"source": "/data/cones", "revision": None}
+    meta, loaded = parse(
+        card.render(card_info(local, ROWS, repo_id="acme/yolo", receipt=None, plot=False, total=10)), tmp_path
+    )
+    assert "model-index" not in meta and "datasets" not in meta
+    assert "0.4500" in loaded.text, "the page still shows the metrics"
+
+
+def test_the_hub_accepts_every_card_trainbox_writes() -> None:
+    from tests.fakes.hub import card_rules
+
+    for text in (
+        card.render(info()),
+        card.render(info(), USER_CARD),
+        card.render(info_with(license="mit", base="a/b")),
+    ):
+        assert card_rules.errors(text) == [], text

@@ -301,9 +301,7 @@ def test_a_console_log_that_cannot_be_written_never_stops_the_output_pump(
 
 def test_a_stop_under_way_can_be_hurried(tmp_path: Path) -> None:
     # A wrap-up (MAX_RUNTIME, a stall) gives the trainer 15 s; a SIGTERM meanwhile leaves it 5 s for everything.
-    script = (
-        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
-    )
+    script = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
     child = procs.Child([sys.executable, "-c", script], cwd=tmp_path, output=subprocess.DEVNULL, echo=False)
     time.sleep(0.3)  # its SIGINT handler is in place
     threading.Timer(0.3, lambda: child.hurry(time.monotonic() + 0.2)).start()

@@ -163,4 +163,5 @@ def test_a_new_attempt_card_keeps_the_last_attempts_command_until_it_has_its_own
     append(job, rows_until(3, pace=1.0))
     job.publish()
     text = (job.run_dir / "README.md").read_text()
-    assert "libreyolo train epochs=3 device=cpu" in text and "revision: r1" in text
+    # (a dataset that is not a Hub repo is named on the page, not in the model-index)
+    assert "libreyolo train epochs=3 device=cpu" in text and "| dataset | x @ `r1` |" in text

@@ -100,7 +100,7 @@ def check_names(names: set[str]) -> None:
 
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml", "kubernetes.yaml"}
-    checked |= {"kubernetes-multinode.yaml", ".beamignore"}
+    checked |= {"kubernetes-multinode.yaml", ".beamignore", "kubernetes-jobset.yaml"}
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -320,6 +320,46 @@ def test_kubernetes_several_nodes() -> None:
 
     pod0 = {key: item["value"] for key, item in env.items() if "value" in item} | {"JOB_COMPLETION_INDEX": "0"}
     assert topology.from_env(pod0).leader and topology.from_env(pod0).nnodes == nodes
+    assert topology.from_env(pod0 | {"JOB_COMPLETION_INDEX": "1"}).node_rank == 1
+
+
+def test_kubernetes_jobset_restarts_every_node_together() -> None:
+    (jobset,) = yaml.safe_load_all((TEMPLATES / "kubernetes-jobset.yaml").read_text())
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and jobset["kind"] == "JobSet"
+    spec = jobset["spec"]
+    (replicated,) = spec["replicatedJobs"]
+    assert replicated["replicas"] == 1
+    job = replicated["template"]["spec"]
+    assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0, "one failed pod restarts the set"
+    # the set restarts together, a bounded number of times; what a retry repeats fails it at once
+    policy = spec["failurePolicy"]
+    assert 1 <= policy["maxRestarts"] <= 5 and policy["restartStrategy"] == "BlockingRecreate"
+    first = policy["rules"][0]
+    assert first["action"] == "FailJobSet" and first["onJobFailureReasons"] == ["PodFailurePolicy"]
+    assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", first["name"]), "JobSet's rule-name pattern"
+    _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
+    assert job["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
+    # the same pod as the indexed-Job variant, with node 0 named the JobSet way
+    _, indexed = yaml.safe_load_all((TEMPLATES / "kubernetes-multinode.yaml").read_text())
+    pod, indexed_pod = job["template"]["spec"], indexed["spec"]["template"]["spec"]
+    assert "subdomain" not in pod and spec["network"]["enableDNSHostnames"] is True
+    (container,) = pod["containers"]
+    assert container["image"].rsplit(":", 1)[-1] == entrypoint.__version__
+    env = {item["name"]: item for item in container["env"]}
+    check_names(set(env))
+    nodes = int(env["NNODES"]["value"])
+    assert nodes == job["completions"] == job["parallelism"] > 1
+    subdomain = spec["network"].get("subdomain", jobset["metadata"]["name"])
+    master = f"{jobset['metadata']['name']}-{replicated['name']}-0-0.{subdomain}"
+    assert env["MASTER_ADDR"]["value"] == master
+    assert {k: v for k, v in env.items() if k != "MASTER_ADDR"} == {
+        item["name"]: item for item in indexed_pod["containers"][0]["env"] if item["name"] != "MASTER_ADDR"
+    }
+    assert duration_s(env["MAX_RUNTIME"]["value"]) < job["activeDeadlineSeconds"]
+    from entrypoint import topology
+
+    pod0 = {key: item["value"] for key, item in env.items() if "value" in item} | {"JOB_COMPLETION_INDEX": "0"}
+    assert topology.from_env(pod0).leader and topology.from_env(pod0).master_addr == master
     assert topology.from_env(pod0 | {"JOB_COMPLETION_INDEX": "1"}).node_rank == 1
 
 

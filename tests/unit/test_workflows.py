@@ -184,3 +184,22 @@ def test_tests_install_the_cpu_torch() -> None:
 def test_dependabot_keeps_pins_fresh() -> None:
     config = yaml.safe_load((REPO / ".github" / "dependabot.yml").read_text())
     assert {"github-actions", "docker"} <= {update["package-ecosystem"] for update in config["updates"]}
+
+
+def test_ghcr_reads_the_description_from_the_index() -> None:
+    """With an SBOM and provenance a tag is an image index; GHCR shows the index's annotations."""
+    publish = image_workflow()["jobs"]["publish"]
+    meta = step(publish, "docker/metadata-action")
+    assert set(meta["env"]["DOCKER_METADATA_ANNOTATIONS_LEVELS"].split(",")) == {"manifest", "index"}
+    pushed = step(publish, "docker/build-push-action")["with"]
+    assert pushed["annotations"] == "${{ steps.meta.outputs.annotations }}"
+
+
+def test_pull_request_and_main_builds_reuse_layers_and_releases_do_not() -> None:
+    jobs = image_workflow()["jobs"]
+    built = step(jobs["build"], "docker/build-push-action")["with"]
+    scope = "scope=image-${{ matrix.cuda }}-${{ matrix.extras || 'default' }}"
+    assert built["cache-from"] == f"type=gha,{scope}" and built["cache-to"].startswith("type=gha,")
+    assert scope in built["cache-to"], "one cache per variant: variants never evict each other's layers"
+    released = step(jobs["publish"], "docker/build-push-action")["with"]
+    assert "cache-from" not in released and "cache-to" not in released, "a release builds from sources alone"

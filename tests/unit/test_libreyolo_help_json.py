@@ -1,0 +1,78 @@
+"""libreyolo's options from its versioned `train --help-json` schema where it works, from its source where it
+crashes (typer 0.29: AttributeError on TyperOption.type); the answer is kept per versions, as starting libreyolo
+costs seconds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from entrypoint import libreyolo
+
+SCHEMA = {
+    "schema_version": 1,
+    "command": "train",
+    "parameters": [
+        {"name": "epochs", "type": "integer", "default": 300},
+        {"name": "lr0", "type": "float", "default": 0.01},
+        {"name": "amp", "type": "boolean", "default": True},
+        {"name": "model", "type": "text"},
+        {"name": "imgsz", "type": "integer range"},
+        {"name": "json_output", "type": "boolean"},  # output flags are the agent's business, not RUN_ARGS'
+        {"name": "help_json", "type": "boolean"},
+    ],
+    "flags": ["--amp", "--no-amp", "--json"],
+}
+
+
+def stand_in(tmp_path: Path, body: str) -> Path:
+    """A `libreyolo` that answers `train --help-json` with ``body`` and notes each start."""
+    script = tmp_path / "libreyolo"
+    script.write_text(f"#!{sys.executable}\nimport sys\nopen({str(tmp_path / 'starts')!r}, 'a').write('x')\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def starts(tmp_path: Path) -> int:
+    path = tmp_path / "starts"
+    return len(path.read_text()) if path.exists() else 0
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    libreyolo.train_options.cache_clear()
+    yield
+    libreyolo.train_options.cache_clear()
+
+
+def test_the_schema_gives_names_and_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})")))
+    expected = {"epochs": "int", "lr0": "float", "amp": "bool", "model": "str", "imgsz": "int"}
+    assert libreyolo.train_options() == expected
+    # kept: the next agent start does not pay for starting libreyolo again
+    libreyolo.train_options.cache_clear()
+    assert libreyolo.train_options() == expected and starts(tmp_path) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # what libreyolo 1.6.0 does with typer 0.29.2
+        "sys.stderr.write(\"AttributeError: 'TyperOption' object has no attribute 'type'\\n\"); sys.exit(1)",
+        'print(\'{"schema_version": 2, "parameters": []}\')',  # a schema this reader does not know
+        "print('not json')",
+    ],
+)
+def test_where_it_fails_the_source_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, body)))
+    assert libreyolo.help_json_options() == {}
+    options = libreyolo.train_options()
+    assert {"epochs", "batch", "imgsz", "lr0"} <= set(options) and options["epochs"] == "int"
+    # the failure is kept too: no second start of libreyolo for the same versions
+    libreyolo.train_options.cache_clear()
+    assert libreyolo.train_options() == options and starts(tmp_path) == 1
