@@ -172,3 +172,24 @@ def test_two_processes_on_one_hf_home_upload_and_download_at_once(hub_ctx: HubCo
         "sidecar0.pt",
         "sidecar1.pt",
     ]
+
+
+def test_the_bandwidth_cap_holds_the_cas_to_its_rate(hub_ctx: HubContext, tmp_path: Path) -> None:
+    import time
+
+    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
+    api.create_repo(repo)
+    data = os.urandom(6 * MiB)
+    (tmp_path / "w.pt").write_bytes(data)
+    api.upload_file(path_or_fileobj=tmp_path / "w.pt", path_in_repo="w.pt", repo_id=repo)
+    rate = 4 * MiB
+    hub.set_cas_bandwidth(rate)
+    try:
+        started = time.monotonic()
+        path = hf_hub_download(repo, "w.pt", **hub_ctx.download_kwargs())
+        elapsed = time.monotonic() - started
+    finally:
+        hub.set_cas_bandwidth(None)
+    assert Path(path).read_bytes() == data
+    # a lower bound only: a slow machine is slower still, never faster than the link
+    assert elapsed >= 0.8 * len(data) / rate

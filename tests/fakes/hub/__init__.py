@@ -104,7 +104,8 @@ auth, so keep the server on a loopback address)
 ``GET /_admin/log`` -> {requests:[...], bytes_served:{path:n}} | ``DELETE /_admin/log`` |
 ``POST /_admin/config`` {commit_rate_limit, commit_rate_window, xet, xet_token_ttl}.
 
-``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``.
+``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``; ``set_cas_bandwidth(bytes_per_s | None)``: the
+CAS data URLs and xorb uploads share one link of that speed (faults on a request shape it their own way).
 
 Not supported: multipart LFS, pull requests (``create_pr``), pagination (lists come in one page),
 .gitignore handling in preupload, gated repos.

@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,10 +88,32 @@ class ShardIndex:
         return {t[0] for terms in index.files.values() for t in terms}
 
 
+class Pacer:
+    """A bandwidth cap shared by every connection it paces: bytes go out no faster than ``rate`` per second."""
+
+    PIECE = 256 * 1024
+
+    def __init__(self, rate: int) -> None:
+        self.rate, self._next, self._lock = rate, time.monotonic(), threading.Lock()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._next = max(self._next, now) + n / self.rate
+            wait = self._next - now - n / self.rate  # this piece's turn starts when the previous ones are out
+        if wait > 0:
+            time.sleep(wait)
+
+
 class CasMixin:
     """The ``/cas/`` routes of ``HubServer``; everything else goes on to the Hub's own routing."""
 
     cas_over_http = True  # False: the token routes hand out local://<root>/cas (hf_xet reads/writes it itself)
+    cas_pacer: Pacer | None = None
+
+    def set_cas_bandwidth(self, bytes_per_s: int | None) -> None:
+        """Cap the CAS data URLs and xorb uploads together at ``bytes_per_s`` (a link's speed); None: no cap."""
+        self.cas_pacer = Pacer(bytes_per_s) if bytes_per_s else None
 
     def cas_http_url(self, base_url: str) -> str:
         return f"{base_url}/cas"
@@ -176,6 +199,8 @@ class CasMixin:
         try:
             with open(tmp, "wb") as f:
                 for data in h.body_chunks():  # streamed: a xorb is up to 64 MiB
+                    if self.cas_pacer is not None:
+                        self.cas_pacer.take(len(data))
                     f.write(data)
             if tmp.stat().st_size < 8:
                 raise HubError(400, f"xorb {xorb}: not a serialized xorb")
@@ -281,4 +306,15 @@ class CasMixin:
             raise HubError(416, f"range {rng[0]} outside a xorb of {size} bytes")
         headers = {"Content-Type": "application/octet-stream", "Content-Range": f"bytes {lo}-{hi}/{size}"}
         h.start_response(206, headers, hi - lo + 1)
-        h.write_body(None, path, hi - lo + 1, lo)
+        pacer = self.cas_pacer
+        if pacer is None or h.fault is not None or h.muted:  # a fault shapes the body its own way
+            h.write_body(None, path, hi - lo + 1, lo)
+            return
+        with open(path, "rb") as f:
+            f.seek(lo)
+            left = hi - lo + 1
+            while left > 0 and (piece := f.read(min(Pacer.PIECE, left))):
+                pacer.take(len(piece))
+                h.record.bytes_out += len(piece)
+                h.wfile.write(piece)
+                left -= len(piece)
