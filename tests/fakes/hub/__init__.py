@@ -12,7 +12,10 @@ SIGTERM/SIGINT stop it.
 Clients set ``HF_ENDPOINT=<url>`` before ``huggingface_hub`` is imported. Both transfer paths of the Hub:
 
 * Xet (default; ``xet=False`` / ``--no-xet`` / ``set_xet(False)`` for a Hub or mirror without it). The CAS
-  is a folder, ``<root>/cas``, that hf_xet reads and writes itself (endpoint ``local://<root>/cas``).
+  is served over HTTP at ``<url>/cas`` (``cas.py``: xorb and shard upload, reconstruction with ``Range``,
+  ranged data URLs), so clients run hf_xet's network client; its files live in ``<root>/cas`` in hf_xet's
+  ``local://`` layout. ``cas_over_http = False`` hands out ``local://<root>/cas`` instead (clients then
+  open that folder's redb index themselves: two client processes at once fail "Database already open").
   ``GET /api/{t}/{repo}/xet-write-token/{rev}`` and ``xet-read-token/{rev}`` answer ``X-Xet-Cas-Url``,
   ``X-Xet-Access-Token``, ``X-Xet-Token-Expiration`` (and the same as JSON, which hf_xet's refresh reads);
   tokens live ``xet_token_ttl`` seconds. A commit's ``lfsFile`` names only the sha256: the server maps it
@@ -25,7 +28,8 @@ Clients set ``HF_ENDPOINT=<url>`` before ``huggingface_hub`` is imported. Both t
 
 Layout: ``model`` (what is stored: repos, commits, files, tokens, request records), ``storage`` (blobs on
 disk, repos and commits, the Python API), ``git_api`` (auth, routing, repo/tree/commit/branch/resolve
-routes), ``lfs`` (LFS batch/PUT/verify), ``xet`` (shards, the CAS, CAS token routes), ``faults`` (fault
+routes), ``lfs`` (LFS batch/PUT/verify), ``xet`` (shards, the CAS, CAS token routes), ``cas`` (the CAS
+routes over HTTP), ``faults`` (fault
 injection, request log), ``http`` (request handler and socket server), ``admin`` (``/_admin/`` routes,
 ``RemoteHub``), ``server`` (``HubServer``, which joins them, and ``main``).
 
@@ -85,7 +89,8 @@ Python API (all ``repo_type`` arguments default to ``"model"``; ``revision`` to 
     request arrives and updated in place, so the log is complete once the client has its answer.
 
 Useful path regexes for ``inject``/``find_requests``: ``/preupload/``, ``/info/lfs/objects/batch``,
-``^/_lfs/`` (LFS PUT), ``/commit/``, ``/resolve/``, ``/tree/``, ``/paths-info/``, ``/commits/``.
+``^/_lfs/`` (LFS PUT), ``/commit/``, ``/resolve/``, ``/tree/``, ``/paths-info/``, ``/commits/``; the CAS:
+``^/cas/v1/xorbs/``, ``^/cas/v1/shards``, ``^/cas/v1/reconstructions/``, ``^/cas/xorbs/`` (data URLs).
 
 Admin API (JSON; for tests in another process; ``RemoteHub(url)`` wraps it with the same names; no
 auth, so keep the server on a loopback address)
@@ -99,7 +104,8 @@ auth, so keep the server on a loopback address)
 ``GET /_admin/log`` -> {requests:[...], bytes_served:{path:n}} | ``DELETE /_admin/log`` |
 ``POST /_admin/config`` {commit_rate_limit, commit_rate_window, xet, xet_token_ttl}.
 
-``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``.
+``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``; ``set_cas_bandwidth(bytes_per_s | None)``: the
+CAS data URLs and xorb uploads share one link of that speed (faults on a request shape it their own way).
 
 Storage Buckets (Xet-only, no history; ``buckets``): the bucket routes huggingface_hub 2.4.0 calls, with the
 same auth and faults; ``create_bucket``, ``bucket_files``, ``bucket_bytes``, ``set_buckets(False)`` (a Hub

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tests.fakes.hub.admin import AdminMixin
 from tests.fakes.hub.buckets import BucketsMixin
+from tests.fakes.hub.cas import CasMixin
 from tests.fakes.hub.faults import Fault, FaultsMixin
 from tests.fakes.hub.git_api import GitApiMixin
 from tests.fakes.hub.http import _Server
@@ -24,7 +25,7 @@ from tests.fakes.hub.storage import StorageMixin
 from tests.fakes.hub.xet import XET_TOKEN_TTL, XetMixin
 
 
-class HubServer(StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin, BucketsMixin):
+class HubServer(CasMixin, StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin, BucketsMixin):
     """The Hub. See the package docstring (tests/fakes/hub/__init__.py) for the API."""
 
     def __init__(

@@ -96,7 +96,7 @@ class XetMixin:
             info = hf_xet.PyXetDownloadInfo(str(tmp), entry.xet_hash, entry.size)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                hf_xet.download_files([info], self.cas_url, None, None, None, None)
+                hf_xet.download_files([info], *self.cas_rebuild_client(), None, None)
             sha, _ = self._store_stream(_file_chunks(tmp))
         finally:
             tmp.unlink(missing_ok=True)
@@ -116,7 +116,8 @@ class XetMixin:
             token, ttl = secrets.token_urlsafe(24), self.xet_token_ttl
             expiry = int(time.time() + ttl)
             self._xet_tokens[token] = (c.user.user if c.user else "", expiry)
-        cas = self.cas_url
+        # hf_xet's network client against the CAS routes (cas.py); local:// only where a test asks for it
+        cas = self.cas_http_url(h.base_url) if self.cas_over_http else self.cas_url
         if h.fault is not None and h.fault.kind == "cas-unwritable":
             blocker = self.root / "cas-blocked"  # a file where the client's hf_xet needs a folder
             blocker.touch()
