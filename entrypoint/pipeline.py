@@ -19,6 +19,7 @@ from . import cost, dataset, launch, monitor, preflight, profiling, progress, pr
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
+from .host import check as host_check
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
@@ -141,7 +142,10 @@ class Job:
                 self._workers = len(gpus.indices)
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
             # A wrong instance id or key fails now, not at the end; the read also gives the price.
-            self._arm_budget(release.check_access(self.settings))
+            seen = release.check_access(self.settings)
+            self._arm_budget(seen)
+            # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
+            host_check.check(self.settings, gpus.details, seen.gpu if seen else None, self._record_host)
             self._connect_hub()
             if self.settings.topology.multi:
                 self._meet_nodes(gpus)
@@ -177,6 +181,9 @@ class Job:
             if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
                 self._dataset_check.cancel()
         return self._finish(outcome)
+
+    def _record_host(self, report: dict[str, Any]) -> None:
+        self.state.update(host=report)
 
     def _arm_budget(self, seen: providers.Observed | None) -> None:
         """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline

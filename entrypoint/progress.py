@@ -423,8 +423,18 @@ def card_info(
             f" resumed after epoch {a['epochs_done']} with batch={a['next_batch']}."
             for a in snapshot.get("attempts") or []
             if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
-        ),
+        )
+        + _host_notes(snapshot.get("host")),
     )
+
+
+def _host_notes(host: Any) -> tuple[str, ...]:
+    """The host report on the card: what this machine measured, and what fell short."""
+    if not isinstance(host, dict):
+        return ()
+    from .host import judge
+
+    return tuple(f"{line[0].upper()}{line[1:]}" for line in judge.lines(host))
 
 
 def watch_view(run_dir: Path, state: dict[str, Any], workdir: Path | None, now: float) -> list[str]:

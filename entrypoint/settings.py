@@ -26,6 +26,14 @@ DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
+# The host check's floors (README "Is this the machine I paid for?"). A healthy card reaches 60-80 % of
+# its dense datasheet matmul figure in a large GEMM; under half, it is throttled or power-capped.
+DEFAULT_HOST_MIN_GPU_FRACTION = 0.5
+# Pinned host→device copies: PCIe 3.0 x16 gives about 12 GB/s, 4.0 x16 about 25; x4 or an x1 riser under 4.
+DEFAULT_HOST_MIN_COPY_GBPS = 4.0
+# The dataset is extracted and every checkpoint written there: a local SSD does 500+, a cheap network
+# volume 50-100 MB/s, where a 20 GB dataset alone costs minutes.
+DEFAULT_HOST_MIN_DISK_MBPS = 100.0
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
@@ -71,6 +79,12 @@ class Provider(enum.StrEnum):
     NONE = "none"
     VAST = "vast"
     RUNPOD = "runpod"
+
+
+class HostCheck(enum.StrEnum):
+    OFF = "off"
+    WARN = "warn"
+    STRICT = "strict"
 
 
 class DatasetKind(enum.StrEnum):
@@ -135,6 +149,10 @@ class Settings:
     env: Mapping[str, str] = field(repr=False, compare=False)  # for child processes, secrets removed
     topology: topology.Topology = field(default_factory=topology.Topology)  # one node unless the launcher says
     oom_retries: int = DEFAULT_OOM_RETRIES  # out of GPU memory after an epoch: resumes with half the batch
+    host_check: HostCheck = HostCheck.WARN
+    host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
+    host_min_copy_gbps: float = DEFAULT_HOST_MIN_COPY_GBPS
+    host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
 
     @property
     def is_demo(self) -> bool:
@@ -204,6 +222,10 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         env=child_env(env) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
         oom_retries=_count(env, "OOM_RETRIES", DEFAULT_OOM_RETRIES),
+        host_check=_choice(env, "HOST_CHECK", HostCheck, HostCheck.WARN),
+        host_min_gpu_fraction=_ratio(env, "HOST_MIN_GPU_FRACTION", DEFAULT_HOST_MIN_GPU_FRACTION),
+        host_min_copy_gbps=_positive(env, "HOST_MIN_COPY_GBPS", DEFAULT_HOST_MIN_COPY_GBPS),
+        host_min_disk_mbps=_positive(env, "HOST_MIN_DISK_MBPS", DEFAULT_HOST_MIN_DISK_MBPS),
     )
     if ExitAction.DESTROY in {settings.on_exit, settings.on_failure} and settings.output_repo is None:
         raise ConfigError(
@@ -356,6 +378,26 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
     if not value.strip().isdigit():
         raise ConfigError(f"{name}={value!r} is not a whole number", f"e.g. {name}={default}, or 0 to turn it off")
     return int(value.strip())
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}={value!r} is not a number", f"e.g. {name}={default:g}, or 0 to judge nothing")
+    return number
+
+
+def _ratio(env: Mapping[str, str], name: str, default: float) -> float:
+    number = _positive(env, name, default)
+    if number > 1:
+        raise ConfigError(f"{name}={env[name]!r} is more than 1", f"a fraction, e.g. {name}={default:g}")
+    return number
 
 
 def _dollars(name: str, value: str | None, example: str, *, zero_ok: bool) -> float | None:

@@ -296,7 +296,7 @@ def check_all_reduce(devices: list[int], timeout: float) -> dict[str, Any]:
     return result
 
 
-def probe(selection: list[int] | None, nccl_timeout: float) -> dict[str, Any]:
+def probe(selection: list[int] | None, nccl_timeout: float, bench: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     report: dict[str, Any] = {"driver": driver_version(), "cards": smi_gpus(), "gpus": [], "available": False}
     emit(step="import", what="importing torch")
@@ -329,6 +329,14 @@ def probe(selection: list[int] | None, nccl_timeout: float) -> dict[str, Any]:
         emit(step="gpu", index=index, what=f"GPU {index} (CUDA context, memory, matmul)")
         report["gpus"].append(check_gpu(torch, index, count, arch_list, reference))
     passed = [gpu["index"] for gpu in report["gpus"] if gpu.get("matmul", {}).get("ok") and gpu.get("arch_supported")]
+    if bench:  # the host report's figures: what each working card delivers
+        from . import bench as gpu_bench
+
+        for gpu in report["gpus"]:
+            if gpu["index"] in passed:
+                emit(step="bench", index=gpu["index"], what=f"GPU {gpu['index']} (matmul TFLOP/s, copy GB/s)")
+                gpu["bench"] = gpu_bench.bench(torch, torch.device("cuda", gpu["index"]))
+        report["links"] = gpu_bench.links()
     if len(passed) > 1 and len(passed) == len(report["gpus"]):
         report["all_reduce"] = check_all_reduce(passed, nccl_timeout)
     report["seconds"] = round(time.monotonic() - started, 2)
@@ -339,9 +347,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m entrypoint.gpu.probe")
     parser.add_argument("--gpus", default="all", help="all, or indices like 0,1")
     parser.add_argument("--nccl-timeout", type=float, default=45.0)
+    parser.add_argument("--bench", action="store_true", help="also measure TFLOP/s, copy GB/s, PCIe link")
     args = parser.parse_args(argv)
     selection = None if args.gpus == "all" else [int(part) for part in args.gpus.split(",")]
-    report_and_exit(lambda: probe(selection, args.nccl_timeout))
+    report_and_exit(lambda: probe(selection, args.nccl_timeout, args.bench))
 
 
 if __name__ == "__main__":
