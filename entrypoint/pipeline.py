@@ -167,6 +167,9 @@ class Job:
                 self.state.update(
                     dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
                 )
+                if data.download_mbps is not None and self.state.snapshot().get("host"):
+                    self.state.update(host={"dataset_mbps": data.download_mbps})
+                    logger.info("host: dataset download %.1f MB/s", data.download_mbps)
                 if self._dataset_check is None:  # else the phase moves on once the check passed
                     self.state.set_phase(Phase.TRAINING)
                 self._train(data, gpus.indices, point)

@@ -156,6 +156,22 @@ def judge(
     return report
 
 
+def brief(report: Mapping[str, Any]) -> str:
+    """One phrase for the receipt: the GPUs' bf16 against the datasheet, the disk, the shortfalls."""
+    parts = []
+    for gpu in report.get("gpus") or []:
+        figure = gpu.get("bf16_tflops") or {}
+        if figure.get("measured") is not None:
+            expected = f"/{figure['expected']:g}" if figure.get("expected") else ""
+            parts.append(f"GPU {gpu.get('index')} bf16 {figure['measured']:g}{expected} TFLOP/s")
+    write = ((report.get("disk") or {}).get("write_mbps") or {}).get("measured")
+    if write is not None:
+        parts.append(f"disk {write:g} MB/s")
+    count = len(report.get("shortfalls") or [])
+    parts.append(f"{count} shortfall{'s' if count != 1 else ''}" if count else "as expected")
+    return ", ".join(parts)
+
+
 def lines(report: Mapping[str, Any]) -> list[str]:
     """The report for people: one line per GPU and one for the host, then the shortfalls."""
     out = []

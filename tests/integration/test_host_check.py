@@ -138,3 +138,19 @@ def test_warn_reports_every_figure_says_the_shortfalls_and_trains(
     card = hub_ctx.hub.file_bytes(repo, "README.md").decode()
     assert "Host: GPU 0 NVIDIA H100 80GB HBM3: bf16 300 of 989.4 TFLOP/s" in card
     assert "Host shortfall: vast:gpu_name says this instance has 'RTX 4090'" in card
+    # and the receipt says what the money bought
+    brief = "GPU 0 bf16 300/989.4 TFLOP/s, disk "
+    assert brief in state(tmp_path)["receipt"]["host"] and "3 shortfalls" in state(tmp_path)["receipt"]["host"]
+    assert f"host: {brief}" in result.stderr.splitlines()[-1]
+
+
+def test_the_dataset_download_speed_joins_the_report(tmp_path: Path, hub_ctx: HubContext) -> None:
+    from tests.integration.test_dataset_hub import dataset_tar, publish
+
+    dataset = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
+    result = run(tmp_path, hub_ctx, hub_ctx.repo_id("host"), GPUS="cpu", DATASET_REPO=dataset)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    host = state(tmp_path)["host"]
+    assert host["dataset_mbps"] > 0
+    assert f"host: dataset download {host['dataset_mbps']:.1f} MB/s" in result.stderr
