@@ -72,6 +72,7 @@ class Job:
         self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
+        self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -133,6 +134,7 @@ class Job:
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
+            self._nccl_env = preflight.nccl_env(gpus.details)
             if self.settings.topology.multi:
                 world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
                 training.check_batch(self.settings.run_args, world, "workers of all nodes")
@@ -327,7 +329,7 @@ class Job:
             run_name=self.settings.run_name,
             device=training.device_arg(gpu_indices),
         )
-        env = dict(self.settings.env)
+        env = dict(self.settings.env) | self._nccl_env
         topology = self.settings.topology
         if topology.multi:
             nproc = launch.nproc_per_node(topology, gpu_indices)

@@ -81,7 +81,17 @@ def check_gpus(settings: Settings, record: Callable[[dict[str, Any]], None] | No
     report.raise_problem()
     for line in summary_lines(report.details):
         logger.info("%s", line)
+    fallback = nccl_env(report.details)
+    if fallback:
+        words = " ".join(f"{name}={value}" for name, value in fallback.items())
+        logger.warning("NCCL: the all-reduce failed with the defaults and works with %s: training with it", words)
     return report
+
+
+def nccl_env(details: dict[str, Any]) -> dict[str, str]:
+    """The NCCL setting the GPU check found working when the defaults failed (none when they worked)."""
+    found = (details.get("all_reduce") or {}).get("nccl_env")
+    return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
 
 
 def check_nodes(

@@ -424,8 +424,18 @@ def card_info(
             for a in snapshot.get("attempts") or []
             if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
         )
+        + _nccl_notes(snapshot.get("gpus"))
         + _host_notes(snapshot.get("host")),
     )
+
+
+def _nccl_notes(gpus: Any) -> tuple[str, ...]:
+    result = (gpus or {}).get("all_reduce") if isinstance(gpus, dict) else None
+    found = result.get("nccl_env") if isinstance(result, dict) else None
+    if not isinstance(found, dict) or not found:
+        return ()
+    words = " ".join(f"{name}={value}" for name, value in found.items())
+    return (f"NCCL: the all-reduce failed with the defaults; trained with {words}.",)
 
 
 def _host_notes(host: Any) -> tuple[str, ...]:
