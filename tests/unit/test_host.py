@@ -120,3 +120,29 @@ def test_the_providers_say_which_gpu_they_rented() -> None:
     runpod = providers.runpod_state({"status": "RUNNING", "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1}})
     assert runpod.gpu == {"gpu_name": "NVIDIA GeForce RTX 4090", "gpu_count": 1, "source": "runpod:gpu.id"}
     assert providers.runpod_state({"status": "RUNNING"}).gpu is None
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HOST_CHECK": "paranoid"}, "HOST_CHECK"),
+        ({"HOST_MIN_GPU_FRACTION": "1.5"}, "HOST_MIN_GPU_FRACTION"),
+        ({"HOST_MIN_COPY_GBPS": "fast"}, "HOST_MIN_COPY_GBPS"),
+        ({"HOST_MIN_DISK_MBPS": "-1"}, "HOST_MIN_DISK_MBPS"),
+        ({"OOM_RETRIES": "two"}, "OOM_RETRIES"),
+    ],
+)
+def test_a_bad_host_check_or_oom_setting_names_the_variable(tmp_path: Path, env: dict[str, str], named: str) -> None:
+    from entrypoint import settings
+    from entrypoint.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        settings.from_env({"WORKDIR": str(tmp_path), **env})
+
+
+def test_the_host_check_defaults(tmp_path: Path) -> None:
+    from entrypoint import settings
+
+    found = settings.from_env({"WORKDIR": str(tmp_path)})
+    assert found.host_check is settings.HostCheck.WARN and found.oom_retries == 2
+    assert (found.host_min_gpu_fraction, found.host_min_copy_gbps, found.host_min_disk_mbps) == (0.5, 4.0, 100.0)
