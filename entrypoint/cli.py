@@ -89,9 +89,26 @@ def check(as_json: bool) -> None:
     from . import preflight
     from .gpu import report as gpu_report
 
-    report = preflight.probe_gpus(load_settings())
-    click.echo(json.dumps(gpu_report.as_json(report), indent=2) if as_json else gpu_report.render(report))
+    settings = load_settings()
+    report = preflight.probe_gpus(settings)
+    host = _host_report(settings, report.details) if report.problem is None else None
+    if as_json:
+        click.echo(json.dumps(gpu_report.as_json(report) | ({"host": host} if host else {}), indent=2))
+    else:
+        click.echo(gpu_report.render(report))
+        if host:
+            from .host import judge
+
+            click.echo("\n".join(judge.lines(host)))
     report.raise_problem()
+
+
+def _host_report(settings: Settings, gpu_details: dict[str, Any]) -> dict[str, Any] | None:
+    """The host report beside the GPU check (HOST_CHECK=off: none); the provider is not asked here."""
+    from .host import check as host_check
+    from .settings import HostCheck
+
+    return None if settings.host_check is HostCheck.OFF else host_check.report(settings, gpu_details, None)
 
 
 @cli.command()

@@ -62,6 +62,10 @@ MEANINGS = {
     "RANK": "set by PyTorchJob (one pod per node): the node rank",
     "OOM_RETRIES": "out of GPU memory after an epoch: resume with half the batch, at most this often",
     "LICENSE": "the model card's license, a Hub license id (default: the base model's)",
+    "HOST_CHECK": "warn, strict or off: the host report's shortfalls are said, end the job, or are not measured",
+    "HOST_MIN_GPU_FRACTION": "a card's matmul TFLOP/s under this fraction of its datasheet figure is a shortfall",
+    "HOST_MIN_COPY_GBPS": "a host→device copy under this many GB/s is a shortfall",
+    "HOST_MIN_DISK_MBPS": "a WORKDIR disk writing or reading under this many MB/s is a shortfall",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 

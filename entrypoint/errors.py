@@ -152,6 +152,13 @@ class NcclError(GpuError):
     reason = "gpu_nccl"
 
 
+class HostShortfallError(GpuError):
+    """HOST_CHECK=strict: the machine is not what was paid for (slow card, link or disk, another GPU)."""
+
+    exit_code = 56
+    reason = "host_shortfall"
+
+
 # -- training --------------------------------------------------------------------------------
 class TrainingError(AgentError):
     """libreyolo's runtime errors (its exit code 1: OOM, diverged, download failed)."""

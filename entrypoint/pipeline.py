@@ -21,6 +21,7 @@ from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
+from .host import check as host_check
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
@@ -76,6 +77,7 @@ class Job:
         self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
+        self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -145,6 +147,7 @@ class Job:
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
             gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
+            self._nccl_env = preflight.nccl_env(gpus.details)
             if self.settings.topology.multi:
                 world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
                 training.check_batch(self.settings.run_args, world, "workers of all nodes")
@@ -154,7 +157,10 @@ class Job:
                 self._workers = len(gpus.indices)
             preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
             # A wrong instance id or key fails now, not at the end; the read also gives the price.
-            self._arm_budget(release.check_access(self.settings))
+            seen = release.check_access(self.settings)
+            self._arm_budget(seen)
+            # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
+            host_check.check(self.settings, gpus.details, seen.gpu if seen else None, self._record_host)
             self._connect_hub()
             if self.settings.topology.multi:
                 self._meet_nodes(gpus)
@@ -176,6 +182,9 @@ class Job:
                 self.state.update(
                     dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
                 )
+                if data.download_mbps is not None and self.state.snapshot().get("host"):
+                    self.state.update(host={"dataset_mbps": data.download_mbps})
+                    logger.info("host: dataset download %.1f MB/s", data.download_mbps)
                 if self._dataset_check is None:  # else the phase moves on once the check passed
                     self.state.set_phase(Phase.TRAINING)
                 self._train(data, gpus.indices, point)
@@ -201,6 +210,9 @@ class Job:
                 f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
             ) from None
         self.state.save()  # the saves before it had nowhere to go
+
+    def _record_host(self, report: dict[str, Any]) -> None:
+        self.state.update(host=report)
 
     def _arm_budget(self, seen: providers.Observed | None) -> None:
         """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
@@ -376,7 +388,7 @@ class Job:
             run_name=self.settings.run_name,
             device=training.device_arg(gpu_indices),
         )
-        env = dict(self.settings.env)
+        env = dict(self.settings.env) | self._nccl_env
         topology = self.settings.topology
         if topology.multi:
             nproc = launch.nproc_per_node(topology, gpu_indices)

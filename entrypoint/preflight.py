@@ -9,6 +9,7 @@ naming the fix.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from .gpu.report import GpuReport, summary_lines
 from .gpu.run import nvidia_present, run_probe
 from .log import logger, step
 from .run_args import RunArgs
-from .settings import Settings
+from .settings import HostCheck, Settings
 
 
 def probe_env(settings: Settings) -> dict[str, str]:
@@ -39,9 +40,13 @@ def probe_gpus(settings: Settings) -> GpuReport:
         logger.warning("GPUS=cpu: skipping the GPU check, training runs on the CPU")
         return GpuReport(indices=None, details={"device": "cpu", "checked": False})
     started = time.monotonic()
-    if nvidia_present():
-        selection = "all" if settings.gpus.indices is None else ",".join(map(str, settings.gpus.indices))
-        report = run_probe(selection, probe_env(settings))
+    selection = "all" if settings.gpus.indices is None else ",".join(map(str, settings.gpus.indices))
+    bench = ["--bench"] if settings.host_check is not HostCheck.OFF else []  # the host report's GPU figures
+    stand_in = os.environ.get("TRAINBOX_GPU_PROBE")  # a stand-in probe child (tests on machines without a GPU)
+    if stand_in:
+        report = run_probe(selection, probe_env(settings), argv=[sys.executable, stand_in, *bench])
+    elif nvidia_present():
+        report = run_probe(selection, probe_env(settings), extra=bench)
     else:
         report = {
             "available": False,
@@ -76,7 +81,17 @@ def check_gpus(settings: Settings, record: Callable[[dict[str, Any]], None] | No
     report.raise_problem()
     for line in summary_lines(report.details):
         logger.info("%s", line)
+    fallback = nccl_env(report.details)
+    if fallback:
+        words = " ".join(f"{name}={value}" for name, value in fallback.items())
+        logger.warning("NCCL: the all-reduce failed with the defaults and works with %s: training with it", words)
     return report
+
+
+def nccl_env(details: dict[str, Any]) -> dict[str, str]:
+    """The NCCL setting the GPU check found working when the defaults failed (none when they worked)."""
+    found = (details.get("all_reduce") or {}).get("nccl_env")
+    return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
 
 
 def check_nodes(

@@ -440,10 +440,30 @@ def card_info(
             f" resumed after epoch {a['epochs_done']} with batch={a['next_batch']}."
             for a in snapshot.get("attempts") or []
             if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
-        ),
+        )
+        + _nccl_notes(snapshot.get("gpus"))
+        + _host_notes(snapshot.get("host")),
         license=license,
         base_model=base_model,
     )
+
+
+def _nccl_notes(gpus: Any) -> tuple[str, ...]:
+    result = (gpus or {}).get("all_reduce") if isinstance(gpus, dict) else None
+    found = result.get("nccl_env") if isinstance(result, dict) else None
+    if not isinstance(found, dict) or not found:
+        return ()
+    words = " ".join(f"{name}={value}" for name, value in found.items())
+    return (f"NCCL: the all-reduce failed with the defaults; trained with {words}.",)
+
+
+def _host_notes(host: Any) -> tuple[str, ...]:
+    """The host report on the card: what this machine measured, and what fell short."""
+    if not isinstance(host, dict):
+        return ()
+    from .host import judge
+
+    return tuple(f"{line[0].upper()}{line[1:]}" for line in judge.lines(host))
 
 
 def watch_view(run_dir: Path, state: dict[str, Any], workdir: Path | None, now: float) -> list[str]:

@@ -58,6 +58,7 @@ class Observed:
     detail: str  # the provider's own words, e.g. "actual_status=running intended_status=stopped"
     price_per_hour: float | None = None  # what the provider bills now ($/h), when it says
     price_source: str | None = None  # the field it came from, e.g. "runpod:cost"
+    gpu: dict[str, Any] | None = None  # what it says it rented: gpu_name, gpu_count, source (the host check)
 
 
 @dataclass(frozen=True)
@@ -277,15 +278,16 @@ def vast_state(body: Any, what: str = "reading the instance") -> Observed:
     detail = f"actual_status={actual} intended_status={intended} cur_state={contract}"
     price = _price(record.get("dph_total"))
     source = "vast:dph_total" if price is not None else None
+    gpu = _rented("vast:gpu_name", record.get("gpu_name"), record.get("num_gpus"))
     if contract == "unloaded":  # the machine contract is released on destroy
-        return Observed(InstanceState.GONE, detail, price, source)
+        return Observed(InstanceState.GONE, detail, price, source, gpu)
     # The agent runs inside the instance, so the container can only read "stopped" once the agent
     # is gone: the provider having taken "stopped" as its target is the confirmation we can see.
     if "stopped" in (actual, intended):
-        return Observed(InstanceState.STOPPED, detail, price, source)
+        return Observed(InstanceState.STOPPED, detail, price, source, gpu)
     if actual is None and intended is None and contract is None:
         raise UnclearAnswer(what, "an instance record without a status")
-    return Observed(InstanceState.RUNNING, detail, price, source)
+    return Observed(InstanceState.RUNNING, detail, price, source, gpu)
 
 
 def runpod_state(body: Any, what: str = "reading the pod") -> Observed:
@@ -299,7 +301,22 @@ def runpod_state(body: Any, what: str = "reading the pod") -> Observed:
     state = {"TERMINATED": InstanceState.GONE, "EXITED": InstanceState.STOPPED, "ERROR": InstanceState.ERROR}.get(
         status, InstanceState.RUNNING
     )
-    return Observed(state, detail, price, source)
+    # v2's Pod names its GPU type in ``gpu.id`` with ``gpu.count``; v1's pod did in ``machine``.
+    gpu_block = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}
+    machine = body.get("machine") if isinstance(body.get("machine"), dict) else {}
+    if gpu_block.get("id"):
+        gpu = _rented("runpod:gpu.id", gpu_block.get("id"), gpu_block.get("count"))
+    else:
+        name = machine.get("gpuDisplayName") or machine.get("gpuTypeId")
+        gpu = _rented("runpod:machine.gpuTypeId", name, body.get("gpuCount"))
+    return Observed(state, detail, price, source, gpu)
+
+
+def _rented(source: str, name: Any, count: Any) -> dict[str, Any] | None:
+    """The provider's own words for the GPUs it rented, for the host check; None when it says nothing."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    return {"gpu_name": name.strip(), "gpu_count": count if isinstance(count, int) else None, "source": source}
 
 
 def instance_for(access: ProviderAccess) -> Instance:

@@ -29,6 +29,7 @@ class Receipt:
     billed_seconds: float
     price_per_hour: float | None
     final: bool  # the release has ended: nothing more is billed by this attempt
+    host: str | None = None  # the host report in a phrase: what the money bought
 
     def dollars(self, seconds: float) -> float | None:
         return None if self.price_per_hour is None else seconds / 3600 * self.price_per_hour
@@ -52,6 +53,7 @@ class Receipt:
             "price_per_hour": self.price_per_hour,
             "billing_efficiency": None if self.efficiency is None else round(self.efficiency, 4),
             "final": self.final,
+            **({"host": self.host} if self.host else {}),
         }
 
     def _money(self, seconds: float) -> str:
@@ -64,6 +66,8 @@ class Receipt:
         parts.append(f"billed {format_seconds(self.billed_seconds)}{self._money(self.billed_seconds)}")
         if self.efficiency is not None:
             parts.append(f"billing efficiency {self.efficiency:.0%}")
+        if self.host:
+            parts.append(f"host: {self.host}")
         return "receipt: " + " · ".join(parts)
 
     def markdown(self) -> str:
@@ -81,6 +85,8 @@ class Receipt:
         )
         if self.price_per_hour is None:
             tail += "\n\nSet `PRICE_PER_HOUR` to see dollars."
+        if self.host:
+            tail += f"\n\nHost: {self.host}."
         if not self.final:
             tail += "\n\nThe run is still billing; this is the receipt so far."
         return "\n".join(rows) + tail
@@ -133,4 +139,11 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
         "uploads": duration("finishing") + after_end,
         "release": 0.0 if release_start is None else max(0.0, end - release_start),
     }
-    return Receipt(seconds, max(0.0, end - started), price_per_hour, final=released is not None)
+    host = state.get("host")
+    if isinstance(host, dict):
+        from .host import judge
+
+        summary: str | None = judge.brief(host)
+    else:
+        summary = None
+    return Receipt(seconds, max(0.0, end - started), price_per_hour, final=released is not None, host=summary)

@@ -27,6 +27,14 @@ DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
 DEFAULT_PUBLISH_EVERY = 10 * 60
+# The host check's floors (README "Is this the machine I paid for?"). A healthy card reaches 60-80 % of
+# its dense datasheet matmul figure in a large GEMM; under half, it is throttled or power-capped.
+DEFAULT_HOST_MIN_GPU_FRACTION = 0.5
+# Pinned host→device copies: PCIe 3.0 x16 gives about 12 GB/s, 4.0 x16 about 25; x4 or an x1 riser under 4.
+DEFAULT_HOST_MIN_COPY_GBPS = 4.0
+# The dataset is extracted and every checkpoint written there: a local SSD does 500+, a cheap network
+# volume 50-100 MB/s, where a 20 GB dataset alone costs minutes.
+DEFAULT_HOST_MIN_DISK_MBPS = 100.0
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
@@ -72,6 +80,12 @@ class Provider(enum.StrEnum):
     NONE = "none"
     VAST = "vast"
     RUNPOD = "runpod"
+
+
+class HostCheck(enum.StrEnum):
+    OFF = "off"
+    WARN = "warn"
+    STRICT = "strict"
 
 
 class DatasetKind(enum.StrEnum):
@@ -140,6 +154,10 @@ class Settings:
     checkpoint_bucket: str | None = None  # the working state's Storage Bucket; None: commits to OUTPUT_REPO
     publish_every: float = DEFAULT_PUBLISH_EVERY  # seconds between milestone commits to OUTPUT_REPO (bucket mode)
     squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
+    host_check: HostCheck = HostCheck.WARN
+    host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
+    host_min_copy_gbps: float = DEFAULT_HOST_MIN_COPY_GBPS
+    host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
 
     @property
     def is_demo(self) -> bool:
@@ -213,6 +231,10 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
         checkpoint_bucket=_checkpoint_bucket(env, output_repo),
         publish_every=_optional_duration(env, "PUBLISH_EVERY", DEFAULT_PUBLISH_EVERY) or 0.0,
         squash_history=_flag(env, "SQUASH_HISTORY"),
+        host_check=_choice(env, "HOST_CHECK", HostCheck, HostCheck.WARN),
+        host_min_gpu_fraction=_ratio(env, "HOST_MIN_GPU_FRACTION", DEFAULT_HOST_MIN_GPU_FRACTION),
+        host_min_copy_gbps=_positive(env, "HOST_MIN_COPY_GBPS", DEFAULT_HOST_MIN_COPY_GBPS),
+        host_min_disk_mbps=_positive(env, "HOST_MIN_DISK_MBPS", DEFAULT_HOST_MIN_DISK_MBPS),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -396,6 +418,26 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
     if not value.strip().isdigit():
         raise ConfigError(f"{name}={value!r} is not a whole number", f"e.g. {name}={default}, or 0 to turn it off")
     return int(value.strip())
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}={value!r} is not a number", f"e.g. {name}={default:g}, or 0 to judge nothing")
+    return number
+
+
+def _ratio(env: Mapping[str, str], name: str, default: float) -> float:
+    number = _positive(env, name, default)
+    if number > 1:
+        raise ConfigError(f"{name}={env[name]!r} is more than 1", f"a fraction, e.g. {name}={default:g}")
+    return number
 
 
 def _dollars(name: str, value: str | None, example: str, *, zero_ok: bool) -> float | None:

@@ -34,6 +34,7 @@ class PreparedDataset:
     description: str
     revision: str | None = None  # the resolved commit sha of a Hub dataset
     timings: Mapping[str, float] = field(default_factory=dict)  # seconds by step, when work was done
+    download_mbps: float | None = None  # the dataset's download, when it was fetched now (the host report)
 
 
 def data_dir(settings: Settings) -> Path:

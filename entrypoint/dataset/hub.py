@@ -107,6 +107,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
         def fill(folder: Path) -> extract.ExtractReport:
             return _stream_and_extract(hub, remote, partial, folder, cap)
 
+    started = time.monotonic()
     try:
         prepared, _ = install_archive(settings, entry, identity, fill, description)
     except (UnsafeArchiveError, CorruptArchiveError):
@@ -114,7 +115,9 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
         raise
     _remember_choice(store, sha, name)
     logger.info("dataset: ready in %s", entry)
-    return _with_revision(prepared, sha)
+    seconds = time.monotonic() - started  # download and extraction overlap: a floor of the download's speed
+    mbps = round((remote.size - have) / seconds / 1e6, 1) if seconds > 0 and remote.size > have else None
+    return replace(_with_revision(prepared, sha), download_mbps=mbps)
 
 
 def _with_revision(prepared: PreparedDataset, sha: str) -> PreparedDataset:

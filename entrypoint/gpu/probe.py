@@ -41,6 +41,13 @@ MATMUL_REPEATS = 5
 # A correct fp32 matmul (even with TF32 enabled) stays far below this relative error.
 MATMUL_TOLERANCE = 1e-3
 ALL_REDUCE_MIB = 32
+# Tried in this order when the defaults fail: peer-to-peer off (broken P2P/IOMMU, PCIe ACS), shared
+# memory off (a small or broken /dev/shm between the ranks), then both (only the network transport).
+NCCL_FALLBACKS: tuple[dict[str, str], ...] = (
+    {"NCCL_P2P_DISABLE": "1"},
+    {"NCCL_SHM_DISABLE": "1"},
+    {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
+)
 NVIDIA_SMI_TIMEOUT = 20.0
 _PROC_DRIVER_VERSION = Path("/proc/driver/nvidia/version")
 
@@ -282,21 +289,37 @@ def all_reduce(devices: list[int], timeout: float, backend: str = "nccl") -> dic
 
 
 def check_all_reduce(devices: list[int], timeout: float) -> dict[str, Any]:
-    """NCCL across the GPUs; on failure once more without peer-to-peer, to tell whether that is the fix."""
+    """NCCL across the GPUs; on failure again with each of ``NCCL_FALLBACKS`` in turn. The first that
+    works is ``nccl_env``, which the training then runs with (a host whose peer-to-peer or shared-memory
+    transport is broken still trains, a little slower). The user's own setting is not second-guessed."""
     emit(step="all_reduce", what=f"the NCCL all-reduce across GPUs {','.join(map(str, devices))}")
     os.environ.setdefault("NCCL_DEBUG", "WARN")  # NCCL then prints the CUDA error behind its own
     result = all_reduce(devices, timeout)
     if "NCCL_P2P_DISABLE" in os.environ:
         result["nccl_p2p_disable"] = os.environ["NCCL_P2P_DISABLE"]
-    elif not result["ok"]:
-        emit(step="all_reduce_no_p2p", what="the NCCL all-reduce with NCCL_P2P_DISABLE=1")
-        os.environ["NCCL_P2P_DISABLE"] = "1"  # inherited by the spawned ranks
-        retry = all_reduce(devices, timeout)
-        result["p2p_disabled"] = {key: retry[key] for key in ("ok", "error", "seconds", "busbw_gbps") if key in retry}
+    if result["ok"] or any(name in os.environ for name in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")):
+        return result
+    result["fallbacks"] = []
+    for fallback in NCCL_FALLBACKS:
+        words = " ".join(f"{name}={value}" for name, value in fallback.items())
+        emit(step="all_reduce_fallback", what=f"the NCCL all-reduce with {words}")
+        os.environ.update(fallback)  # inherited by the spawned ranks
+        try:
+            retry = all_reduce(devices, timeout)
+        finally:
+            for name in fallback:
+                del os.environ[name]
+        kept: dict[str, Any] = {key: retry[key] for key in ("ok", "error", "seconds", "busbw_gbps") if key in retry}
+        result["fallbacks"].append({"env": dict(fallback), **kept})
+        if fallback == {"NCCL_P2P_DISABLE": "1"}:
+            result["p2p_disabled"] = kept
+        if retry["ok"]:
+            result["nccl_env"] = dict(fallback)
+            break
     return result
 
 
-def probe(selection: list[int] | None, nccl_timeout: float) -> dict[str, Any]:
+def probe(selection: list[int] | None, nccl_timeout: float, bench: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     report: dict[str, Any] = {"driver": driver_version(), "cards": smi_gpus(), "gpus": [], "available": False}
     emit(step="import", what="importing torch")
@@ -329,6 +352,14 @@ def probe(selection: list[int] | None, nccl_timeout: float) -> dict[str, Any]:
         emit(step="gpu", index=index, what=f"GPU {index} (CUDA context, memory, matmul)")
         report["gpus"].append(check_gpu(torch, index, count, arch_list, reference))
     passed = [gpu["index"] for gpu in report["gpus"] if gpu.get("matmul", {}).get("ok") and gpu.get("arch_supported")]
+    if bench:  # the host report's figures: what each working card delivers
+        from . import bench as gpu_bench
+
+        for gpu in report["gpus"]:
+            if gpu["index"] in passed:
+                emit(step="bench", index=gpu["index"], what=f"GPU {gpu['index']} (matmul TFLOP/s, copy GB/s)")
+                gpu["bench"] = gpu_bench.bench(torch, torch.device("cuda", gpu["index"]))
+        report["links"] = gpu_bench.links()
     if len(passed) > 1 and len(passed) == len(report["gpus"]):
         report["all_reduce"] = check_all_reduce(passed, nccl_timeout)
     report["seconds"] = round(time.monotonic() - started, 2)
@@ -339,9 +370,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m entrypoint.gpu.probe")
     parser.add_argument("--gpus", default="all", help="all, or indices like 0,1")
     parser.add_argument("--nccl-timeout", type=float, default=45.0)
+    parser.add_argument("--bench", action="store_true", help="also measure TFLOP/s, copy GB/s, PCIe link")
     args = parser.parse_args(argv)
     selection = None if args.gpus == "all" else [int(part) for part in args.gpus.split(",")]
-    report_and_exit(lambda: probe(selection, args.nccl_timeout))
+    report_and_exit(lambda: probe(selection, args.nccl_timeout, args.bench))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,8 @@ def find_problem(report: dict[str, Any], gpus: GpuSelection) -> AgentError | Non
                 f"{_gpu_label(gpu)} computed a wrong matmul (relative error {matmul.get('max_rel_error')})",
                 "the card is faulty: ask the provider for another machine",
             )
-    if report.get("all_reduce") and not report["all_reduce"].get("ok"):
+    result = report.get("all_reduce")
+    if result and not result.get("ok") and not result.get("nccl_env"):  # a fallback that works is trained with
         return all_reduce_problem(report, output)
     return None
 
@@ -107,6 +108,12 @@ def all_reduce_problem(report: dict[str, Any], output: str) -> GpuError:
     cause = gpu_causes.classify(text + "\n" + output, _facts(report, across), nccl=True)
     if not isinstance(cause, NcclError):
         return cause  # a driver or hardware fault seen through NCCL
+    tried = [" ".join(f"{k}={v}" for k, v in entry.get("env", {}).items()) for entry in result.get("fallbacks") or []]
+    if len(tried) > 1:
+        return NcclError(
+            f"{across} failed with the defaults and with {', '.join(tried)}: {gpu_causes.first_line(text, 120)}",
+            "train on one GPU (GPUS=0), or ask the provider for another machine",
+        )
     preset = result.get("nccl_p2p_disable")  # the user's own NCCL_P2P_DISABLE: no retry was made
     if retry is not None or preset is not None:
         setting = "also with NCCL_P2P_DISABLE=1" if retry is not None else f"with NCCL_P2P_DISABLE={preset}"

@@ -45,6 +45,9 @@ def summary_lines(details: dict[str, Any]) -> list[str]:
         else:
             retry = result.get("p2p_disabled") or {}
             after = " (works with NCCL_P2P_DISABLE=1)" if retry.get("ok") else ""
+            if result.get("nccl_env"):
+                words = " ".join(f"{k}={v}" for k, v in result["nccl_env"].items())
+                after = f" with the defaults; works with {words}, which the training uses"
             lines.append(f"{across}: FAILED{after}: {gpu_causes.first_line(result.get('error') or '', 100)}")
     return lines
 

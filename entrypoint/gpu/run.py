@@ -65,11 +65,12 @@ def run_probe(
     step_timeout: float = STEP_TIMEOUT,
     argv: Sequence[str] | None = None,
     name: str = "the GPU check",
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the probe child; its report, or ``{"hang": step}`` / ``{"crashed": …}``. Never leaves a process behind."""
     command = list(argv or [sys.executable, "-m", "entrypoint.gpu.probe", "--gpus", selection])
     if argv is None:
-        command += ["--nccl-timeout", str(NCCL_TIMEOUT)]
+        command += ["--nccl-timeout", str(NCCL_TIMEOUT), *extra]
     child = Child(command, cwd=Path.cwd(), env=env)
     lines: queue.Queue[bytes | None] = queue.Queue()
     assert child.process.stdout is not None

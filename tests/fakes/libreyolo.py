@@ -19,6 +19,8 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
 
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
 
+``FAKE_PRINT_ENV=NAME,...`` prints ``env NAME=value`` for each at the start (what the agent passed on).
+
 ``FAKE_OOM_ABOVE=<N>``: a run whose ``batch`` (in ``train_config.yaml``, as libreyolo records it; -1 is
 16) is above N runs out of GPU memory during epoch ``FAKE_OOM_EPOCH`` (default 2) as libreyolo 1.6.0 does:
 ``status.json`` ``failed`` with ``error.type`` ``OutOfMemoryError``, its ``Error [cuda_oom]`` line, exit 1.
@@ -72,6 +74,8 @@ def train(args: dict[str, str], mode: str) -> int:
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "fake-pid"), "w") as f:
         f.write(str(os.getpid()))
+    for name in filter(None, os.environ.get("FAKE_PRINT_ENV", "").split(",")):
+        print(f"env {name}={os.environ.get(name)}", flush=True)
     if mode == "fail":
         print("RuntimeError: CUDA out of memory", flush=True)
         return 1

@@ -152,6 +152,7 @@ class FakeProvider:
 class FakeVast(FakeProvider):
     kind = "vast"
     price: float | None = 0.35  # dph_total, $/h
+    gpu_name: str | None = None  # what the record says was rented (``gpu_name``, ``num_gpus``: 1)
     # What a state read answers once destroyed; a test may make it something that proves nothing.
     gone_answer: tuple[int, Any] | None = None
 
@@ -175,6 +176,8 @@ class FakeVast(FakeProvider):
             }
             if self.price is not None:
                 record["dph_total"] = self.price
+            if self.gpu_name is not None:
+                record.update(gpu_name=self.gpu_name, num_gpus=1)
             return 200, {"instances": record}, {}
         if self.state == "destroyed":
             return not_found

@@ -170,3 +170,22 @@ def test_a_batch_that_does_not_split_across_the_gpus_stops_before_training(
     assert f"does not divide by the {count} GPUs" in result.stderr
     (state_file,) = (workdir / "runs").glob("*/trainbox.json")
     assert "training" not in json.loads(state_file.read_text())["phases"]
+
+
+def test_check_reports_the_host_with_every_figure_measured_on_the_card(check: dict[str, Any]) -> None:
+    """The host report beside the GPU check (HOST_CHECK=warn): the GPU figures come from the check's child."""
+    from entrypoint.host import datasheet, judge
+
+    host = check["host"]
+    print("\n".join(judge.lines(host)))  # the record of what this machine delivered
+    assert [gpu["index"] for gpu in host["gpus"]] == [gpu["index"] for gpu in check["gpus"]]
+    for gpu in host["gpus"]:
+        assert gpu["bf16_tflops"]["measured"] > 0 and gpu["fp16_tflops"]["measured"] > 0
+        assert gpu["copy_gbps"]["measured"] > 0
+        card = datasheet.lookup(gpu["name"])
+        if card is not None:  # a card of the table: its dense datasheet figure beside the measured one
+            assert gpu["bf16_tflops"]["expected"] == card.bf16_tflops
+        if shutil.which("nvidia-smi"):
+            assert re.fullmatch(r"gen\d+ x\d+", gpu["pcie"]["current"]) and isinstance(gpu["throttle"], list)
+    assert host["disk"]["write_mbps"]["measured"] > 0 and host["cpu_cores"]["measured"] >= 1
+    assert isinstance(host["shortfalls"], list)
