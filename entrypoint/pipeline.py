@@ -25,6 +25,7 @@ from .host import check as host_check
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
+from .nextsteps import lines as next_steps
 from .oom import OomTry
 from .places import Store, TwoPlaces, open_store
 from .run_args import RunArgs
@@ -568,7 +569,7 @@ class Job:
             # shown this volume. Only a volume without a checkpoint has nothing to lose.
             weights = self.settings.run_dir / WEIGHTS_DIR
             at_risk = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
-            if at_risk:
+            if at_risk and self.settings.output_repo is not None:  # without one, no Hub was ever promised
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
         synced = self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
@@ -592,6 +593,9 @@ class Job:
         logger.info("cost: %s", cost.describe_spend(self.state.snapshot()["cost"]))
         if outcome is not None:
             logger.error("%s", outcome)
+        elif phase is Phase.DONE:
+            for line in next_steps(self.settings):
+                logger.info("%s", line)
 
 
 def run(settings: Settings) -> int:

@@ -352,6 +352,8 @@ def test_a_failure_before_the_upload_never_destroys_the_only_copy(agent: Agent, 
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_FAILURE="destroy"))
 
     assert code == AccessError.exit_code, output[-3000:]
+    assert "the Hub is not known to hold this volume's checkpoints" in output  # OUTPUT_REPO was asked for
+    assert "next: " not in output  # no next steps after a failure
     assert [action.method for action in vast.actions()] == ["PUT"], "the disk with the only copy was destroyed"
     assert agent.state()["release"]["downgraded_from"] == "destroy"
     assert_invariants(agent, code, output, before, vast)
