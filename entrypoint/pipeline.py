@@ -22,7 +22,7 @@ from .gpu.report import GpuReport
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
-from .places import Store, TwoPlaces, open_store
+from .places import Store, TwoPlaces, open_store, squash_history
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState
 
@@ -450,6 +450,8 @@ class Job:
         if self.uploader is None:
             return code
         synced = self.uploader.flush(self._remaining())
+        if synced and self.settings.squash_history and phase is Phase.DONE and self.hub is not None:
+            self.state.update(sync={"squashed": squash_history(self.hub, self.uploader.repo_id)})
         if synced:
             return code
         error = sync.sync_error(self.uploader)

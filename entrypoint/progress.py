@@ -418,6 +418,7 @@ def card_info(
         receipt=receipt,
         plot=plot,
         updated_at=snapshot.get("updated_at"),
+        storage=snapshot.get("storage"),
     )
 
 

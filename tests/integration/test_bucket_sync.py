@@ -164,3 +164,19 @@ def test_unavailable_buckets_are_said_in_one_line(hub_ctx: HubContext) -> None:
         raise AssertionError("a bucket the token cannot write was accepted")
     except BucketUnavailable as error:
         assert "HTTP 403" in str(error)
+
+
+def test_squash_history_leaves_one_commit_with_the_same_files(hub_ctx: HubContext) -> None:
+    from entrypoint.places import squash_history
+
+    repo = hub_ctx.repo_id("squash")
+    hub_ctx.hub.create_repo(repo, private=True)
+    for epoch in (1, 2, 3):
+        hub_ctx.hub.upload_bytes(repo, "weights/last.pt", f"epoch {epoch}".encode() * 1000)
+    before = hub_ctx.hub.files(repo)
+    assert squash_history(Hub(token=hub_ctx.token, endpoint=hub_ctx.url), repo)
+    assert len(hub_ctx.hub.commits(repo)) == 1
+    assert hub_ctx.hub.files(repo) == before
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == b"epoch 3" * 1000
+    # A token that may not write the repo: reported, not raised.
+    assert not squash_history(Hub(token=hub_ctx.read_token, endpoint=hub_ctx.url), repo)
