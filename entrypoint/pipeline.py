@@ -450,6 +450,8 @@ class Job:
         if self.uploader is None:
             return code
         synced = self.uploader.flush(self._remaining())
+        if isinstance(self.uploader, TwoPlaces):  # the repo's final publish: whether it made it
+            self.state.update(sync=self._sync_report())
         if synced and self.settings.squash_history and phase is Phase.DONE and self.hub is not None:
             self.state.update(sync={"squashed": squash_history(self.hub, self.uploader.repo_id)})
         if synced:
