@@ -28,6 +28,8 @@ def _save(path: Path, completed: int, total: int = 30) -> None:
 def boundary(run_dir: Path, completed: int, *, snapshot: bool = True) -> None:
     """What libreyolo leaves at the end of an epoch: weights, then the metrics row, then status.json."""
     _save(run_dir / "weights" / "last.pt", completed)
+    if completed == 2:
+        _save(run_dir / "weights" / "best.pt", completed)
     if snapshot:
         _save(run_dir / "weights" / f"epoch_{completed}.pt", completed)
     with (run_dir / "metrics.jsonl").open("a") as rows:
@@ -84,6 +86,7 @@ def test_boundaries_overwrite_in_place_and_the_manifest_describes_them(hub_ctx: 
     found = bucket.newest(store, tmp_path / "scratch", 0, fresh)
     assert found is not None and found[1].completed_epochs == 3
     assert len((fresh / "metrics.jsonl").read_text().splitlines()) == 3
+    assert (fresh / "weights" / "best.pt").read_bytes() == (run_dir / "weights" / "best.pt").read_bytes()
 
 
 def test_killed_between_weights_and_manifest_resumes_from_the_last_consistent_state(
