@@ -125,3 +125,10 @@ def test_a_failed_run_says_why(tmp_path: Path) -> None:
     failed = info(phase="failed", exit={"code": 60, "reason": "training_failed", "message": "CUDA out of memory"})
     _, loaded = parse(card.render(failed), tmp_path)
     assert "**State: failed** after 3/10 epochs: CUDA out of memory." in loaded.text
+
+
+def test_the_card_names_the_bucket_and_how_to_load_from_it() -> None:
+    text = card.page(info(storage={"mode": "bucket", "bucket": "acme/yolo-checkpoints", "prefix": "cones-1a2b3c4d"}))
+    assert "`hf://buckets/acme/yolo-checkpoints/cones-1a2b3c4d/`" in text
+    assert 'download_bucket_files("acme/yolo-checkpoints", [("cones-1a2b3c4d/weights/last.pt", "last.pt")])' in text
+    assert "buckets" not in card.page(info(storage={"mode": "repo", "unavailable": "no buckets"}))
