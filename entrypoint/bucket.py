@@ -35,8 +35,8 @@ from .retry import describe, status_of
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-# Restored with a checkpoint from the bucket, so the run's history keeps every epoch.
-_HISTORY = (*libreyolo.HISTORY_FILES,)
+# Restored with a checkpoint from the bucket, so the run keeps its history and its best weights.
+_HISTORY = (*libreyolo.HISTORY_FILES, libreyolo.BEST_CHECKPOINT)
 _EPOCH_NAME = re.compile(r"(?:^|/)epoch_(\d+)\.pt$")
 
 
@@ -320,5 +320,5 @@ def _restore_history(
             continue
         local = scratch / "bucket-history" / name
         if store.download({name: local}) and sha256_of(local) == entry.get("sha256"):
-            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
             local.replace(run_dir / name)

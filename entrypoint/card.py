@@ -64,6 +64,7 @@ class CardInfo:
     notes: tuple[str, ...] = ()  # what the run mended on its way (out of GPU memory → a smaller batch)
     license: str | None = None  # a Hub license id: LICENSE, else the base model's
     base_model: str | None = None  # the Hub model the weights came from
+    storage: dict[str, Any] | None = None  # trainbox.json's "storage": where the working state lives
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -188,6 +189,26 @@ def _load_snippet(info: CardInfo) -> list[str]:
         "```",
         "",
         "`weights/last.pt` is the last epoch (resumable); `weights/epoch_N.pt` every `save_period` epochs.",
+        "",
+        *_bucket_lines(info),
+    ]
+
+
+def _bucket_lines(info: CardInfo) -> list[str]:
+    """Where the working state is when it lives in a Storage Bucket, and how to fetch it."""
+    storage = info.storage or {}
+    if storage.get("mode") != "bucket":
+        return []
+    bucket, prefix = storage.get("bucket"), storage.get("prefix")
+    return [
+        f"During training this repo gets milestones; every epoch's `last.pt`, the `epoch_N.pt` snapshots and"
+        f" `metrics.jsonl` are in the Storage Bucket `hf://buckets/{bucket}/{prefix}/` (overwritten in place;"
+        f" `manifest.json` lists each file's sha256):",
+        "",
+        "```python",
+        "from huggingface_hub import download_bucket_files",
+        f'download_bucket_files("{bucket}", [("{prefix}/weights/last.pt", "last.pt")])',
+        "```",
         "",
     ]
 

@@ -66,6 +66,9 @@ MEANINGS = {
     "HOST_MIN_GPU_FRACTION": "a card's matmul TFLOP/s under this fraction of its datasheet figure is a shortfall",
     "HOST_MIN_COPY_GBPS": "a host→device copy under this many GB/s is a shortfall",
     "HOST_MIN_DISK_MBPS": "a WORKDIR disk writing or reading under this many MB/s is a shortfall",
+    "CHECKPOINT_BUCKET": "Storage Bucket for the working state (default: <OUTPUT_REPO>-checkpoints; off: commits)",
+    "PUBLISH_EVERY": "bucket mode: at most one milestone commit to OUTPUT_REPO per this long",
+    "SQUASH_HISTORY": "CHECKPOINT_BUCKET=off: 1 squashes OUTPUT_REPO's history once the run is done",
 }
 _SECRETS = {"HF_TOKEN", *SECRET_PROVIDER_VARS}
 
@@ -93,7 +96,7 @@ def _literal(node: ast.expr | None) -> str | None:
         return str(node.value) if node.value != "" else '""'
     if isinstance(node, ast.Name) and isinstance(getattr(settings, node.id, None), str | int | float):
         value = getattr(settings, node.id)
-        if node.id == "DEFAULT_STALL_TIMEOUT":
+        if node.id in {"DEFAULT_STALL_TIMEOUT", "DEFAULT_PUBLISH_EVERY"}:
             return f"{value // 60}m"
         return str(value)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -146,6 +149,8 @@ def variables() -> tuple[Variable, ...]:
         found["MONITOR"] = "0"
     if found.get("PROFILE") is None:
         found["PROFILE"] = "0"
+    if found.get("SQUASH_HISTORY") is None:
+        found["SQUASH_HISTORY"] = "0"
     known = list(MEANINGS)  # the README's order; a variable new to settings goes last
     ordered = sorted(found, key=lambda name: (known.index(name) if name in known else len(known), name))
     ours = tuple(Variable(name, found[name], MEANINGS.get(name, "see README.md")) for name in ordered)

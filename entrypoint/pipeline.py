@@ -27,7 +27,7 @@ from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .nextsteps import lines as next_steps
 from .oom import OomTry
-from .places import Store, TwoPlaces, open_store
+from .places import Store, TwoPlaces, open_store, squash_history
 from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -540,6 +540,10 @@ class Job:
         if self.uploader is None:
             return code
         synced = self.uploader.flush(self._remaining())
+        if isinstance(self.uploader, TwoPlaces):  # the repo's final publish: whether it made it
+            self.state.update(sync=self._sync_report())
+        if synced and self.settings.squash_history and phase is Phase.DONE and self.hub is not None:
+            self.state.update(sync={"squashed": squash_history(self.hub, self.uploader.repo_id)})
         if synced:
             return code
         error = sync.sync_error(self.uploader)

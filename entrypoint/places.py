@@ -17,8 +17,9 @@ from . import libreyolo, sync
 from .bucket import BucketTarget, BucketUnavailable, Store, default_bucket_id
 
 __all__ = ["Store", "TwoPlaces", "open_store"]
-from .hub import Hub
+from .hub import Hub, with_retries
 from .log import logger
+from .retry import describe
 from .settings import Settings
 
 # The bucket has no commit limit: every boundary goes at once.
@@ -59,6 +60,23 @@ def open_store(settings: Settings, hub: Hub | None) -> tuple[Store | None, dict[
     )
     logger.info("bucket: working state goes to hf://buckets/%s/%s%s", store.bucket_id, store.prefix, created)
     return store, {"mode": "bucket", "bucket": store.bucket_id, "prefix": store.prefix}
+
+
+def squash_history(hub: Hub, repo_id: str) -> bool:
+    """SQUASH_HISTORY=1 (CHECKPOINT_BUCKET=off): one commit holds the finished run, and the storage
+    of every earlier epoch's version is freed. A failure is reported, never fatal: nothing is lost."""
+    try:
+        with_retries(
+            lambda: hub.api.super_squash_history(
+                repo_id, repo_type="model", commit_message="Squash the run's history (SQUASH_HISTORY=1)"
+            ),
+            f"squashing {repo_id}",
+        )
+    except Exception as error:
+        logger.warning("SQUASH_HISTORY: %s keeps its history (%s)", repo_id, describe(error))
+        return False
+    logger.info("SQUASH_HISTORY: %s's history is one commit now", repo_id)
+    return True
 
 
 class TwoPlaces:
@@ -168,7 +186,9 @@ class TwoPlaces:
         publish (last.pt and best.pt) with the time left; True when both hold everything."""
         deadline = time.monotonic() + timeout
         in_bucket = self.bucket.flush(timeout)
-        self.repo.select = final_milestone
+        if self.repo.select is not final_milestone:
+            self.repo.select = final_milestone
+            self.repo.snapshot()  # staged now, so the final last.pt rides in the same commit as the rest
         published = self.repo.flush(max(0.0, deadline - time.monotonic()))
         self.final_publish = {"done": published, "commit": self.repo.commits[-1] if self.repo.commits else None}
         if not published:

@@ -445,6 +445,7 @@ def card_info(
         + _host_notes(snapshot.get("host")),
         license=license,
         base_model=base_model,
+        storage=snapshot.get("storage"),
     )
 
 

@@ -109,3 +109,4 @@ def hub_ctx(hub: HubServer, transfer: str, tmp_path: Path) -> Iterator[HubContex
     hub.clear_faults()
     hub.set_commit_rate_limit(None)
     hub.set_xet(True)
+    hub.set_buckets(True)

@@ -28,6 +28,8 @@ def _save(path: Path, completed: int, total: int = 30) -> None:
 def boundary(run_dir: Path, completed: int, *, snapshot: bool = True) -> None:
     """What libreyolo leaves at the end of an epoch: weights, then the metrics row, then status.json."""
     _save(run_dir / "weights" / "last.pt", completed)
+    if completed == 2:
+        _save(run_dir / "weights" / "best.pt", completed)
     if snapshot:
         _save(run_dir / "weights" / f"epoch_{completed}.pt", completed)
     with (run_dir / "metrics.jsonl").open("a") as rows:
@@ -84,6 +86,7 @@ def test_boundaries_overwrite_in_place_and_the_manifest_describes_them(hub_ctx: 
     found = bucket.newest(store, tmp_path / "scratch", 0, fresh)
     assert found is not None and found[1].completed_epochs == 3
     assert len((fresh / "metrics.jsonl").read_text().splitlines()) == 3
+    assert (fresh / "weights" / "best.pt").read_bytes() == (run_dir / "weights" / "best.pt").read_bytes()
 
 
 def test_killed_between_weights_and_manifest_resumes_from_the_last_consistent_state(
@@ -164,3 +167,70 @@ def test_unavailable_buckets_are_said_in_one_line(hub_ctx: HubContext) -> None:
         raise AssertionError("a bucket the token cannot write was accepted")
     except BucketUnavailable as error:
         assert "HTTP 403" in str(error)
+
+
+def test_squash_history_leaves_one_commit_with_the_same_files(hub_ctx: HubContext) -> None:
+    from entrypoint.places import squash_history
+
+    repo = hub_ctx.repo_id("squash")
+    hub_ctx.hub.create_repo(repo, private=True)
+    for epoch in (1, 2, 3):
+        hub_ctx.hub.upload_bytes(repo, "weights/last.pt", f"epoch {epoch}".encode() * 1000)
+    before = hub_ctx.hub.files(repo)
+    assert squash_history(Hub(token=hub_ctx.token, endpoint=hub_ctx.url), repo)
+    assert len(hub_ctx.hub.commits(repo)) == 1
+    assert hub_ctx.hub.files(repo) == before
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == b"epoch 3" * 1000
+    # A token that may not write the repo: reported, not raised.
+    assert not squash_history(Hub(token=hub_ctx.read_token, endpoint=hub_ctx.url), repo)
+
+
+def _finished_run(hub_ctx: HubContext, tmp_path: Path, **extra: str) -> tuple[dict[str, str], Path]:
+    """An agent's env whose run folder already holds every epoch: the agent trains nothing, only syncs."""
+    from tests.support import TINY_RUN_ARGS, make_dataset, trainbox_env
+
+    dataset = make_dataset(tmp_path / "cones", train=4, val=2).parent
+    workdir = tmp_path / "work"
+    run_dir = workdir / "runs" / "done-run"
+    for epoch in (1, 2):
+        boundary(run_dir, epoch)
+    _save(run_dir / "weights" / "best.pt", 2)
+    env = trainbox_env(workdir, HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=hub_ctx.repo_id("done"),
+                       GPUS="cpu", RUN_NAME="done-run", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2", **extra)  # fmt: skip
+    return env, run_dir
+
+
+def test_a_hub_without_buckets_falls_back_to_commits_said_in_one_line(hub_ctx: HubContext, tmp_path: Path) -> None:
+    from tests.support import run_trainbox
+
+    env, run_dir = _finished_run(hub_ctx, tmp_path, CHECKPOINT_BUCKET="")
+    hub_ctx.hub.set_buckets(False)
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    said = [line for line in result.stderr.splitlines() if "Storage Buckets" in line]
+    assert len(said) == 1 and "go to the model repo as commits" in said[0] and "CHECKPOINT_BUCKET=off" in said[0]
+    storage = json.loads((run_dir / "trainbox.json").read_text())["storage"]
+    assert storage["mode"] == "repo" and "no Storage Buckets" in storage["unavailable"]
+    files = hub_ctx.hub.files(env["OUTPUT_REPO"])
+    assert {"weights/last.pt", "weights/epoch_2.pt", "metrics.jsonl"} <= set(files)  # today's mirror
+
+
+def test_a_finished_run_puts_its_working_state_in_the_bucket_and_milestones_in_the_repo(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    from tests.support import run_trainbox
+
+    env, run_dir = _finished_run(hub_ctx, tmp_path, CHECKPOINT_BUCKET="")
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    repo, bucket_id = env["OUTPUT_REPO"], env["OUTPUT_REPO"] + "-checkpoints"
+    in_bucket = hub_ctx.hub.bucket_files(bucket_id)
+    assert {"done-run/weights/last.pt", "done-run/weights/epoch_2.pt", "done-run/manifest.json"} <= set(in_bucket)
+    files = hub_ctx.hub.files(repo)
+    assert {"weights/last.pt", "weights/best.pt", "metrics.jsonl", "trainbox.json", "README.md"} <= set(files)
+    assert not [path for path in files if "epoch_" in path]  # the snapshots stay in the bucket
+    assert len(hub_ctx.hub.commits(repo)) <= 4
+    state = json.loads((run_dir / "trainbox.json").read_text())
+    assert state["storage"] == {"mode": "bucket", "bucket": bucket_id, "prefix": "done-run"}
+    assert state["sync"]["final_publish"]["done"] is True
+    assert "hf://buckets/" in hub_ctx.hub.file_bytes(repo, "README.md").decode()

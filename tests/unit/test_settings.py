@@ -178,3 +178,29 @@ def test_stall_guard_can_be_switched_off() -> None:
 def test_gpu_lists() -> None:
     assert parse_gpus("0,1, 3").indices == (0, 1, 3)
     assert parse_gpus("CPU").cpu
+
+
+def test_checkpoint_bucket_is_derived_from_the_output_repo_and_can_be_off() -> None:
+    settings = make(OUTPUT_REPO="acme/yolo")
+    assert settings.checkpoint_bucket == "acme/yolo-checkpoints" and settings.publish_every == 600
+    assert not settings.squash_history
+    assert make().checkpoint_bucket is None  # no OUTPUT_REPO: no Hub at all
+    assert make(OUTPUT_REPO="acme/yolo", CHECKPOINT_BUCKET="acme/ckpts").checkpoint_bucket == "acme/ckpts"
+    off = make(OUTPUT_REPO="acme/yolo", CHECKPOINT_BUCKET="off", SQUASH_HISTORY="1")
+    assert off.checkpoint_bucket is None and off.squash_history
+    assert make(OUTPUT_REPO="acme/yolo", PUBLISH_EVERY="30m").publish_every == 1800
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"OUTPUT_REPO": "acme/yolo", "CHECKPOINT_BUCKET": "not a bucket"}, "CHECKPOINT_BUCKET='not a bucket'"),
+        ({"CHECKPOINT_BUCKET": "acme/ckpts"}, "CHECKPOINT_BUCKET without OUTPUT_REPO"),
+        ({"OUTPUT_REPO": "acme/yolo", "SQUASH_HISTORY": "1"}, "set CHECKPOINT_BUCKET=off with SQUASH_HISTORY=1"),
+        ({"OUTPUT_REPO": "acme/yolo", "PUBLISH_EVERY": "soon"}, "PUBLISH_EVERY='soon'"),
+    ],
+)
+def test_bad_bucket_settings_name_the_fix(env: dict[str, str], words: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        make(**env)
+    assert words in str(refused.value) and refused.value.exit_code == 10

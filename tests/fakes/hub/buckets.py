@@ -122,6 +122,7 @@ class BucketsMixin:
         self._bucket_denied: set[str] = set()
         self._xet_sizes: dict[str, int] = {}  # Xet file hash -> size, from the shards clients wrote
         self._bucket_shards_read: set[str] = set()
+        self._bucket_bytes: dict[str, bytes] = {}  # Xet hash -> small file's bytes (bucket_bytes)
 
     # -- Python API ---------------------------------------------------------------------------------
     def set_buckets(self, enabled: bool) -> None:
@@ -144,11 +145,17 @@ class BucketsMixin:
 
     def bucket_bytes(self, bucket_id: str, path: str) -> bytes:
         entry = self.bucket_files(bucket_id)[path]
+        cached = self._bucket_bytes.get(entry.xet_hash)  # content-addressed: never stale
+        if cached is not None:
+            return cached
         tmp = self._bucket_rebuild(entry)
         try:
-            return tmp.read_bytes()
+            data = tmp.read_bytes()
         finally:
             tmp.unlink(missing_ok=True)
+        if len(data) <= 1024 * 1024:
+            self._bucket_bytes[entry.xet_hash] = data
+        return data
 
     # -- helpers ------------------------------------------------------------------------------------
     def _bucket(self, bucket_id: str) -> Bucket:
@@ -205,9 +212,16 @@ class BucketsMixin:
 
         tmp = self.root / "tmp" / secrets.token_hex(8)
         info = hf_xet.PyXetDownloadInfo(str(tmp), entry.xet_hash, entry.size)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            hf_xet.download_files([info], self.cas_url, None, None, None, None)
+        for attempt in range(50):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    hf_xet.download_files([info], self.cas_url, None, None, None, None)
+                return tmp
+            except RuntimeError as error:  # a local CAS is one database: a client process may hold it
+                if "already open" not in str(error) or attempt == 49:
+                    raise
+                time.sleep(0.1)
         return tmp
 
     # -- HTTP ---------------------------------------------------------------------------------------

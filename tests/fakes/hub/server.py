@@ -18,6 +18,8 @@ from tests.fakes.hub.buckets import BucketsMixin
 from tests.fakes.hub.cas import CasMixin
 from tests.fakes.hub.faults import Fault, FaultsMixin
 from tests.fakes.hub.git_api import GitApiMixin
+from tests.fakes.hub.history import HistoryMixin
+from tests.fakes.hub.history import register_routes as register_squash
 from tests.fakes.hub.http import _Server
 from tests.fakes.hub.lfs import LfsMixin
 from tests.fakes.hub.model import Repo, RequestRecord, Token
@@ -25,7 +27,9 @@ from tests.fakes.hub.storage import StorageMixin
 from tests.fakes.hub.xet import XET_TOKEN_TTL, XetMixin
 
 
-class HubServer(CasMixin, StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin, BucketsMixin):
+class HubServer(
+    CasMixin, StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsMixin, AdminMixin, BucketsMixin, HistoryMixin
+):
     """The Hub. See the package docstring (tests/fakes/hub/__init__.py) for the API."""
 
     def __init__(
@@ -51,6 +55,7 @@ class HubServer(CasMixin, StorageMixin, XetMixin, GitApiMixin, LfsMixin, FaultsM
         self._shards_read: set[str] = set()
         self._xet_tokens: dict[str, tuple[str, float]] = {}  # CAS access token -> (user, expiry)
         self._init_buckets()  # Storage Buckets: tests/fakes/hub/buckets.py
+        register_squash()  # super-squash: tests/fakes/hub/history.py
         self._httpd = _Server((host, port), self)  # bind now: the URL is known before serving
         self.host = "127.0.0.1" if host in ("", "0.0.0.0") else host
         self.port: int = self._httpd.server_address[1]
