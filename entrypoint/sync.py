@@ -566,8 +566,6 @@ class Uploader:
             self._confirm_earlier(deadline)
         with self._lock:
             batch = list(self._pending.values())
-            # The card alone once everything else has landed (the loop comes back for it at once).
-            batch = [item for item in batch if item.relative != CARD_FILE] or batch
             self._in_flight = {id(item) for item in batch}
             boundary_at = self._boundary_seen_at
             self._boundary_seen_at = None
@@ -586,8 +584,13 @@ class Uploader:
                 deadline=deadline,
                 commit_id=commit_id,
             )
-        except CardRefusedError as error:  # the card alone: dropped until it changes, never retried as is
-            self._refuse_card(batch, str(error))
+        except CardRefusedError as error:
+            # huggingface_hub checks the card before uploading anything: nothing landed, no commit spent. The
+            # card is dropped until it changes, never retried as is; the rest goes at once without it.
+            self._refuse_card([item for item in batch if item.relative == CARD_FILE], str(error))
+            rest = [item for item in batch if item.relative != CARD_FILE]
+            if rest:
+                self._settle(rest, committed=False, boundary_at=boundary_at)  # the loop comes back at once
             return True
         except Exception as error:  # kept pending: the next try carries it, with anything newer
             self._settle(batch, committed=False, boundary_at=boundary_at)

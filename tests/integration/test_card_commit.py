@@ -37,7 +37,7 @@ def test_a_refused_card_holds_back_nothing(hub_ctx: HubContext, tmp_path: Path) 
         assert "finite" in uploader.card_refused and told == [uploader.card_refused]
         assert uploader.pending == [] and uploader.last_error is None
 
-        # the next card passes: it lands in a commit of its own, after the epoch's files
+        # the next card passes: it rides with the epoch's files (one commit per boundary, for the commit budget)
         (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
         (run_dir / "README.md").write_text(GOOD_CARD)
         uploader.snapshot()
@@ -48,7 +48,7 @@ def test_a_refused_card_holds_back_nothing(hub_ctx: HubContext, tmp_path: Path) 
     assert uploader.card_refused is None and told[-1] is None
     newest, previous = hub_ctx.hub.commits(repo)[:2]
     changed = {path for path, entry in newest.files.items() if previous.files.get(path) != entry}
-    assert changed == {"README.md"}, "the card's commit carries the card alone"
+    assert changed == {"README.md", "metrics.jsonl"}, "an accepted card shares the boundary's commit"
 
 
 def test_the_license_defaults_to_the_base_models_own(hub_ctx: HubContext, tmp_path: Path) -> None:
