@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from .places import TwoPlaces
 
 BOUNDARY_FILE = libreyolo.STATUS_FILE
-# The model card goes in a commit of its own, after the rest: a card the Hub refuses never holds back an epoch.
+# The model card rides with its boundary's files; huggingface_hub checks it before uploading anything, so a card
+# the Hub refuses is dropped (until it changes) and never holds back an epoch.
 CARD_FILE = "README.md"
 POLL_INTERVAL = 1.0
 # The Hub allows 128 commits per hour per repo; leave room for people and other tools.
