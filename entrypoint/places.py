@@ -15,12 +15,13 @@ from typing import Any
 
 from . import libreyolo, sync
 from .bucket import BucketTarget, BucketUnavailable, Store, default_bucket_id
-
-__all__ = ["Store", "TwoPlaces", "open_store"]
+from .errors import StopRequested
 from .hub import Hub, with_retries
 from .log import logger
 from .retry import describe
 from .settings import Settings
+
+__all__ = ["Store", "TwoPlaces", "open_store"]
 
 # The bucket has no commit limit: every boundary goes at once.
 _UNLIMITED = 10**9
@@ -72,6 +73,8 @@ def squash_history(hub: Hub, repo_id: str) -> bool:
             ),
             f"squashing {repo_id}",
         )
+    except StopRequested:
+        raise
     except Exception as error:
         logger.warning("SQUASH_HISTORY: %s keeps its history (%s)", repo_id, describe(error))
         return False

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import StopRequested
 from .log import logger
 from .run_args import RunArgs
 
@@ -40,6 +41,8 @@ def base_license(hub: Hub, repo_id: str, scratch: Path) -> str | None:
     try:
         text = hub.download(repo_id, "README.md", scratch).read_text(encoding="utf-8")
         license_id = ModelCard(text, ignore_metadata_errors=True).data.get("license")
+    except StopRequested:
+        raise
     except Exception as error:  # the card's license is a courtesy: never a reason to stop
         logger.info("card: cannot read %s's card for its license (%s)", repo_id, type(error).__name__)
         return None

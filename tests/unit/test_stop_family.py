@@ -50,6 +50,7 @@ NO_STOP_HERE = {
     ("dataset/remote.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/hub.py", "_Download.run"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
+    ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,
 }
 
