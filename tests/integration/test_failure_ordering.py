@@ -779,3 +779,17 @@ def test_a_sigterm_during_a_max_runtime_wrap_up_is_bounded(agent: Agent) -> None
     assert code == PreemptedError.exit_code, output[-3000:]
     assert agent.state()["phase"] == Phase.PREEMPTED
     assert_invariants(agent, code, output, {})
+
+
+@pytest.mark.transfer("lfs")  # huggingface_hub uploads two or more LFS files in a thread pool
+def test_a_sigterm_while_lfs_files_upload_ends_the_process_in_time(agent: Agent) -> None:
+    # Each LFS object's verify answer trickles back for a minute: the commit's pool threads are in flight.
+    fault = agent.hub_ctx.hub.inject("slow", method="POST", path=r"/info/lfs/objects/verify", rate=1)
+    process = agent.start(agent.env(RUN_ARGS="epochs=20", FAKE_EPOCH_SECONDS="1.0"))
+    wait_for(lambda: fault.fired >= 2, "two LFS uploads in flight", process)
+
+    code, output = sigterm(process)  # the process itself must be gone, not only its last log line
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    agent.hub_ctx.hub.clear_faults()
+    assert agent.state()["phase"] == Phase.PREEMPTED
