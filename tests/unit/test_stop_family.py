@@ -50,6 +50,7 @@ NO_STOP_HERE = {
     ("dataset/remote.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/hub.py", "_Download.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
+    ("providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/nodes_probe.py", "*"): _CHILD,
 }
