@@ -62,6 +62,7 @@ class Job:
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
         self._status_mtime = 0
+        self._boundary = (0.0, 0.0)  # status.json's last mtime seen, and when it was written (monotonic)
         self._progress_lock = threading.Lock()
         self._stop: AgentError | None = None
         self._finishing = False
@@ -405,11 +406,13 @@ class Job:
         assert self.trainer is not None
         status = self.settings.run_dir / STATUS_FILE
         try:
-            age = time.time() - status.stat().st_mtime
-            boundary = time.monotonic() - age
+            mtime = status.stat().st_mtime
         except OSError:
-            boundary = 0.0
-        return max(self.trainer.last_activity, boundary)
+            mtime = self._boundary[0]
+        if mtime != self._boundary[0]:  # only a new status.json is progress: a volume clock ahead never delays a stall
+            now = time.monotonic()
+            self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
+        return max(self.trainer.last_activity, self._boundary[1])
 
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
