@@ -127,10 +127,11 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     import hashlib
     import signal
     import threading
+    import time
 
     settings = load_settings(quiet_transfers=True)
 
-    from . import sync
+    from . import resume, sync
     from .hub import Hub
 
     if settings.output_repo is None:
@@ -142,13 +143,16 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     # Staging and ledger on the run's own volume unless WORKDIR says where (e.g. outside a container).
     base = settings.workdir if os.environ.get("WORKDIR") else run_dir.parent
     _end_hard()
-    uploader = sync.Uploader(hub, settings.output_repo, run_dir, base / ".trainbox" / "sync" / key)
+    work = base / ".trainbox" / "sync" / key
+    newer = resume.hub_newer(hub, settings.output_repo, run_dir, work / "scratch")  # as `trainbox run` guards it
+    uploader = sync.Uploader(hub, settings.output_repo, run_dir, work, superseded=newer.__contains__ if newer else None)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    found, began = sync.boundary_signature(run_dir), time.monotonic()
     uploader.start()
     logger.info("sync: mirroring %s to %s", run_dir, settings.output_repo)
-    while not once and not stop.wait(2.0) and not sync.training_finished(run_dir):
+    while not once and not stop.wait(2.0) and not sync.run_ended(run_dir, found, began):
         pass
     synced = uploader.flush(timeout)
     uploader.stop()

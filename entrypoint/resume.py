@@ -245,6 +245,31 @@ def newest_on_hub(
     return None
 
 
+def hub_newer(hub: Hub, repo_id: str, run_dir: Path, work_dir: Path) -> frozenset[str]:
+    """The Hub's files when it holds a newer epoch of this run than the volume (``trainbox sync`` on an
+    older volume): none of them is overwritten by the volume's older copy until training writes it again."""
+    if hub.head(repo_id) is None:
+        return frozenset()
+    local = newest_local(run_dir)
+    local_epochs = (local[1].completed_epochs or 0) if local else 0
+    files = {entry.path: entry for entry in hub.list_files(repo_id)}
+    work_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="newer-", dir=work_dir))
+    try:
+        remote = newest_on_hub(hub, repo_id, files, scratch, local_epochs, local=run_dir / libreyolo.LAST_CHECKPOINT)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if remote is None:
+        return frozenset()
+    logger.warning(
+        "sync: %s holds epoch %s, this volume only %d: its older files stay off the Hub until written again",
+        repo_id,
+        remote[1].completed_epochs,
+        local_epochs,
+    )
+    return frozenset(files) - {STATE_FILE}
+
+
 def _hub_last_here(files: dict[str, Any], local: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:
     entry = files.get(libreyolo.LAST_CHECKPOINT)
     if entry is None or not _same_as_local(entry, local):
