@@ -72,6 +72,7 @@ class Job:
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
         self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
+        self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -293,6 +294,8 @@ class Job:
             revision=self._nodes.revision if self._nodes is not None else None,
         )
         if point is not None:
+            if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
+                self._hub_copy = _signature(point.checkpoint)
             pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
             self.state.update(
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
@@ -491,7 +494,8 @@ class Job:
             # The job ended before the uploader ran (preflight, access, resume): the Hub was never
             # shown this volume. Only a volume without a checkpoint has nothing to lose.
             weights = self.settings.run_dir / WEIGHTS_DIR
-            at_risk = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
+            found = weights.glob("*.pt") if weights.is_dir() else []
+            at_risk = sorted(p.name for p in found if self._hub_copy is None or _signature(p) != self._hub_copy)
             if at_risk:
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
@@ -516,6 +520,14 @@ class Job:
         logger.info("cost: %s", cost.describe_spend(self.state.snapshot()["cost"]))
         if outcome is not None:
             logger.error("%s", outcome)
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def run(settings: Settings) -> int:

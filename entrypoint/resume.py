@@ -126,14 +126,18 @@ def check_crash_loop(attempts: list[dict[str, Any]]) -> None:
 def stop_orphan(previous: dict[str, Any] | None) -> None:
     """An agent killed with SIGKILL leaves its libreyolo child running in the run folder:
     stop it before training there again."""
-    pid = ((previous or {}).get("training") or {}).get("pid")
+    training = (previous or {}).get("training")
+    training = training if isinstance(training, dict) else {}
+    pid = training.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return
-    if b"libreyolo" not in command:
+    # Its recorded argv (a torchrun trainer of several nodes names no libreyolo), else libreyolo's name.
+    args = [part.decode(errors="replace") for part in command.split(b"\0") if part]
+    if b"libreyolo" not in command and not (training.get("argv") and args[1:] == training.get("argv")):
         return  # the pid was reused by something else
     logger.warning("resume: training process %d of the previous attempt is still running; stopping it", pid)
     tree = [pid, *procs.descendants(pid)]
