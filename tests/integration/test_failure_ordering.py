@@ -793,3 +793,26 @@ def test_a_sigterm_while_lfs_files_upload_ends_the_process_in_time(agent: Agent)
     assert code == PreemptedError.exit_code, output[-3000:]
     agent.hub_ctx.hub.clear_faults()
     assert agent.state()["phase"] == Phase.PREEMPTED
+
+
+# The full-disk matrix, phase by phase: the start (test_a_full_disk_at_the_start_is_38_and_still_releases),
+# the dataset (test_a_disk_full_during_the_dataset_is_38_and_loses_nothing), the training's output (below),
+# the staging copies and the final upload (test_a_disk_full_while_staging_is_an_honest_70_and_no_destroy),
+# checkpoints and trainbox.json (test_a_disk_full_during_training_still_releases_and_the_restart_finishes).
+def test_a_console_log_on_a_full_disk_never_stalls_the_training(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    # console.log lives on a disk with no room (the rest of the run folder has room): every write of it fails
+    # while the trainer prints 200 KB an epoch, far past what a pipe holds when nobody reads it.
+    full = small_disk(agent.tmp_path / "full", "64k")
+    fill_up(full, leave=0)
+    agent.run_dir.mkdir(parents=True)
+    (agent.run_dir / training.CONSOLE_LOG).symlink_to(full / "console.log")
+    env = agent.env(vast, RUN_ARGS="epochs=3", FAKE_OUTPUT_BYTES="200000", STALL_TIMEOUT="20", ON_EXIT="destroy")
+
+    code, output = agent.run(env)
+
+    assert code == 0, output[-3000:]  # trained to the end: not stalled (81), the disk not blamed for a success
+    assert "cannot write console.log" in output
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 4)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert [action.method for action in vast.actions()] == ["DELETE"]
