@@ -452,14 +452,17 @@ def test_sigterm_mid_extraction_keeps_no_half_dataset_and_the_restart_finishes(a
 @pytest.fixture
 def small_disk() -> Iterator[Callable[[Path, str], Path]]:
     """``mount(folder, size)``: a tmpfs of ``size`` (mount's syntax: 64k, 8m) at ``folder``, a disk
-    that really fills up; skips where mounting is not permitted (needs root or CAP_SYS_ADMIN)."""
+    that really fills up; skips where mounting is not permitted (needs root or CAP_SYS_ADMIN, or a
+    password-less sudo as on CI runners: the tmpfs is then owned by the test's user)."""
     mounted: list[Path] = []
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
 
     def mount(folder: Path, size: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
+        options = f"size={size},uid={os.getuid()},gid={os.getgid()}"
         try:
             done = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+                [*sudo, "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True
             )
         except FileNotFoundError:
             pytest.skip("a small real disk needs the mount command")
@@ -470,7 +473,7 @@ def small_disk() -> Iterator[Callable[[Path, str], Path]]:
 
     yield mount
     for folder in reversed(mounted):
-        subprocess.run(["umount", "--lazy", str(folder)], check=False)
+        subprocess.run([*sudo, "umount", "--lazy", str(folder)], check=False)
 
 
 def fill_up(folder: Path, leave: int) -> None:
@@ -816,3 +819,22 @@ def test_a_console_log_on_a_full_disk_never_stalls_the_training(
     assert "cannot write console.log" in output
     assert {f"weights/epoch_{n}.pt" for n in range(1, 4)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
     assert [action.method for action in vast.actions()] == ["DELETE"]
+
+
+def test_a_sigterm_while_the_uploader_reads_a_failing_hub_stops_the_job(agent: Agent) -> None:
+    hub = agent.hub_ctx.hub
+    # Resume lists the repo slowly (the first listing, at preflight, goes through).
+    held = hub.inject("slow", path=r"/tree/", rate=40, times=1, skip=1)
+    process = agent.start(agent.env())
+    wait_for(lambda: held.fired >= 1 and local_phase(agent) == "resume", "resume listing the repo", process)
+    # From now on the Hub answers 503 to "where is main?": the uploader's ledger check retries it.
+    failing = hub.inject("503", method="GET", path=r"/api/models/[^/]+/[^/]+(/revision/[^/]+)?$")
+    wait_for(lambda: failing.fired >= 1, "the ledger check against a failing Hub", process)
+
+    code, output = sigterm(process)
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["phase"] == Phase.PREEMPTED
+    assert "dataset" not in state["phases"], "the stop was swallowed: the job went on to the dataset"
+    hub.clear_faults()
