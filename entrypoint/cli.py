@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -78,6 +80,7 @@ def run(dry_run: bool) -> None:
     loaded = load_settings(quiet_transfers=True)  # before huggingface_hub is imported (by pipeline)
     from . import pipeline
 
+    _end_hard()
     code = pipeline.run(loaded)
     sys.exit(code)
 
@@ -141,10 +144,11 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     import hashlib
     import signal
     import threading
+    import time
 
     settings = load_settings(quiet_transfers=True)
 
-    from . import sync
+    from . import resume, sync
     from .hub import Hub
 
     if settings.output_repo is None:
@@ -155,13 +159,17 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     key = hashlib.sha256(f"{run_dir}:{settings.output_repo}".encode()).hexdigest()[:12]
     # Staging and ledger on the run's own volume unless WORKDIR says where (e.g. outside a container).
     base = settings.workdir if os.environ.get("WORKDIR") else run_dir.parent
-    uploader = sync.Uploader(hub, settings.output_repo, run_dir, base / ".trainbox" / "sync" / key)
+    _end_hard()
+    work = base / ".trainbox" / "sync" / key
+    newer = resume.hub_newer(hub, settings.output_repo, run_dir, work / "scratch")  # as `trainbox run` guards it
+    uploader = sync.Uploader(hub, settings.output_repo, run_dir, work, superseded=newer.__contains__ if newer else None)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    found, began = sync.boundary_signature(run_dir), time.monotonic()
     uploader.start()
     logger.info("sync: mirroring %s to %s", run_dir, settings.output_repo)
-    while not once and not stop.wait(2.0) and not sync.training_finished(run_dir):
+    while not once and not stop.wait(2.0) and not sync.run_ended(run_dir, found, began):
         pass
     synced = uploader.flush(timeout)
     uploader.stop()
@@ -308,8 +316,37 @@ def render_status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_HARD_END: list[bool] = []  # set by the commands that upload beside the main thread
+
+
+def _end_hard() -> None:
+    """This command ends with ``end_process``: the interpreter's exit would join huggingface_hub's
+    upload threads, and a commit of several LFS files still in flight would hold the exit for minutes."""
+    _HARD_END.append(True)
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit now with ``code``: the logs flushed, any thread still uploading abandoned (the job
+    already said what the Hub holds; a commit in flight lands or not, and the next start checks)."""
+    with contextlib.suppress(Exception):
+        logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turn a known error into one line and its exit code."""
+    try:
+        _main(argv)
+    except SystemExit as done:
+        if _HARD_END:
+            end_process(done.code if isinstance(done.code, int) else 0 if done.code is None else 1)
+        raise
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="trainbox", standalone_mode=False)
     except AgentError as error:

@@ -68,6 +68,7 @@ class Job:
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
         self._status_mtime = 0
+        self._boundary = (0.0, 0.0)  # status.json's last mtime seen, and when it was written (monotonic)
         self._progress_lock = threading.Lock()
         self._stop: AgentError | None = None
         self._finishing = False
@@ -79,6 +80,7 @@ class Job:
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
+        self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -340,6 +342,8 @@ class Job:
             bucket=self.bucket,
         )
         if point is not None:
+            if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
+                self._hub_copy = _signature(point.checkpoint)
             pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
             self.state.update(
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
@@ -484,11 +488,13 @@ class Job:
         assert self.trainer is not None
         status = self.settings.run_dir / STATUS_FILE
         try:
-            age = time.time() - status.stat().st_mtime
-            boundary = time.monotonic() - age
+            mtime = status.stat().st_mtime
         except OSError:
-            boundary = 0.0
-        return max(self.trainer.last_activity, boundary)
+            mtime = self._boundary[0]
+        if mtime != self._boundary[0]:  # only a new status.json is progress: a volume clock ahead never delays a stall
+            now = time.monotonic()
+            self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
+        return max(self.trainer.last_activity, self._boundary[1])
 
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
@@ -572,7 +578,8 @@ class Job:
             # The job ended before the uploader ran (preflight, access, resume): the Hub was never
             # shown this volume. Only a volume without a checkpoint has nothing to lose.
             weights = self.settings.run_dir / WEIGHTS_DIR
-            at_risk = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
+            found = weights.glob("*.pt") if weights.is_dir() else []
+            at_risk = sorted(p.name for p in found if self._hub_copy is None or _signature(p) != self._hub_copy)
             if at_risk and self.settings.output_repo is not None:  # without one, no Hub was ever promised
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
@@ -600,6 +607,14 @@ class Job:
         elif phase is Phase.DONE:
             for line in next_steps(self.settings):
                 logger.info("%s", line)
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def run(settings: Settings) -> int:

@@ -208,6 +208,12 @@ def run(
         return Completed(child.process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
     except subprocess.TimeoutExpired:
         logger.warning("%s did not finish within %.0f s: killing it", child.label, timeout)
+    except BaseException:  # a stop raised by the signal handler meanwhile (PROFILE=1): no child left running
+        child.stop(signal.SIGKILL, grace=0.0, kill_wait=kill_wait)
+        for pipe in (child.process.stdout, child.process.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise
     child.stop(signal.SIGKILL, grace=0.0, kill_wait=kill_wait)
     out = err = b""
     with contextlib.suppress(subprocess.TimeoutExpired):

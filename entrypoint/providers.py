@@ -27,12 +27,13 @@ from __future__ import annotations
 import enum
 import http.client
 import json
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from . import __version__, retry
 from .errors import ReleaseError
@@ -42,6 +43,8 @@ from .settings import ExitAction, Provider, ProviderAccess
 T = TypeVar("T")
 
 REQUEST_TIMEOUT = 15.0
+# A request started at the deadline still gets this long (a clock of a test may sit past it).
+REQUEST_MIN_WAIT = 1.0
 _REFUSED_STATUS = frozenset({401, 403})
 
 
@@ -115,7 +118,7 @@ class DeadlineReached(ProviderHttpError):
 def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
     """Run ``call``; on a network error or a retryable status wait (the provider's wait wins) and run it again."""
     return retry.call_with_retries(
-        call,
+        _within(call, what, policy),
         policy,
         retryable=lambda error: isinstance(error, ProviderHttpError) and error.retryable,
         describe=lambda error: redact(str(error)),
@@ -124,6 +127,35 @@ def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
             DeadlineReached(what, error, left) if isinstance(error, ProviderHttpError) else error
         ),
     )
+
+
+def _within(call: Callable[[], T], what: str, policy: RetryPolicy) -> Callable[[], T]:
+    """Each try ends by ``policy.deadline``, a request in flight too (a slow DNS lookup, a provider
+    that takes the connection and never answers): it runs in a thread that is left behind then."""
+    deadline = policy.deadline
+    if deadline is None:
+        return call
+
+    def bounded() -> T:
+        outcome: list[tuple[bool, Any]] = []
+
+        def attempt() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as error:  # handed to the caller's thread
+                outcome.append((False, error))
+
+        worker = threading.Thread(target=attempt, name="provider-request", daemon=True)
+        worker.start()
+        worker.join(max(REQUEST_MIN_WAIT, deadline - policy.clock()))
+        if not outcome:
+            raise ProviderHttpError(what, None, "no answer before the release deadline")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return cast(T, value)
+
+    return bounded
 
 
 class Instance(Protocol):

@@ -132,14 +132,18 @@ def check_crash_loop(attempts: list[dict[str, Any]]) -> None:
 def stop_orphan(previous: dict[str, Any] | None) -> None:
     """An agent killed with SIGKILL leaves its libreyolo child running in the run folder:
     stop it before training there again."""
-    pid = ((previous or {}).get("training") or {}).get("pid")
+    training = (previous or {}).get("training")
+    training = training if isinstance(training, dict) else {}
+    pid = training.get("pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return
-    if b"libreyolo" not in command:
+    # Its recorded argv (a torchrun trainer of several nodes names no libreyolo), else libreyolo's name.
+    args = [part.decode(errors="replace") for part in command.split(b"\0") if part]
+    if b"libreyolo" not in command and not (training.get("argv") and args[1:] == training.get("argv")):
         return  # the pid was reused by something else
     logger.warning("resume: training process %d of the previous attempt is still running; stopping it", pid)
     tree = [pid, *procs.descendants(pid)]
@@ -249,6 +253,31 @@ def newest_on_hub(
             logger.info("resume: %s on the Hub has %d epochs", name, info.completed_epochs)
             return path, info
     return None
+
+
+def hub_newer(hub: Hub, repo_id: str, run_dir: Path, work_dir: Path) -> frozenset[str]:
+    """The Hub's files when it holds a newer epoch of this run than the volume (``trainbox sync`` on an
+    older volume): none of them is overwritten by the volume's older copy until training writes it again."""
+    if hub.head(repo_id) is None:
+        return frozenset()
+    local = newest_local(run_dir)
+    local_epochs = (local[1].completed_epochs or 0) if local else 0
+    files = {entry.path: entry for entry in hub.list_files(repo_id)}
+    work_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="newer-", dir=work_dir))
+    try:
+        remote = newest_on_hub(hub, repo_id, files, scratch, local_epochs, local=run_dir / libreyolo.LAST_CHECKPOINT)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if remote is None:
+        return frozenset()
+    logger.warning(
+        "sync: %s holds epoch %s, this volume only %d: its older files stay off the Hub until written again",
+        repo_id,
+        remote[1].completed_epochs,
+        local_epochs,
+    )
+    return frozenset(files) - {STATE_FILE}
 
 
 def _hub_last_here(files: dict[str, Any], local: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None:

@@ -740,6 +740,30 @@ def training_finished(run_dir: Path, *, now: float | None = None) -> bool:
     return age > _quiet_spell(status)
 
 
+def boundary_signature(run_dir: Path) -> tuple[int, int, int] | None:
+    """status.json as it is now (size, mtime, inode); None when absent."""
+    try:
+        found = _Signature.of(run_dir / BOUNDARY_FILE)
+    except OSError:
+        return None
+    return found.size, found.mtime_ns, found.inode
+
+
+def run_ended(run_dir: Path, found: tuple[int, int, int] | None, began: float) -> bool:
+    """``training_finished`` for a sync that started at ``began`` (monotonic) and found status.json as
+    ``found``: an end written before the sync started may be an earlier attempt's, which a restarted
+    trainer has not rewritten yet; it counts only once status.json stays unchanged for a quiet spell."""
+    if not training_finished(run_dir):
+        return False
+    if boundary_signature(run_dir) != found:
+        return True  # written since the sync started: this run's own word
+    try:
+        status = json.loads((run_dir / BOUNDARY_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return time.monotonic() - began > _quiet_spell(status if isinstance(status, dict) else {})
+
+
 def _quiet_spell(status: dict[str, object]) -> float:
     """How long a live trainer may leave status.json alone: three epochs, at least SILENCE."""
     epoch = max(

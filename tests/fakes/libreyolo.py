@@ -18,6 +18,7 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
     enospc   epoch 1, then fails writing epoch 2 with "No space left on device", exit 1
 
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
+``FAKE_OUTPUT_BYTES=<n>`` prints about n bytes of progress lines per epoch (a progress bar's output).
 
 ``FAKE_PRINT_ENV=NAME,...`` prints ``env NAME=value`` for each at the start (what the agent passed on).
 
@@ -101,8 +102,11 @@ def train(args: dict[str, str], mode: str) -> int:
     pause = float(os.environ.get("FAKE_EPOCH_SECONDS", "0"))
     first = _epoch_of(args["model"]) + 1 if args.get("resume") == "true" else 1
     epoch = first
+    chatter = int(os.environ.get("FAKE_OUTPUT_BYTES", "0"))
     while mode == "forever" or epoch <= total:
         time.sleep(pause)
+        for step in range(chatter // 100):
+            print(f"epoch {epoch} batch {step:6d} " + "=" * 80, flush=True)
         if oom_above and batch > oom_above and epoch == oom_epoch:
             return _out_of_memory(run_dir, epoch)
         data = _checkpoint(epoch, total)

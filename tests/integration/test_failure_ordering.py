@@ -454,14 +454,17 @@ def test_sigterm_mid_extraction_keeps_no_half_dataset_and_the_restart_finishes(a
 @pytest.fixture
 def small_disk() -> Iterator[Callable[[Path, str], Path]]:
     """``mount(folder, size)``: a tmpfs of ``size`` (mount's syntax: 64k, 8m) at ``folder``, a disk
-    that really fills up; skips where mounting is not permitted (needs root or CAP_SYS_ADMIN)."""
+    that really fills up; skips where mounting is not permitted (needs root or CAP_SYS_ADMIN, or a
+    password-less sudo as on CI runners: the tmpfs is then owned by the test's user)."""
     mounted: list[Path] = []
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
 
     def mount(folder: Path, size: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
+        options = f"size={size},uid={os.getuid()},gid={os.getgid()}"
         try:
             done = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True
+                [*sudo, "mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True
             )
         except FileNotFoundError:
             pytest.skip("a small real disk needs the mount command")
@@ -472,7 +475,7 @@ def small_disk() -> Iterator[Callable[[Path, str], Path]]:
 
     yield mount
     for folder in reversed(mounted):
-        subprocess.run(["umount", "--lazy", str(folder)], check=False)
+        subprocess.run([*sudo, "umount", "--lazy", str(folder)], check=False)
 
 
 def fill_up(folder: Path, leave: int) -> None:
@@ -781,3 +784,59 @@ def test_a_sigterm_during_a_max_runtime_wrap_up_is_bounded(agent: Agent) -> None
     assert code == PreemptedError.exit_code, output[-3000:]
     assert agent.state()["phase"] == Phase.PREEMPTED
     assert_invariants(agent, code, output, {})
+
+
+@pytest.mark.transfer("lfs")  # huggingface_hub uploads two or more LFS files in a thread pool
+def test_a_sigterm_while_lfs_files_upload_ends_the_process_in_time(agent: Agent) -> None:
+    # Each LFS object's verify answer trickles back for a minute: the commit's pool threads are in flight.
+    fault = agent.hub_ctx.hub.inject("slow", method="POST", path=r"/info/lfs/objects/verify", rate=1)
+    process = agent.start(agent.env(RUN_ARGS="epochs=20", FAKE_EPOCH_SECONDS="1.0"))
+    wait_for(lambda: fault.fired >= 2, "two LFS uploads in flight", process)
+
+    code, output = sigterm(process)  # the process itself must be gone, not only its last log line
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    agent.hub_ctx.hub.clear_faults()
+    assert agent.state()["phase"] == Phase.PREEMPTED
+
+
+# The full-disk matrix, phase by phase: the start (test_a_full_disk_at_the_start_is_38_and_still_releases),
+# the dataset (test_a_disk_full_during_the_dataset_is_38_and_loses_nothing), the training's output (below),
+# the staging copies and the final upload (test_a_disk_full_while_staging_is_an_honest_70_and_no_destroy),
+# checkpoints and trainbox.json (test_a_disk_full_during_training_still_releases_and_the_restart_finishes).
+def test_a_console_log_on_a_full_disk_never_stalls_the_training(
+    agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
+) -> None:
+    # console.log lives on a disk with no room (the rest of the run folder has room): every write of it fails
+    # while the trainer prints 200 KB an epoch, far past what a pipe holds when nobody reads it.
+    full = small_disk(agent.tmp_path / "full", "64k")
+    fill_up(full, leave=0)
+    agent.run_dir.mkdir(parents=True)
+    (agent.run_dir / training.CONSOLE_LOG).symlink_to(full / "console.log")
+    env = agent.env(vast, RUN_ARGS="epochs=3", FAKE_OUTPUT_BYTES="200000", STALL_TIMEOUT="20", ON_EXIT="destroy")
+
+    code, output = agent.run(env)
+
+    assert code == 0, output[-3000:]  # trained to the end: not stalled (81), the disk not blamed for a success
+    assert "cannot write console.log" in output
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 4)} <= hub_epochs(agent.hub_ctx.hub, agent.repo)
+    assert [action.method for action in vast.actions()] == ["DELETE"]
+
+
+def test_a_sigterm_while_the_uploader_reads_a_failing_hub_stops_the_job(agent: Agent) -> None:
+    hub = agent.hub_ctx.hub
+    # Resume lists the repo slowly (the first listing, at preflight, goes through).
+    held = hub.inject("slow", path=r"/tree/", rate=40, times=1, skip=1)
+    process = agent.start(agent.env())
+    wait_for(lambda: held.fired >= 1 and local_phase(agent) == "resume", "resume listing the repo", process)
+    # From now on the Hub answers 503 to "where is main?": the uploader's ledger check retries it.
+    failing = hub.inject("503", method="GET", path=r"/api/models/[^/]+/[^/]+(/revision/[^/]+)?$")
+    wait_for(lambda: failing.fired >= 1, "the ledger check against a failing Hub", process)
+
+    code, output = sigterm(process)
+
+    assert code == PreemptedError.exit_code, output[-3000:]
+    state = agent.state()
+    assert state["phase"] == Phase.PREEMPTED
+    assert "dataset" not in state["phases"], "the stop was swallowed: the job went on to the dataset"
+    hub.clear_faults()

@@ -17,6 +17,7 @@ import pytest
 
 from entrypoint import procs, profiling, settings, training
 from entrypoint.dataset import checks
+from entrypoint.errors import DeadlineError
 from entrypoint.run_args import parse
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint"
@@ -308,3 +309,22 @@ def test_a_stop_under_way_can_be_hurried(tmp_path: Path) -> None:
     started = time.monotonic()
     assert finishes(lambda: child.stop(signal.SIGINT, grace=15.0)) == -signal.SIGKILL
     assert time.monotonic() - started < 3.0, "the grace under way ignored the hurry"
+
+
+def test_a_stop_raised_during_run_leaves_no_child_running(tmp_path: Path) -> None:
+    # The signal handler raises the stop inside run's wait (the PROFILE=1 profiler, say): the child goes too.
+    pid_file = tmp_path / "pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+
+    def stop(*_: object) -> None:
+        raise DeadlineError("MAX_RUNTIME (1 s) expired")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(DeadlineError):
+            procs.run([sys.executable, "-c", script], timeout=60.0, cwd=tmp_path, echo=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    wait_until(lambda: gone(int(pid_file.read_text())), "the child outlived the stop")

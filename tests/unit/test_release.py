@@ -7,6 +7,8 @@ same code over HTTP against local provider APIs.
 from __future__ import annotations
 
 import logging
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -427,3 +429,16 @@ def test_a_long_retry_after_ends_at_the_release_deadline(tmp_path: Path, monkeyp
     recorded = state.snapshot()
     assert recorded["release"]["status"] == "failed" and "release deadline" in recorded["release"]["error"]
     assert recorded["exit"]["code"] == ReleaseError.exit_code
+
+
+def test_a_provider_that_never_answers_ends_at_the_release_deadline() -> None:
+    # The connection is taken (the kernel's backlog) and nothing ever answers: each request would wait
+    # its own 15 s timeout, past a deadline that only the waits between tries used to respect.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        instance = providers.VastInstance(f"http://127.0.0.1:{silent.getsockname()[1]}", "9", "k" * 20)
+        started = time.monotonic()
+        with pytest.raises(ReleaseError, match="no answer before the release deadline"):
+            providers.end_bill(instance, ExitAction.STOP, RetryPolicy(deadline=started + 2.0))
+        assert time.monotonic() - started < 5.0

@@ -164,3 +164,24 @@ def test_a_folder_with_no_run_record_keeps_its_newest_checkpoint(tmp_path: Path)
     saved(tmp_path, "last.pt", 2)  # a checkpoint placed by hand: nothing to judge it by
     found = newest_local(tmp_path)
     assert found is not None and found[1].completed_epochs == 2
+
+
+def test_an_orphaned_trainer_of_several_nodes_is_stopped_by_its_recorded_argv() -> None:
+    # torchrun's command line names no libreyolo: the trainer is known by the argv trainbox.json recorded.
+    import subprocess
+    import sys
+
+    from entrypoint.resume import stop_orphan
+
+    argv = ["-c", "import time; time.sleep(600)", "-m", "entrypoint.ddp_train", "train", "name=orphan"]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "name=else"])
+    orphan = subprocess.Popen([sys.executable, *argv], start_new_session=True)
+    try:
+        stop_orphan({"training": {"pid": other.pid, "argv": argv}})  # a pid reused by something else
+        assert other.poll() is None, "a process that is not the trainer was killed"
+        stop_orphan({"training": {"pid": orphan.pid, "argv": argv}})
+        assert not Path(f"/proc/{orphan.pid}").exists(), "the orphaned trainer still runs"
+    finally:
+        for process in (other, orphan):
+            process.kill()
+            process.wait()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,6 +50,8 @@ NO_STOP_HERE = {
     ("dataset/remote.py", "xet_stream_dataset_file.produce"): _THREAD,
     ("dataset/remote.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/hub.py", "_Download.run"): _THREAD,
+    ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
+    ("providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,
@@ -214,3 +217,17 @@ def test_a_later_signal_still_stops_a_job_whose_first_stop_was_swallowed(tmp_pat
         job._on_signal(signal.SIGTERM, None)
     assert isinstance(job._stop, StopRequested) and job._deadline is not None
     assert os.getpid()  # the job's handlers were never installed here: nothing to restore
+
+
+def test_a_status_json_dated_in_the_future_never_delays_the_stall_guard(tmp_path: Path) -> None:
+    env = {"WORKDIR": str(tmp_path), "GPUS": "cpu", "RUN_NAME": "stall", "PROVIDER": "none"}
+    job = pipeline.Job(settings.from_env(env))
+    job.trainer = cast(Any, type("Quiet", (), {"last_activity": time.monotonic() - 1000}))
+    status = job.settings.run_dir / "status.json"
+    status.parent.mkdir(parents=True, exist_ok=True)
+    status.write_text("{}")
+    os.utime(status, (time.time() + 3600, time.time() + 3600))  # the volume's clock is an hour ahead
+    first = job._last_progress()
+    assert first <= time.monotonic(), "a boundary dated in the future counts as progress to come"
+    time.sleep(0.2)
+    assert job._last_progress() == first, "an unchanged status.json is no new progress"
