@@ -7,8 +7,8 @@ client sees the real Hub) serves one tar, and each of these runs as its own proc
   default  `trainbox fetch`, with hf_xet's own download buffer (2 GB + 512 MB per file) forced
   agent    `trainbox fetch` as shipped (the agent bounds hf_xet's buffer for its own process: cli.py)
 
-Then the other way: `trainbox sync --once` of a run folder holding one checkpoint-sized file of random
-bytes (0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows).
+Then the other way: `trainbox sync --once` of a run folder holding one torch checkpoint of random weights
+(0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows).
 
 Goal: the agent's peak RSS ≤ 300 MB at every size (stretch ≤ 150 MB). Writes
 bench/results/xet_memory.json and prints a Markdown table for docs/benchmarks.md. From the repository root:
@@ -21,12 +21,15 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, make_tar, settle, timed
+from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, PeakRss, make_tar, settle
 from tests.fakes.hub import HubServer
 
 # hf_xet's defaults, set explicitly: what the agent's process would hold without its own bound.
@@ -37,20 +40,73 @@ HF_XET_DEFAULTS = {
 MODES = ("guide", "default", "agent")
 
 
+class PeakAnon(threading.Thread):
+    """The peak of a process's anonymous memory (RssAnon: its heap, not file pages it maps), from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_kb, self._done = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("RssAnon:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.02)
+
+    def stop(self) -> float:
+        self._done.set()
+        self.join()
+        return self.peak_kb / 1024
+
+
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hwm, anon = PeakRss(process.pid), PeakAnon(process.pid)
+    hwm.start()
+    anon.start()
+    _, err = process.communicate()
+    wall = time.monotonic() - started
+    peak, peak_anon = hwm.stop(), anon.stop()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
+    return wall, peak, peak_anon
+
+
 def measure(hub: HubServer, scratch: Path, env: dict[str, str], mode: str) -> dict[str, Any]:
     python, work, hf_home = sys.executable, scratch / "work", scratch / "hf"
     settle(work, hf_home)
     hub.reset_log()
     if mode == "guide":
-        wall, _, peak = timed([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
+        wall, peak, anon = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
     else:
         fetch_env = {**env, "WORKDIR": str(work), "DATASET_REPO": REPO, "RUN_ARGS": "imgsz=640"}
         if mode == "default":
             fetch_env.update(HF_XET_DEFAULTS)
-        wall, _, peak = timed([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+        wall, peak, anon = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
     cas_bytes = hub.bytes_served(r"^/cas/xorbs/")
     settle(work, hf_home)
-    return {"mode": mode, "peak_rss_mib": round(peak, 1), "wall_s": round(wall, 2), "cas_bytes": cas_bytes}
+    return {
+        "mode": mode,
+        "peak_rss_mib": round(peak, 1),
+        "peak_anon_mib": round(anon, 1),
+        "wall_s": round(wall, 2),
+        "cas_bytes": cas_bytes,
+    }
+
+
+def write_checkpoint(path: Path, size: int) -> None:
+    """A torch checkpoint of about ``size`` bytes of random weights (the agent inspects what it uploads)."""
+    import torch
+
+    weights = {f"layer{i}": torch.randint(0, 256, (min(1 << 26, size - at),), dtype=torch.uint8)
+               for i, at in enumerate(range(0, size, 1 << 26))}  # fmt: skip
+    torch.save({"epoch": 1, "model": weights}, path)
 
 
 def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[str, Any]:
@@ -58,10 +114,7 @@ def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[
     try:
         run_dir = scratch / "runs" / "exp"
         (run_dir / "weights").mkdir(parents=True)
-        size = int(gb * 1e9)
-        with open(run_dir / "weights" / "epoch_1.bin", "wb") as f:
-            for at in range(0, size, 1 << 24):
-                f.write(os.urandom(min(1 << 24, size - at)))
+        write_checkpoint(run_dir / "weights" / "epoch_1.pt", int(gb * 1e9))
         with HubServer(scratch / "hub") as hub:
             hub.add_token(TOKEN, REPO.split("/")[0], "write")
             env = {
@@ -73,9 +126,16 @@ def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[
                 "WORKDIR": str(scratch / "work"),
                 "PYTHONPATH": str(ROOT),
             }
-            wall, _, peak = timed([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
+            wall, peak, anon = run_child([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
             sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
-        return {"gb": gb, "mode": "upload", "peak_rss_mib": round(peak, 1), "wall_s": round(wall, 2), "cas_bytes": sent}
+        return {
+            "gb": gb,
+            "mode": "upload",
+            "peak_rss_mib": round(peak, 1),
+            "peak_anon_mib": round(anon, 1),
+            "wall_s": round(wall, 2),
+            "cas_bytes": sent,
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
