@@ -13,13 +13,13 @@ one run, each as a separate process, in rounds (so background load hits every me
   f  warm       `trainbox fetch` again on the same volume (bytes of the tar downloaded: must be 0)
 
 Each measure runs with the tar stored in Xet (the Hub today: hf_hub_download and `trainbox fetch` read
-the Xet CAS, which the local Hub keeps on disk) and in LFS (a Hub or mirror without Xet, clients with
+the Xet CAS, which the local Hub serves over HTTP) and in LFS (a Hub or mirror without Xet, clients with
 HF_HUB_DISABLE_XET=1: plain HTTP), side by side; ``d`` is plain HTTP in both.
 
 Goals: e ≤ 0.5 × a (per transfer); stretch e ≤ 1.5 × d; f ≤ 2 s with no bytes downloaded; the agent's
 own peak RSS ≤ 150 MB. Writes bench/results/dataset.json and prints a Markdown table for
 docs/benchmarks.md. Run from the repository root:
-``python -m bench.dataset [--rounds 5] [--files 20000] [--mib 1024] [--transfer xet,lfs]``.
+``python -m bench.dataset [--rounds 5] [--files 20000] [--mib 1024] [--transfer xet,lfs] [--link-mbit 1000]``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_bench_dataset_token_0123456789"
 REPO = "bench/dataset"
 NAME = "bench.tar"
+CAS_DATA = r"^/cas/xorbs/"  # the CAS data URLs (tests/fakes/hub/cas.py)
 SETTLE_S = 1.0  # after cleaning up and syncing, so the previous measure's writeback does not land on the next
 
 GUIDE = """\
@@ -182,11 +183,13 @@ def one_round(hub: HubServer, tar: Path, scratch: Path, env: dict[str, str]) -> 
     row["e_fetch_total_s"] = wall
     row["e_doctor_s"] = seconds["check"]
     row["e_agent_peak_rss_mb"] = peak
-    row["e_downloaded_bytes"] = hub.bytes_served("/resolve/")
+    row["e_downloaded_bytes"] = hub.bytes_served("/resolve/") + hub.bytes_served(CAS_DATA)
     row["e_xet_tokens"] = len(hub.find_requests("GET", "/xet-read-token/"))
     hub.reset_log()
     row["f_warm_s"], _, _ = timed([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
-    row["f_downloaded_bytes"] = hub.bytes_served("/resolve/") + len(hub.find_requests("GET", "/xet-read-token/"))
+    row["f_downloaded_bytes"] = (
+        hub.bytes_served("/resolve/") + hub.bytes_served(CAS_DATA) + len(hub.find_requests("GET", "/xet-read-token/"))
+    )
     settle(work)
     return row
 
@@ -199,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir); e.g. /dev/shm for RAM")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dataset.json", help="results file")
     parser.add_argument("--transfer", default="xet,lfs", help="xet, lfs or both (comma-separated)")
+    parser.add_argument(
+        "--link-mbit", type=float, help="a link of this speed: the CAS (all connections) and each /resolve/ GET"
+    )
     args = parser.parse_args(argv)
     transfers = [t.strip() for t in args.transfer.split(",") if t.strip()]
     if not transfers or set(transfers) - {"xet", "lfs"}:
@@ -215,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             hub.add_token(TOKEN, REPO.split("/")[0], "write")
             hub.create_repo(REPO, repo_type="dataset")
             hub.upload_file(REPO, NAME, tar, repo_type="dataset")
+            if args.link_mbit:  # loopback has no network time for the download/extraction overlap to hide
+                rate = int(args.link_mbit * 1e6 / 8)
+                hub.set_cas_bandwidth(rate)
+                hub.inject("slow", method="GET", path="/resolve/", rate=rate)
             base = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
             env = {
                 **base,
@@ -283,6 +293,7 @@ def summarize(rounds: list[dict[str, Any]], args: argparse.Namespace, size: int,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "load_average_1m": {"before": round(load[0], 2), "after": round(load[1], 2)},
         "tar": {"bytes": size, "files": args.files},
+        "link_mbit": args.link_mbit,
         "rounds": [{key: round(value, 3) for key, value in row.items()} for row in rounds],
         "median": {key: round(value, 3) for key, value in median.items()},
         "best": {key: round(value, 3) for key, value in best.items()},

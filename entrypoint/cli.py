@@ -20,6 +20,10 @@ from .settings import DEFAULT_WORKDIR, Settings
 from .state import STATE_FILE, read_state
 
 _XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"  # read by hf_xet when its session starts
+_XET_BUFFER = {  # also read when hf_xet's session starts (see load_settings)
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE": "32mb",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE": "32mb",
+}
 
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:
@@ -37,9 +41,14 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     # hf_xet plans a file's reconstruction in steps of at least 256 MB by default, so a streamed dataset's
     # first byte waits for that much; 32 MB steps start the extraction sooner (same total time measured).
     os.environ.setdefault(_XET_FETCH, "32mb")
+    # hf_xet keeps fetched data in RAM up to its download buffer, 2 GB + 512 MB per file by default, so the
+    # agent's peak grew with the tar (bench/xet_memory.py). 64 MB in all keeps it flat, beside the training's
+    # data loaders; hf_xet clamps a larger term's request to the whole buffer, so nothing waits forever.
+    for name, size in _XET_BUFFER.items():
+        os.environ.setdefault(name, size)
     # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
     os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
-    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH)}
+    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH, *_XET_BUFFER)}
     return replace(loaded, env={**loaded.env, **on_volume})
 
 

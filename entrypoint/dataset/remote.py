@@ -112,10 +112,22 @@ def xet_stream_dataset_file(
     """
     assert remote.xet_hash is not None and remote.xet_refresh is not None and remote.size is not None
     stall_s = XET_STALL_S if stall_s is None else stall_s
-    # hf_xet hands over whole xorb ranges (~64 MB each): one waits here, and they go on in 1 MB pieces.
+    # hf_xet hands over whole xorb ranges (~64 MB each), which go on in 1 MB pieces. The worker takes the
+    # next one from hf_xet only when asked, so the agent holds one outside hf_xet's bounded buffer, not three
+    # (a handed-over item, one queued, one waiting to be queued): bench/xet_memory.py.
     pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
+    asks: queue.Queue[bool] = queue.Queue(maxsize=1)
     stop = threading.Event()
     end = object()
+
+    def asked() -> bool:
+        """Wait for the reader to want the next item; False when it has gone."""
+        while not stop.is_set():
+            try:
+                return asks.get(timeout=0.2)
+            except queue.Empty:
+                continue
+        return False
 
     def hand(item: Any) -> bool:
         """Into the pipe, unless the reader has gone (False)."""
@@ -151,10 +163,17 @@ def xet_stream_dataset_file(
                 custom_headers=xet_headers_without_auth(headers),
             )
             stream = group.download_stream(XetFileInfo(remote.xet_hash, remote.size), start=start)
-            for chunk in stream:
+            while True:
+                if not asked():
+                    stream.cancel()
+                    return
+                chunk = next(stream, end)
+                if chunk is end:
+                    break
                 if not hand(chunk):
                     stream.cancel()
                     return
+                del chunk  # not held while waiting for the next ask
             group.finish()
             group = None
             hand(end)
@@ -169,6 +188,7 @@ def xet_stream_dataset_file(
     worker.start()
     try:
         while True:
+            asks.put(True)
             try:
                 item = pipe.get(timeout=stall_s)
             except queue.Empty:
@@ -179,6 +199,7 @@ def xet_stream_dataset_file(
                 raise item
             for at in range(0, len(item), _PIECE):
                 yield item[at : at + _PIECE]
+            del item
     finally:
         stop.set()  # an abandoned worker (stalled in the CAS) is a daemon: it never holds up an exit
 

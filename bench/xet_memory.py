@@ -1,0 +1,213 @@
+"""Benchmark: peak memory (VmHWM) of a Xet dataset fetch as the tar grows, against the CAS served over HTTP.
+
+For each tar size, the local Hub (tests/fakes/hub/, its CAS over HTTP on loopback, as hf_xet's network
+client sees the real Hub) serves one tar, and each of these runs as its own process:
+
+  guide    hf_hub_download alone (the guide's recipe, its download half)
+  default  `trainbox fetch`, with hf_xet's own download buffer (2 GB + 512 MB per file) forced
+  agent    `trainbox fetch` as shipped (the agent bounds hf_xet's buffer for its own process: cli.py)
+
+Then the other way: `trainbox sync --once` of a run folder holding one torch checkpoint of random weights
+(0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows).
+
+Goal: the agent's peak RSS ≤ 300 MB at every size (stretch ≤ 150 MB). Writes
+bench/results/xet_memory.json and prints a Markdown table for docs/benchmarks.md. From the repository root:
+``python -m bench.xet_memory [--gib 0.5,2,4] [--files-per-gib 4000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, PeakRss, make_tar, settle
+from tests.fakes.hub import HubServer
+
+# hf_xet's defaults, set explicitly: what the agent's process would hold without its own bound.
+HF_XET_DEFAULTS = {
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE": "2gb",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE": "512mb",
+}
+MODES = ("guide", "default", "agent")
+
+
+class PeakAnon(threading.Thread):
+    """The peak of a process's anonymous memory (RssAnon: its heap, not file pages it maps), from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_kb, self._done = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("RssAnon:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.02)
+
+    def stop(self) -> float:
+        self._done.set()
+        self.join()
+        return self.peak_kb / 1024
+
+
+def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    hwm, anon = PeakRss(process.pid), PeakAnon(process.pid)
+    hwm.start()
+    anon.start()
+    _, err = process.communicate()
+    wall = time.monotonic() - started
+    peak, peak_anon = hwm.stop(), anon.stop()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
+    return wall, peak, peak_anon
+
+
+def measure(hub: HubServer, scratch: Path, env: dict[str, str], mode: str) -> dict[str, Any]:
+    python, work, hf_home = sys.executable, scratch / "work", scratch / "hf"
+    settle(work, hf_home)
+    hub.reset_log()
+    if mode == "guide":
+        wall, peak, anon = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
+    else:
+        fetch_env = {**env, "WORKDIR": str(work), "DATASET_REPO": REPO, "RUN_ARGS": "imgsz=640"}
+        if mode == "default":
+            fetch_env.update(HF_XET_DEFAULTS)
+        wall, peak, anon = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+    cas_bytes = hub.bytes_served(r"^/cas/xorbs/")
+    settle(work, hf_home)
+    return {
+        "mode": mode,
+        "peak_rss_mib": round(peak, 1),
+        "peak_anon_mib": round(anon, 1),
+        "wall_s": round(wall, 2),
+        "cas_bytes": cas_bytes,
+    }
+
+
+def write_checkpoint(path: Path, size: int) -> None:
+    """A torch checkpoint of about ``size`` bytes of random weights (the agent inspects what it uploads)."""
+    import torch
+
+    weights = {f"layer{i}": torch.randint(0, 256, (min(1 << 26, size - at),), dtype=torch.uint8)
+               for i, at in enumerate(range(0, size, 1 << 26))}  # fmt: skip
+    torch.save({"epoch": 1, "model": weights}, path)
+
+
+def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[str, Any]:
+    scratch = Path(tempfile.mkdtemp(prefix="trainbox-xetmem-", dir=where))
+    try:
+        run_dir = scratch / "runs" / "exp"
+        (run_dir / "weights").mkdir(parents=True)
+        write_checkpoint(run_dir / "weights" / "epoch_1.pt", int(gb * 1e9))
+        with HubServer(scratch / "hub") as hub:
+            hub.add_token(TOKEN, REPO.split("/")[0], "write")
+            env = {
+                **base,
+                "HF_ENDPOINT": hub.url,
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_TOKEN": TOKEN,
+                "OUTPUT_REPO": f"{REPO.split('/')[0]}/run",
+                "WORKDIR": str(scratch / "work"),
+                "PYTHONPATH": str(ROOT),
+            }
+            wall, peak, anon = run_child([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
+            sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
+        return {
+            "gb": gb,
+            "mode": "upload",
+            "peak_rss_mib": round(peak, 1),
+            "peak_anon_mib": round(anon, 1),
+            "wall_s": round(wall, 2),
+            "cas_bytes": sent,
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", default="0.5,2,4", help="tar sizes in GiB (comma-separated)")
+    parser.add_argument("--files-per-gib", type=int, default=4000, help="files in the tar per GiB")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--upload-gb", default="0.1,0.5,1", help="checkpoint sizes in GB for `trainbox sync`")
+    parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "xet_memory.json")
+    args = parser.parse_args(argv)
+    sizes = [float(s) for s in args.gib.split(",") if s]
+    modes = [m for m in args.modes.split(",") if m]
+    if set(modes) - set(MODES):
+        parser.error(f"--modes: some of {','.join(MODES)}")
+    rows: list[dict[str, Any]] = []
+    base = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+    for gib in sizes:
+        scratch = Path(tempfile.mkdtemp(prefix="trainbox-xetmem-", dir=args.scratch))
+        try:
+            tar = scratch / NAME
+            print(f"{gib} GiB: building the tar…", file=sys.stderr)
+            make_tar(tar, max(2, int(args.files_per_gib * gib)), int(gib * 1024**3))
+            with HubServer(scratch / "hub") as hub:
+                hub.add_token(TOKEN, REPO.split("/")[0], "write")
+                hub.create_repo(REPO, repo_type="dataset")
+                hub.upload_file(REPO, NAME, tar, repo_type="dataset")
+                env = {
+                    **base,
+                    "HF_ENDPOINT": hub.url,
+                    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                    "HF_HUB_DISABLE_TELEMETRY": "1",
+                    "HF_TOKEN": TOKEN,
+                    "GPUS": "cpu",
+                    "PYTHONPATH": str(ROOT),
+                }
+                for mode in modes:
+                    print(f"{gib} GiB: {mode}…", file=sys.stderr)
+                    rows.append({"gib": gib, "tar_bytes": tar.stat().st_size, **measure(hub, scratch, env, mode)})
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    for gb in [float(s) for s in args.upload_gb.split(",") if s]:
+        print(f"{gb} GB checkpoint: sync…", file=sys.stderr)
+        rows.append(measure_upload(gb, args.scratch, base))
+    report = {"benchmark": "xet_memory", "cas": "http (loopback)", "cpus": os.cpu_count(), "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    return 0
+
+
+def table(report: dict[str, Any]) -> str:
+    by_size: dict[float, dict[str, dict[str, Any]]] = {}
+    uploads = [row for row in report["rows"] if row["mode"] == "upload"]
+    for row in report["rows"]:
+        if row["mode"] != "upload":
+            by_size.setdefault(row["gib"], {})[row["mode"]] = row
+    head = "| tar | " + " | ".join(f"{m}: peak RSS (MiB) / s" for m in MODES) + " |"
+    lines = [head, "|" + "---|" * (len(MODES) + 1)]
+    for gib, cells in by_size.items():
+        values = [f"{cells[m]['peak_rss_mib']:.0f} / {cells[m]['wall_s']:.1f}" if m in cells else "–" for m in MODES]
+        lines.append(f"| {gib:g} GiB | " + " | ".join(values) + " |")
+    if uploads:
+        lines += ["", "| checkpoint | `trainbox sync --once`: peak RSS (MiB) / s | bytes to the CAS |", "|---|---|---|"]
+        for row in uploads:
+            lines.append(
+                f"| {row['gb']:g} GB | {row['peak_rss_mib']:.0f} / {row['wall_s']:.1f} | {row['cas_bytes']:,} |"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
