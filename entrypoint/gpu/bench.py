@@ -75,7 +75,9 @@ def _number(text: str) -> int | None:
 
 
 def links() -> dict[int, dict[str, Any]]:
-    """The PCIe link and throttle reasons of every card, by nvidia-smi's index."""
+    """The PCIe link and throttle reasons of every card, by nvidia-smi's index (PCI order; CUDA's order
+    can differ only between cards of different speed, so on a machine of one model a card's figures
+    may be paired with its twin's link, never with another model's datasheet)."""
     found: dict[int, dict[str, Any]] = {}
     for row in _smi(_LINK) or []:
         if len(row) == 5 and row[0].isdigit():
