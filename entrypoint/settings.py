@@ -37,8 +37,17 @@ DEFAULT_HOST_MIN_COPY_GBPS = 4.0
 DEFAULT_HOST_MIN_DISK_MBPS = 100.0
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
-# RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px).
-DEMO_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=20 eval_interval=1 workers=0"
+# RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px), chosen by
+# measurement (docs/benchmarks.md) so a CPU shows a model that learns within minutes: one warm-up epoch, no
+# mosaic (it shrinks 128 px objects; libreyolo turns it off for the last 15 epochs anyway), no PGI auxiliary
+# branch (training-only compute).
+DEMO_RUN_ARGS = (
+    "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=12 warmup_epochs=1 mosaic=0 aux_weight=0 "
+    "eval_interval=1 workers=0"
+)
+# The demo on a CPU, without a batch in RUN_ARGS: batch=-1 keeps 16 there, and 8 gives the same images twice
+# the updates (on GPUs batch=-1 still sizes it, and 8 would not split across 3 of them).
+DEMO_CPU_BATCH = 8
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
