@@ -27,7 +27,8 @@ Layout: ``model`` (what is stored: repos, commits, files, tokens, request record
 disk, repos and commits, the Python API), ``git_api`` (auth, routing, repo/tree/commit/branch/resolve
 routes), ``lfs`` (LFS batch/PUT/verify), ``xet`` (shards, the CAS, CAS token routes), ``faults`` (fault
 injection, request log), ``http`` (request handler and socket server), ``admin`` (``/_admin/`` routes,
-``RemoteHub``), ``server`` (``HubServer``, which joins them, and ``main``).
+``RemoteHub``), ``buckets`` (Storage Buckets), ``history`` (super-squash), ``server`` (``HubServer``, which
+joins them, and ``main``).
 
 Model
 -----
