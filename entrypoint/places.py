@@ -107,6 +107,7 @@ class TwoPlaces:
             work_dir / "bucket",
             budget=sync.CommitBudget(per_hour=_UNLIMITED, burst=_UNLIMITED),
             before_snapshot=before_snapshot,
+            on_commit=on_commit,  # "on the Hub N s ago": the bucket is on the Hub too
         )
         per_hour = 3600.0 / publish_every if publish_every > 0 else sync.COMMITS_PER_HOUR
         self.repo = sync.Uploader(

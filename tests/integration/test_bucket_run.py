@@ -6,6 +6,7 @@ resumes from the bucket at that epoch and finishes; the bucket holds one last.pt
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -81,3 +82,41 @@ def test_kill_9_then_a_new_volume_resumes_from_the_bucket(hub_ctx: HubContext, t
     assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == EPOCHS
     assert "weights/best.pt" in hub.files(repo)
     assert not [path for path in hub.files(repo) if "epoch_" in path]
+
+
+@pytest.mark.transfer("xet")
+def test_sigterm_puts_the_last_epoch_in_the_bucket_then_publishes(
+    hub_ctx: HubContext, tmp_path: Path, dataset: Path
+) -> None:
+    import time
+
+    hub = hub_ctx.hub
+    repo = hub_ctx.repo_id("bucket-term")
+    bucket_id = f"{repo}-checkpoints"
+    env = trainbox_env(tmp_path / "m1", HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=repo,
+                       GPUS="cpu", CHECKPOINT_BUCKET="", RUN_ARGS=f"{ARGS} epochs=30")  # fmt: skip
+    process = start_trainbox("run", env=env)
+
+    def bucket_epoch() -> int:
+        manifest = _manifest(hub_ctx, bucket_id)
+        return int(manifest["epoch"]) if manifest else 0
+
+    wait_for(lambda: bucket_epoch() >= 1 or process.poll() is not None, timeout=600.0)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert process.returncode == 143 and took <= 6.0, took  # 5 s, and the interpreter's exit
+    final = state(tmp_path / "m1")
+    run_dir = next((tmp_path / "m1" / "runs").iterdir())
+    done = metric_epochs((run_dir / "metrics.jsonl").read_text())[-1]
+    # The last completed epoch is in the bucket, consistent with its manifest.
+    manifest = _manifest(hub_ctx, bucket_id)
+    assert manifest is not None and manifest["epoch"] == done
+    (last,) = [p for p in hub.bucket_files(bucket_id) if p.endswith("weights/last.pt")]
+    copy = tmp_path / "bucket-last.pt"
+    copy.write_bytes(hub.bucket_bytes(bucket_id, last))
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == manifest["files"]["weights/last.pt"]["sha256"]
+    assert inspect(copy).completed_epochs == done
+    # The repo's final publish followed as time allowed, and trainbox.json says how it went.
+    assert final["phase"] == "preempted" and "done" in final["sync"]["final_publish"]

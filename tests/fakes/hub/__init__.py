@@ -31,7 +31,8 @@ disk, repos and commits, the Python API), ``git_api`` (auth, routing, repo/tree/
 routes), ``lfs`` (LFS batch/PUT/verify), ``xet`` (shards, the CAS, CAS token routes), ``cas`` (the CAS
 routes over HTTP), ``faults`` (fault
 injection, request log), ``http`` (request handler and socket server), ``admin`` (``/_admin/`` routes,
-``RemoteHub``), ``server`` (``HubServer``, which joins them, and ``main``).
+``RemoteHub``), ``buckets`` (Storage Buckets), ``history`` (super-squash), ``server`` (``HubServer``, which
+joins them, and ``main``).
 
 Model
 -----
