@@ -209,6 +209,7 @@ class Uploader:
         # Told why the Hub refused the card (its YAML check), or None once a card landed.
         self.on_card = on_card
         self.card_refused: str | None = None
+        self._card_turn = False  # a card waited behind a commit of other files: it goes next
         # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
         self.before_snapshot = before_snapshot
         # Files already on the volume at start that the Hub holds in a newer version (the run
@@ -540,8 +541,12 @@ class Uploader:
             self._confirm_earlier(deadline)
         with self._lock:
             batch = list(self._pending.values())
-            # The card alone once everything else has landed (the loop comes back for it at once).
-            batch = [item for item in batch if item.relative != CARD_FILE] or batch
+            # The card alone, after the rest (the loop comes back for it at once); when newer epochs are
+            # already waiting by then, the card still gets the next turn, so it never starves behind them.
+            card = [item for item in batch if item.relative == CARD_FILE]
+            rest = [item for item in batch if item.relative != CARD_FILE]
+            batch = card if card and (self._card_turn or not rest) else rest
+            self._card_turn = bool(card) and batch is rest
             self._in_flight = {id(item) for item in batch}
             boundary_at = self._boundary_seen_at
             self._boundary_seen_at = None
