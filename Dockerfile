@@ -5,6 +5,7 @@
 #   docker build --build-arg BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime -t trainbox:cu130 .
 #                                                                # CUDA 13.0: driver >= 580; Blackwell GPUs need it
 #   docker build --build-arg LIBREYOLO_EXTRAS=rfdetr,lora -t trainbox:rfdetr-lora .
+#   docker build --build-arg TRAINBOX_UID=1000 -t trainbox:nonroot .  # the agent runs as uid 1000, not root
 #
 # Builds with BuildKit and with the legacy builder alike: no `# syntax=` line, no heredocs, no RUN --mount.
 # The base's torch and torchvision are kept as they are: pip is constrained to them, and the build fails if
@@ -83,6 +84,21 @@ RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isol
 
 # The persistent volume: data, runs, the Hugging Face cache and downloaded weights all live under it.
 WORKDIR /workspace
+
+# Optional non-root user: --build-arg TRAINBOX_UID=1000 runs the agent as uid and gid 1000, home /workspace,
+# which it owns (a new Docker volume takes that owner; on Kubernetes set fsGroup, see templates/kubernetes.yaml).
+# Unset, the default, it runs as root, as the GPU clouds' images do. The user is written into /etc/passwd and
+# /etc/group directly: no useradd needed in the base.
+ARG TRAINBOX_UID=""
+RUN if [ -n "$TRAINBOX_UID" ]; then \
+      case "$TRAINBOX_UID" in *[!0-9]*|0) echo "TRAINBOX_UID must be a number above 0" >&2; exit 1 ;; esac; \
+      echo "trainbox:x:${TRAINBOX_UID}:" >> /etc/group \
+      && echo "trainbox:x:${TRAINBOX_UID}:${TRAINBOX_UID}:trainbox:/workspace:/usr/sbin/nologin" >> /etc/passwd \
+      && chown "${TRAINBOX_UID}:${TRAINBOX_UID}" /workspace; \
+    fi
+# Numeric after substitution (root's 0:0 by default), so the host resolves it without a passwd entry.
+# hadolint ignore=DL3066
+USER ${TRAINBOX_UID:-0}:${TRAINBOX_UID:-0}
 # `libreyolo monitor` (MONITOR=1); it listens on all of the container's interfaces (MONITOR_HOST above), so
 # publish it to the host's loopback only: -p 127.0.0.1:8420:8420.
 EXPOSE 8420

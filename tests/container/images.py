@@ -80,14 +80,17 @@ def build_inputs_digest(base_id: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def project_image(base: str, log: Path) -> str:
-    """The project's image on ``base``, built from the working tree unless this exact content was built before."""
+def project_image(base: str, log: Path, **build_args: str) -> str:
+    """The project's image on ``base``, built from the working tree unless this exact content was built before;
+    ``build_args`` (e.g. TRAINBOX_UID) make a variant with a tag of its own."""
     base_id = image_id(base)
     if base_id is None:
         raise BuildError(f"no image {base}")
-    tag = f"{IMAGE_NAME}:{build_inputs_digest(base_id)}"
+    variant = "".join(f"-{key.lower()}{value}" for key, value in sorted(build_args.items()))
+    tag = f"{IMAGE_NAME}:{build_inputs_digest(base_id)}{variant}"
     if image_id(tag) is None:
         argv = ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test", "-t", tag]
+        argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
         with log.open("w") as out:
             built = subprocess.run([*argv, str(REPO)], stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
         if built.returncode != 0:
@@ -97,8 +100,9 @@ def project_image(base: str, log: Path) -> str:
 
 
 def remove_older_builds(keep: str) -> None:
-    """Untag earlier builds, so repeated runs on one machine do not fill its disk (shared layers stay)."""
+    """Untag earlier builds of the same variant, so repeated runs on one machine do not fill its disk."""
     listed = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_NAME)
+    variant = keep.split(":", 1)[1][16:]  # what follows the 16-character digest
     for tag in listed.stdout.split():
-        if tag != keep:
+        if tag != keep and tag.split(":", 1)[1][16:] == variant:
             docker("image", "rm", tag)  # refused while a container uses it: fine, next time

@@ -64,3 +64,36 @@ def test_the_license_defaults_to_the_base_models_own(hub_ctx: HubContext, tmp_pa
     assert provenance.base_license(hub, base, tmp_path / "a") == "agpl-3.0"
     assert provenance.base_license(hub, bare, tmp_path / "b") is None  # no card: no license, no failure
     assert provenance.base_license(hub, hub_ctx.repo_id("missing"), tmp_path / "c") is None
+
+
+def test_the_card_never_starves_behind_newer_epochs(hub_ctx: HubContext, tmp_path: Path) -> None:
+    """Epochs that keep arriving while each commit runs: the card rides with the first of them."""
+    import time
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    repo = hub_ctx.repo_id("busy")
+    hub = Hub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    commits: list[list[str]] = []
+    uploader: Uploader
+
+    def next_epoch(sha: str, names: list[str]) -> None:
+        commits.append(names)
+        if len(commits) < 6:  # a new epoch is waiting whenever a commit lands
+            (run_dir / "metrics.jsonl").write_text("x\n" * (len(commits) + 1))
+            uploader.snapshot()
+
+    uploader = Uploader(hub, repo, run_dir, tmp_path / "sync", poll_interval=0.05, on_commit=next_epoch)
+    uploader.start()
+    try:
+        (run_dir / "metrics.jsonl").write_text("x\n")
+        (run_dir / "README.md").write_text(GOOD_CARD)
+        uploader.snapshot()
+        deadline = time.monotonic() + 60
+        while len(commits) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        uploader.stop()
+    assert sorted(commits[0]) == ["README.md", "metrics.jsonl"], commits
+    assert all(names == ["metrics.jsonl"] for names in commits[1:]), commits
