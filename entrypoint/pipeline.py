@@ -23,8 +23,7 @@ from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .nextsteps import lines as next_steps
-from .run_args import RunArgs
-from .settings import DEMO_CPU_BATCH, Settings
+from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState
 
 # Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
@@ -487,13 +486,6 @@ class Job:
         elif phase is Phase.DONE:
             for line in next_steps(self.settings):
                 logger.info("%s", line)
-
-
-def demo_cpu_batch(settings: Settings, gpu_indices: tuple[int, ...] | None) -> RunArgs | None:
-    """The demo on a CPU trains at DEMO_CPU_BATCH, unless RUN_ARGS names a batch."""
-    if settings.is_demo and gpu_indices is None and "batch" not in settings.user_run_args:
-        return RunArgs((("batch", str(DEMO_CPU_BATCH)),))
-    return None
 
 
 def run(settings: Settings) -> int:
