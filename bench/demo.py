@@ -59,6 +59,7 @@ def measure() -> dict[str, Any]:
         rows = [json.loads(line) for line in (state_file.parent / "metrics.jsonl").read_text().splitlines() if line]
     return {
         "run_args": DEMO_RUN_ARGS,
+        "argv": state["training"]["argv"],  # what libreyolo train got (the CPU's batch included)
         "map50": [round(row.get("metrics/mAP50", 0.0), 4) for row in rows],
         "epoch_s": [round(row["time"], 1) for row in rows],
         "final_map50": round(rows[-1].get("metrics/mAP50", 0.0), 4),

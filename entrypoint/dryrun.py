@@ -12,7 +12,7 @@ from . import resume, training
 from .envhelp import variables
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings
+from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch
 
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:
@@ -90,7 +90,12 @@ def _command(settings: Settings, args: RunArgs) -> list[str]:
     folder = "demo" if settings.is_demo else "<dataset>"
     data_yaml = settings.workdir / "data" / folder / "data.yaml"
     command = training.build_command(
-        args, data_yaml=data_yaml, workdir=settings.workdir, run_name=settings.run_name, device=device
+        args,
+        data_yaml=data_yaml,
+        workdir=settings.workdir,
+        run_name=settings.run_name,
+        device=device,
+        extra=demo_cpu_batch(settings, None) if settings.gpus.cpu else None,
     )
     return list(command.argv)
 

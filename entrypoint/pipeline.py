@@ -29,7 +29,7 @@ from .nextsteps import lines as next_steps
 from .oom import OomTry
 from .places import Store, TwoPlaces, open_store, squash_history
 from .run_args import RunArgs
-from .settings import DEMO_CPU_BATCH, Settings
+from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
 
 # Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
@@ -616,13 +616,6 @@ def _signature(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_size, stat.st_mtime_ns
-
-
-def demo_cpu_batch(settings: Settings, gpu_indices: tuple[int, ...] | None) -> RunArgs | None:
-    """The demo on a CPU trains at DEMO_CPU_BATCH, unless RUN_ARGS names a batch."""
-    if settings.is_demo and gpu_indices is None and "batch" not in settings.user_run_args:
-        return RunArgs((("batch", str(DEMO_CPU_BATCH)),))
-    return None
 
 
 def run(settings: Settings) -> int:

@@ -508,3 +508,10 @@ def _proc1_vast_env() -> dict[str, str]:
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     found = {key.decode(errors="replace"): value.decode(errors="replace") for key, _, value in pairs}
     return {k: found[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if found.get(k)}
+
+
+def demo_cpu_batch(settings: Settings, gpu_indices: tuple[int, ...] | None) -> RunArgs | None:
+    """The demo on a CPU trains at DEMO_CPU_BATCH, unless RUN_ARGS names a batch."""
+    if settings.is_demo and gpu_indices is None and "batch" not in settings.user_run_args:
+        return RunArgs((("batch", str(DEMO_CPU_BATCH)),))
+    return None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from entrypoint.pipeline import demo_cpu_batch
-from entrypoint.settings import DEMO_CPU_BATCH, from_env
+from pathlib import Path
+
+from entrypoint import dryrun
+from entrypoint.settings import DEMO_CPU_BATCH, demo_cpu_batch, from_env
 
 
 def make(**env: str):
@@ -20,3 +22,9 @@ def test_gpus_a_batch_in_run_args_or_another_dataset_keep_their_batch() -> None:
     assert demo_cpu_batch(make(RUN_ARGS="batch=-1"), None) is None
     assert demo_cpu_batch(make(RUN_ARGS="batch=4"), None) is None
     assert demo_cpu_batch(make(DATASET_REPO="acme/cones"), None) is None
+
+
+def test_the_dry_run_shows_the_batch_the_cpu_gets(tmp_path: Path) -> None:
+    settings = from_env({"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu"})
+    shown = "\n".join(dryrun.report(settings, {}))
+    assert f"batch={DEMO_CPU_BATCH}" in shown and "batch=-1" not in shown
