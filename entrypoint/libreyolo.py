@@ -135,8 +135,12 @@ def _schema_cache_path() -> Path:
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package}=none")
     key = hashlib.sha256("\n".join([executable(), *versions]).encode()).hexdigest()[:16]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "trainbox" / f"libreyolo-train-options-{key}.json"
+    # The image answers this once at build time (TRAINBOX_CACHE_DIR): a fresh container then starts at once.
+    base = (
+        os.environ.get("TRAINBOX_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainbox"
+    )
+    return Path(base) / f"libreyolo-train-options-{key}.json"
 
 
 def _options_from_source(source: str) -> dict[str, str]:
