@@ -61,7 +61,7 @@ def test_kill_9_then_a_new_volume_resumes_from_the_bucket(hub_ctx: HubContext, t
     commits_before = len(hub.commits(repo))
 
     second = tmp_path / "machine2"  # a new volume
-    result = run_trainbox("run", env=trainbox_env(second, **base))
+    result = run_trainbox("run", env=trainbox_env(second, **base), timeout=max(600.0, 60.0 * EPOCHS))
     assert result.returncode == 0, result.output[-3000:]
     final = state(second)
     assert final["resume"] == {"from": "bucket", "epochs_done": at_kill}
