@@ -144,6 +144,15 @@ class Job:
                 "nodes": self.settings.topology.describe(),
             }
         )
+        try:
+            outcome = self._attempt()
+        except AgentError as late:  # a stop the signal handler raised while a failure was being handled
+            self._finishing = True  # first: any later signal is only recorded now
+            outcome = late
+        return self._finish(outcome)
+
+    def _attempt(self) -> AgentError | None:
+        """Every stage, in order; the failure that ended them, or None. Ends with the job finishing."""
         outcome: AgentError | None = None
         try:
             self._make_run_dir()
@@ -201,7 +210,7 @@ class Job:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
                 self._dataset_check.cancel()
-        return self._finish(outcome)
+        return outcome
 
     def _make_run_dir(self) -> None:
         run_dir = self.settings.run_dir

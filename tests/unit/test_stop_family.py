@@ -231,3 +231,25 @@ def test_a_status_json_dated_in_the_future_never_delays_the_stall_guard(tmp_path
     assert first <= time.monotonic(), "a boundary dated in the future counts as progress to come"
     time.sleep(0.2)
     assert job._last_progress() == first, "an unchanged status.json is no new progress"
+
+
+def test_a_stop_raised_while_a_failure_is_handled_still_ends_through_the_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal handler raises in whatever runs: even the job's own ``except`` block that records a failure."""
+    env = {"WORKDIR": str(tmp_path), "GPUS": "cpu", "RUN_NAME": "late", "PROVIDER": "none"}
+    job = pipeline.Job(settings.from_env(env))
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a bug in a stage")
+
+    def signal_while_logging(*_: Any, **__: Any) -> None:
+        job._on_signal(signal.SIGTERM, None)  # SIGTERM lands while the failure is being logged
+
+    finished: list[Any] = []
+    monkeypatch.setattr(pipeline.resume, "check_crash_loop", broken)
+    monkeypatch.setattr(pipeline.logger, "exception", signal_while_logging)
+    monkeypatch.setattr(job, "_finish", lambda outcome: finished.append(outcome) or 143)
+    assert job.run() == 143
+    assert len(finished) == 1 and isinstance(finished[0], PreemptedError), "the end (and its release) still ran"
+    assert job._finishing
