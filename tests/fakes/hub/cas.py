@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 _E = 48  # every shard record is 48 bytes (xet-core metadata_shard)
 _BOOKEND = b"\xff" * 32
-_HEX = re.compile(r"[0-9a-f]{64}")
 _FLAG_VERIFICATION, _FLAG_METADATA_EXT = 1 << 31, 1 << 30
 _INTERNAL = "/cas-internal"
 
