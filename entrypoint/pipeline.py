@@ -594,6 +594,8 @@ class Job:
                 logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
             return not at_risk
         synced = self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
+        if isinstance(self.uploader, TwoPlaces) and self.uploader.bucket_complete:
+            synced = True  # every epoch is in the bucket: the repo's final publish is reported, not required
         refused = dict(self.uploader.refused_missing)
         if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
             logger.warning(

@@ -125,6 +125,7 @@ class TwoPlaces:
         if publish_every > 0 and per_hour < 1:  # slower than one an hour: the rate itself, not rounded up
             self.repo.budget.rate = 1.0 / publish_every
         self.final_publish: dict[str, Any] | None = None
+        self.bucket_complete = False  # the last flush left every boundary in the bucket (with its manifest)
 
     # -- what the pipeline reads ---------------------------------------------------------
     @property
@@ -190,6 +191,7 @@ class TwoPlaces:
         publish (last.pt and best.pt) with the time left; True when both hold everything."""
         deadline = time.monotonic() + timeout
         in_bucket = self.bucket.flush(timeout)
+        self.bucket_complete = in_bucket
         if self.repo.select is not final_milestone:
             self.repo.select = final_milestone
             self.repo.snapshot()  # staged now, so the final last.pt rides in the same commit as the rest

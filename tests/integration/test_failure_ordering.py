@@ -390,6 +390,23 @@ def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, va
     assert_invariants(agent, code, output, epochs_on_volume(agent.run_dir), vast)
 
 
+def test_with_every_epoch_in_the_bucket_a_failed_final_publish_still_destroys(agent: Agent, vast: FakeVast) -> None:
+    """Issue 30's rule: destroy when bucket + repo hold every epoch; the repo's final publish is reported."""
+    hub = agent.hub_ctx.hub
+    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", CHECKPOINT_BUCKET=""))
+
+    assert code == SyncError.exit_code, output[-3000:]  # the model repo lacks the final publish: said so
+    assert limited.fired >= 1
+    state = agent.state()
+    assert state["sync"]["final_publish"]["done"] is False
+    bucket = hub.bucket_files(agent.repo + "-checkpoints")
+    assert {"order/weights/last.pt", "order/weights/epoch_2.pt", "order/manifest.json"} <= set(bucket)
+    assert [action.method for action in vast.actions()] == ["DELETE"], "the bucket holds every epoch"
+    assert "downgraded_from" not in state["release"]
+    hub.clear_faults()
+
+
 def test_a_repo_without_proof_of_this_run_is_refused(agent: Agent) -> None:
     hub = agent.hub_ctx.hub
     # Another run, mirrored with `trainbox sync` from a plain libreyolo folder: no trainbox.json.
