@@ -64,7 +64,7 @@ def executable() -> str:
 
 # -- the options of ``libreyolo train`` ----------------------------------------------------------------
 @functools.cache
-def train_options() -> dict[str, str]:
+def train_options(cache_dir: Path | None = None) -> dict[str, str]:
     """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str.
 
     From libreyolo's own versioned schema (``train --help-json``) where it works; it crashes with some
@@ -73,7 +73,7 @@ def train_options() -> dict[str, str]:
     spec = importlib.util.find_spec("libreyolo")
     if spec is None or spec.origin is None:
         raise ConfigError("libreyolo is not installed", "install it: pip install libreyolo")
-    options = help_json_options()
+    options = help_json_options(cache_dir)
     if options:
         return options
     source = Path(spec.origin).parent / "cli" / "commands" / "train.py"
@@ -89,10 +89,13 @@ def train_options() -> dict[str, str]:
 _SCHEMA_TYPES = {"integer": "int", "integer range": "int", "float": "float", "float range": "float", "boolean": "bool"}
 
 
-def help_json_options() -> dict[str, str]:
+def help_json_options(cache_dir: Path | None = None) -> dict[str, str]:
     """The options of ``libreyolo train --help-json`` ({} where it fails). Starting libreyolo costs seconds,
-    so the answer (options, or that it failed) is kept per libreyolo, typer and click versions."""
-    cache = _schema_cache_path()
+    so the answer (options, or that it failed) is kept per libreyolo, typer and click versions in
+    ``TRAINBOX_CACHE_DIR`` (the image's, filled at build time), else in ``cache_dir`` (on the volume)."""
+    cache = _schema_cache_path(cache_dir)
+    if cache is None:
+        return _options_from_help_json()
     with contextlib.suppress(OSError, ValueError):
         cached = json.loads(cache.read_text())
         if isinstance(cached, dict):
@@ -127,7 +130,10 @@ def _options_from_help_json() -> dict[str, str]:
     return options
 
 
-def _schema_cache_path() -> Path:
+def _schema_cache_path(cache_dir: Path | None = None) -> Path | None:
+    base = os.environ.get("TRAINBOX_CACHE_DIR") or cache_dir
+    if not base:
+        return None
     versions = []
     for package in ("libreyolo", "typer", "click"):
         try:
@@ -135,11 +141,6 @@ def _schema_cache_path() -> Path:
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package}=none")
     key = hashlib.sha256("\n".join([executable(), *versions]).encode()).hexdigest()[:16]
-    # The image answers this once at build time (TRAINBOX_CACHE_DIR): a fresh container then starts at once.
-    base = (
-        os.environ.get("TRAINBOX_CACHE_DIR")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trainbox"
-    )
     return Path(base) / f"libreyolo-train-options-{key}.json"
 
 

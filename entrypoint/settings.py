@@ -196,17 +196,18 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
             f"OUTPUT_REPO={output_repo!r} is not a repo id", "use org/name, e.g. OUTPUT_REPO=acme/yolo-run"
         )
 
+    workdir = Path(env.get("WORKDIR", DEFAULT_WORKDIR)).expanduser()
+    if not workdir.is_absolute():
+        workdir = Path.cwd() / workdir
     user_args = run_args.parse(env.get("RUN_ARGS", ""))
-    run_args.validate(user_args, dict(options) if options is not None else libreyolo.train_options())
+    known = dict(options) if options is not None else libreyolo.train_options(workdir / ".cache" / "trainbox")
+    run_args.validate(user_args, known)
     effective = user_args
     if dataset_kind is DatasetKind.DEMO:
         effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
     if "batch" not in effective:
         effective = effective.set("batch", "-1")
 
-    workdir = Path(env.get("WORKDIR", DEFAULT_WORKDIR)).expanduser()
-    if not workdir.is_absolute():
-        workdir = Path.cwd() / workdir
     hf_home = Path(env.get("HF_HOME", str(workdir / ".cache" / "huggingface")))
     on_exit = _choice(env, "ON_EXIT", ExitAction, ExitAction.EXIT)
     settings = Settings(

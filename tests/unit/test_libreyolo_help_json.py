@@ -44,7 +44,7 @@ def starts(tmp_path: Path) -> int:
 
 @pytest.fixture(autouse=True)
 def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRAINBOX_CACHE_DIR", str(tmp_path / "cache"))
     libreyolo.train_options.cache_clear()
     yield
     libreyolo.train_options.cache_clear()
@@ -76,3 +76,16 @@ def test_where_it_fails_the_source_is_read(tmp_path: Path, monkeypatch: pytest.M
     # the failure is kept too: no second start of libreyolo for the same versions
     libreyolo.train_options.cache_clear()
     assert libreyolo.train_options() == options and starts(tmp_path) == 1
+
+
+def test_outside_the_image_the_answer_is_kept_on_the_volume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from entrypoint import settings
+
+    monkeypatch.delenv("TRAINBOX_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})")))
+    settings.from_env({"WORKDIR": str(tmp_path / "work"), "GPUS": "cpu", "RUN_ARGS": "epochs=3"})
+    assert [path.parent for path in (tmp_path / "work").rglob("libreyolo-train-options-*.json")] == [
+        tmp_path / "work" / ".cache" / "trainbox"
+    ]
+    assert not (tmp_path / "home").exists()  # nothing under $HOME
