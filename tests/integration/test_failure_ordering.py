@@ -507,7 +507,7 @@ def fill_up(folder: Path, leave: int) -> None:
 def test_a_disk_full_during_the_dataset_is_38_and_loses_nothing(
     agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
 ) -> None:
-    small_disk(agent.volume, "4m")
+    small_disk(agent.volume, "24m")  # the demo dataset is 9 MB
     env = agent.env(vast, FAKE_EPOCH_SECONDS="0.6", RUN_ARGS="epochs=6", ON_FAILURE="destroy")
     process = agent.start(env)
     wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", process)
@@ -552,7 +552,7 @@ def test_a_disk_full_while_staging_is_an_honest_70_and_no_destroy(
 def test_a_disk_full_during_training_still_releases_and_the_restart_finishes(
     agent: Agent, vast: FakeVast, small_disk: Callable[[Path, str], Path]
 ) -> None:
-    small_disk(agent.volume, "4m")
+    small_disk(agent.volume, "24m")  # the demo dataset is 9 MB
     env = agent.env(vast, FAKE_EPOCH_SECONDS="0.3", RUN_ARGS="epochs=6", ON_FAILURE="destroy")
     process = agent.start(env | {"FAKE_EPOCH_SECONDS": "2"})  # the disk fills mid-epoch
     wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
