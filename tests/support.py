@@ -47,7 +47,12 @@ class Result:
 
 def trainbox_env(workdir: Path, **env: str) -> dict[str, str]:
     """The test process's environment (test Hub settings included) plus a workspace and ``env``."""
-    base = {key: value for key, value in os.environ.items() if not key.startswith(("TRAINBOX_", "RUN_", "DATASET_"))}
+    kept = {"TRAINBOX_CACHE_DIR"}  # the session's answer from libreyolo (conftest): not asked again per agent
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        if key in kept or not key.startswith(("TRAINBOX_", "RUN_", "DATASET_"))
+    }
     for key in ("HF_TOKEN", "OUTPUT_REPO", "GPUS", "MAX_RUNTIME", "STALL_TIMEOUT", "ON_EXIT", "ON_FAILURE", "PROVIDER"):
         base.pop(key, None)
     return base | {"WORKDIR": str(workdir), "PROVIDER": "none"} | env
