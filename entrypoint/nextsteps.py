@@ -31,7 +31,8 @@ def lines(settings: Settings) -> list[str]:
     if settings.output_repo is None:
         run_dir = shlex.quote(str(settings.run_dir))
         found += [
-            f"put this run on the Hub: HF_TOKEN=YOUR_TOKEN OUTPUT_REPO=YOUR_ORG/my-model trainbox sync {run_dir}",
+            "put this run on the Hub: HF_TOKEN=YOUR_TOKEN OUTPUT_REPO=YOUR_ORG/my-model "
+            f"trainbox sync --once {run_dir}",
             "your own data (a folder with a data.yaml): tar -czf data.tar.gz -C DATASET_FOLDER . "
             "&& hf upload YOUR_ORG/my-data data.tar.gz --repo-type dataset --private",
             "then train on it (a rented GPU: templates/README.md): "

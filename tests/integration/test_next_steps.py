@@ -28,14 +28,15 @@ def test_the_printed_sync_line_puts_a_local_run_on_the_hub(tmp_path: Path, hub_c
 
     (line,) = [line for line in trained.stderr.splitlines() if "next: put this run on the Hub: " in line]
     words = shlex.split(line.split("next: put this run on the Hub: ", 1)[1])
-    assert words[:2] == ["HF_TOKEN=YOUR_TOKEN", "OUTPUT_REPO=YOUR_ORG/my-model"] and words[2:4] == ["trainbox", "sync"]
-    run_dir = Path(words[4])
+    assert words[:2] == ["HF_TOKEN=YOUR_TOKEN", "OUTPUT_REPO=YOUR_ORG/my-model"]
+    assert words[2:5] == ["trainbox", "sync", "--once"]
+    run_dir = Path(words[5])
     assert (run_dir / "weights" / "best.pt").is_file()
 
     # Filled in as a person would: their token, their repo.
     repo = hub_ctx.repo_id("my-model")
     env = trainbox_env(workdir, HF_TOKEN=hub_ctx.token, HF_HUB_CACHE=str(hub_ctx.cache_dir), OUTPUT_REPO=repo)
-    synced = run_trainbox("sync", str(run_dir), env=env)
+    synced = run_trainbox(*words[3:], env=env, timeout=120)  # as printed: a finished run is sent once
     assert synced.returncode == 0, synced.output[-3000:]
     on_hub = hub_ctx.hub.files(repo)
     assert {"weights/best.pt", "weights/last.pt", "metrics.jsonl"} <= set(on_hub)

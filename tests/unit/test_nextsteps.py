@@ -34,7 +34,7 @@ def test_a_local_demo_run_says_where_the_weights_are_and_how_to_go_on(tmp_path: 
     assert f"source={settings.workdir / 'data' / 'demo' / 'images' / 'val'}" in words
     assert "imgsz=128" in words
     text = "\n".join(lines)
-    assert f"trainbox sync {shlex.quote(str(settings.run_dir))}" in text
+    assert f"trainbox sync --once {shlex.quote(str(settings.run_dir))}" in text
     assert "tar -czf data.tar.gz" in text and "hf upload YOUR_ORG/my-data data.tar.gz --repo-type dataset" in text
     assert "DATASET_REPO=YOUR_ORG/my-data" in text
     assert "Hub is not known" not in text
