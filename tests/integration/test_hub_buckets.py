@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,8 @@ def test_batch_naming_an_unknown_xet_hash_fails_that_file(hub_ctx: HubContext) -
     api.create_bucket(bucket_id, private=True)
     from huggingface_hub._buckets import _BucketAddFile
 
-    bogus = _BucketAddFile(source=b"x", destination="bogus.bin", xet_hash="0" * 64, size=1)
+    # Not "0" * 64: that is the Xet hash of an empty file, which another test may have put in the CAS.
+    bogus = _BucketAddFile(source=b"x", destination="bogus.bin", xet_hash=secrets.token_hex(32), size=1)
     with pytest.raises(BucketBatchError) as failed:
         api._batch_bucket_files(bucket_id, add=[bogus])
     assert failed.value.failures[0]["path"] == "bogus.bin"
