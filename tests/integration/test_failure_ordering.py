@@ -391,7 +391,7 @@ def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, va
 
 
 def test_with_every_epoch_in_the_bucket_a_failed_final_publish_still_destroys(agent: Agent, vast: FakeVast) -> None:
-    """Issue 30's rule: destroy when bucket + repo hold every epoch; the repo's final publish is reported."""
+    """Destroy when bucket + repo hold every epoch; the repo's final publish is reported, not required."""
     hub = agent.hub_ctx.hub
     limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", CHECKPOINT_BUCKET=""))
