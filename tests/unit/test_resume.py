@@ -170,12 +170,17 @@ def test_an_orphaned_trainer_of_several_nodes_is_stopped_by_its_recorded_argv() 
     # torchrun's command line names no libreyolo: the trainer is known by the argv trainbox.json recorded.
     import subprocess
     import sys
+    import time
 
     from entrypoint.resume import stop_orphan
 
     argv = ["-c", "import time; time.sleep(600)", "-m", "entrypoint.ddp_train", "train", "name=orphan"]
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "name=else"])
     orphan = subprocess.Popen([sys.executable, *argv], start_new_session=True)
+    # A process still inside execve shows an empty cmdline for an instant; a real orphan has run for a while.
+    deadline = time.monotonic() + 10
+    while b"name=orphan" not in Path(f"/proc/{orphan.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         stop_orphan({"training": {"pid": other.pid, "argv": argv}})  # a pid reused by something else
         assert other.poll() is None, "a process that is not the trainer was killed"
