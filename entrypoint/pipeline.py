@@ -135,15 +135,6 @@ class Job:
     # -- the stages ------------------------------------------------------------------------
     def run(self) -> int:
         self._install_signal_handlers()
-        self.state.update(
-            settings={
-                "dataset": self.settings.dataset_repo or "demo",
-                "output_repo": self.settings.output_repo,
-                "run_args": str(self.settings.run_args),
-                "gpus": str(self.settings.gpus),
-                "nodes": self.settings.topology.describe(),
-            }
-        )
         try:
             outcome = self._attempt()
         except AgentError as late:  # a stop the signal handler raised while a failure was being handled
@@ -155,6 +146,15 @@ class Job:
         """Every stage, in order; the failure that ended them, or None. Ends with the job finishing."""
         outcome: AgentError | None = None
         try:
+            self.state.update(
+                settings={
+                    "dataset": self.settings.dataset_repo or "demo",
+                    "output_repo": self.settings.output_repo,
+                    "run_args": str(self.settings.run_args),
+                    "gpus": str(self.settings.gpus),
+                    "nodes": self.settings.topology.describe(),
+                }
+            )
             self._make_run_dir()
             resume.check_crash_loop(self.state.attempts)
             self.state.set_phase(Phase.PREFLIGHT)
