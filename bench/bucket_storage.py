@@ -65,9 +65,10 @@ def _stored(hub: Any, repo: str, bucket_id: str | None) -> int:
 
 
 def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    from entrypoint import places, sync
-    from entrypoint.bucket import Store
     from entrypoint.hub import Hub
+    from entrypoint.sync import places
+    from entrypoint.sync import uploader as sync
+    from entrypoint.sync.bucket import Store
     from tests.fakes.hub import HubServer
 
     hub_server = HubServer(root / f"hub-{mode}").start()

@@ -157,8 +157,9 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
 
     settings = load_settings(quiet_transfers=True)
 
-    from . import resume, sync
     from .hub import Hub
+    from .sync import uploader as sync
+    from .training import resume
 
     if settings.output_repo is None:
         raise ConfigError("OUTPUT_REPO is not set", "set OUTPUT_REPO=org/name")
@@ -200,7 +201,7 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def release_command(run_dir: Path | None, action: str | None, failed: bool, as_json: bool) -> None:
     """The end-of-job action alone: stop or destroy this instance and confirm it with the provider."""
-    from . import release
+    from .release import end as release
     from .settings import ExitAction
 
     settings = load_settings()
@@ -229,7 +230,7 @@ def release_command(run_dir: Path | None, action: str | None, failed: bool, as_j
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
 def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float | None, as_json: bool) -> None:
     """Before renting: the disk a stopped instance bills, and when stopping beats destroying."""
-    from . import cost
+    from .release import cost
 
     report: dict[str, Any] = {}
     lines: list[str] = []
@@ -261,7 +262,7 @@ def status(run_dir: Path | None, as_json: bool, watch: bool, interval: float) ->
     """What the agent is doing, or did (reads trainbox.json)."""
     import time
 
-    from .progress import watch_view
+    from .report.progress import watch_view
     from .state import TERMINAL_PHASES
 
     while True:
@@ -312,7 +313,7 @@ def render_status(data: dict[str, Any]) -> str:
         seconds = phase.get("seconds")
         lines.append(f"  {name:<10} {'running' if seconds is None else f'{seconds:.1f} s'}")
     if data.get("cost"):
-        from .cost import describe_spend
+        from .release.cost import describe_spend
 
         lines.append(f"cost      {describe_spend(data['cost'])}")
     if data.get("release"):

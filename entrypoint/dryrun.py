@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import shlex
 
-from . import resume, training
 from .envhelp import variables
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
 from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch
+from .training import process as training
+from .training import resume
 
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:

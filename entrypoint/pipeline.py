@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import cost, dataset, launch, monitor, preflight, profiling, progress, providers, release, resume, sync, training
+from . import dataset, preflight
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
 from .foreign import Area, Where
 from .foreign import agent_error as classify
@@ -25,12 +25,18 @@ from .host import check as host_check
 from .hub import Hub, agent_error
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
-from .nextsteps import lines as next_steps
-from .oom import OomTry
-from .places import Store, TwoPlaces, open_store, squash_history
+from .release import cost, providers
+from .release import end as release
+from .report import progress
+from .report.nextsteps import lines as next_steps
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
+from .sync import uploader as sync
+from .sync.places import Store, TwoPlaces, open_store, squash_history
+from .training import launch, monitor, profiling, resume
+from .training import process as training
+from .training.oom import OomTry
 
 # Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
 # every step after it (child grace, final upload, publishing trainbox.json) takes its share of it.

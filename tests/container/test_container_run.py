@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import errors
-from entrypoint.checkpoint import inspect, is_valid
+from entrypoint.sync.checkpoint import inspect, is_valid
 from tests.container.images import docker
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset

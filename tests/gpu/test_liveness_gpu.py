@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import liveness
+from entrypoint.training import liveness
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.integration.test_multinode import finish, free_port, lose_a_node_then_resume, node_env
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox

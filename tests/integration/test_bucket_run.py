@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.integration.test_resume import ARGS, kill_hard, metric_epochs, state, wait_for
 from tests.support import make_dataset, run_trainbox, start_trainbox, trainbox_env

@@ -1,4 +1,4 @@
-"""The working state in a Storage Bucket (entrypoint/bucket.py, places.py) against the test Hub's bucket
+"""The working state in a Storage Bucket (entrypoint/sync/bucket.py, places.py) against the test Hub's bucket
 routes and the real client: files first, manifest last, overwritten in place, and a resume that trusts
 only what matches the manifest. Synthetic run folders: no training here."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from entrypoint import bucket, checkpoint
-from entrypoint.bucket import BucketTarget, BucketUnavailable, Store
 from entrypoint.hub import Hub
-from entrypoint.sync import CommitBudget, Uploader
+from entrypoint.sync import bucket, checkpoint
+from entrypoint.sync.bucket import BucketTarget, BucketUnavailable, Store
+from entrypoint.sync.uploader import CommitBudget, Uploader
 from tests.hubfixtures import HubContext
 
 
@@ -170,7 +170,7 @@ def test_unavailable_buckets_are_said_in_one_line(hub_ctx: HubContext) -> None:
 
 
 def test_squash_history_leaves_one_commit_with_the_same_files(hub_ctx: HubContext) -> None:
-    from entrypoint.places import squash_history
+    from entrypoint.sync.places import squash_history
 
     repo = hub_ctx.repo_id("squash")
     hub_ctx.hub.create_repo(repo, private=True)

@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import ModelCard, metadata_load
 from PIL import Image
 
-from entrypoint import card, plot
+from entrypoint.report import card, plot
 from tests.hubfixtures import HubContext
 from tests.integration.test_dataset_hub import dataset_tar, publish
 from tests.support import TINY_RUN_ARGS, run_trainbox, trainbox_env

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from entrypoint.hub import Hub
-from entrypoint.sync import Uploader
+from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
 
 GOOD_CARD = "---\nlicense: apache-2.0\nlibrary_name: libreyolo\n---\n\n# run\n"
@@ -52,7 +52,7 @@ def test_a_refused_card_holds_back_nothing(hub_ctx: HubContext, tmp_path: Path) 
 
 
 def test_the_license_defaults_to_the_base_models_own(hub_ctx: HubContext, tmp_path: Path) -> None:
-    from entrypoint import provenance
+    from entrypoint.report import provenance
 
     base = hub_ctx.repo_id("base")
     hub_ctx.hub.create_repo(base, private=True)

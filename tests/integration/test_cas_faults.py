@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from entrypoint.hub import Hub
-from entrypoint.sync import Uploader
+from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
 from tests.integration.test_dataset_hub import FAST_ARGS, big_dataset, publish
 from tests.integration.test_sync_faults import WAIT, boundary

@@ -34,11 +34,12 @@ from typing import Any
 
 import pytest
 
-from entrypoint import pipeline, settings, training
-from entrypoint.checkpoint import inspect
+from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.state import Phase
+from entrypoint.sync.checkpoint import inspect
+from entrypoint.training import process as training
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.hub import HubServer
 from tests.fakes.providers import FakeVast

@@ -1,6 +1,6 @@
 """Storage Buckets of the local Hub (tests/fakes/hub/buckets.py) against the real huggingface_hub client.
 
-Every bucket call the agent makes (entrypoint/bucket.py) goes through here: create_bucket, bucket_info,
+Every bucket call the agent makes (entrypoint/sync/bucket.py) goes through here: create_bucket, bucket_info,
 batch_bucket_files (add, delete), list_bucket_tree, get_bucket_paths_info, download_bucket_files.
 """
 

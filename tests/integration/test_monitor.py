@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.monitor import MONITOR_PORT
+from entrypoint.training.monitor import MONITOR_PORT
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox, trainbox_env
 
 pytestmark = pytest.mark.slow  # `trainbox run` with a real training

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import errors
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox, trainbox_env
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from entrypoint import errors
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 

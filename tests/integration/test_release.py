@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
-from entrypoint import pipeline, providers, release, settings
+from entrypoint import pipeline, settings
 from entrypoint.errors import AccessError, AgentError, ConfigError, CostLimitError, ReleaseError
-from entrypoint.providers import InstanceState, RetryPolicy
+from entrypoint.release import end as release
+from entrypoint.release import providers
+from entrypoint.release.providers import InstanceState, RetryPolicy
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
 from tests.fakes import libreyolo as fake_libreyolo

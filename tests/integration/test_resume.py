@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint import errors
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
@@ -193,9 +193,9 @@ def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path, da
 @pytest.mark.transfer("xet")
 def test_a_pinned_commit_resumes_from_that_commits_checkpoint(hub_ctx: HubContext, tmp_path: Path) -> None:
     """Several nodes resume at node 0's commit: a checkpoint committed after it is not theirs."""
-    from entrypoint import resume
     from entrypoint.hub import Hub
     from entrypoint.run_args import parse
+    from entrypoint.training import resume
 
     repo = hub_ctx.repo_id("pinned")
     api = hub_ctx.api()

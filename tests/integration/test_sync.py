@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from entrypoint import errors
-from entrypoint.checkpoint import inspect, is_valid
 from entrypoint.hub import Hub
-from entrypoint.sync import Uploader
+from entrypoint.sync.checkpoint import inspect, is_valid
+from entrypoint.sync.uploader import Uploader
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
 from tests.integration.test_sync_faults import assert_no_duplicate_commit

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.checkpoint import inspect
+from entrypoint.sync.checkpoint import inspect
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 from tests.support import run_trainbox, start_trainbox, trainbox_env

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import sync
 from entrypoint.hub import Hub
-from entrypoint.sync import Uploader
+from entrypoint.sync import uploader as sync
+from entrypoint.sync.uploader import Uploader
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
 

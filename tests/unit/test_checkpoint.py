@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from entrypoint.checkpoint import InvalidCheckpoint, inspect, is_valid
+from entrypoint.sync.checkpoint import InvalidCheckpoint, inspect, is_valid
 
 
 def save(path: Path, epoch: int = 4) -> Path:

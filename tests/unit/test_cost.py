@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from entrypoint import cost, settings
+from entrypoint import settings
 from entrypoint.cli import main
 from entrypoint.errors import ConfigError
-from entrypoint.providers import InstanceState, Observed
+from entrypoint.release import cost
+from entrypoint.release.providers import InstanceState, Observed
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from entrypoint import providers
 from entrypoint.host import datasheet, judge, measure
+from entrypoint.release import providers
 
 FLOORS = judge.Floors(gpu_fraction=0.5, copy_gbps=4.0, disk_mbps=100.0)
 GOOD_DISK = {"cpu_cores": 32.0, "ram_gib": 250.0, "shm_gib": 64.0, "disk": {"write_mbps": 900.0, "read_mbps": 1500.0}}

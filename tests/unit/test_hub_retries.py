@@ -12,9 +12,9 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from entrypoint import sync
 from entrypoint.hub import MAX_WAIT, with_retries
-from entrypoint.sync import CommitBudget, training_finished
+from entrypoint.sync import uploader as sync
+from entrypoint.sync.uploader import CommitBudget, training_finished
 
 
 def http_error(status: int, retry_after: str | None = None) -> HfHubHTTPError:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import liveness
+from entrypoint.training import liveness
 
 AGENT_FILES = frozenset({"console.log", "trainbox.json"})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import nextsteps
+from entrypoint.report import nextsteps
 from entrypoint.settings import Settings, from_env
 
 TOKEN = "hf_nextStepsTestTokenValue1234567890"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import pipeline, resume, settings
+from entrypoint import pipeline, settings
+from entrypoint.training import resume
 from tests.fakes import libreyolo as fake_libreyolo
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import oom, resume
 from entrypoint.errors import CrashLoopError
 from entrypoint.run_args import parse
+from entrypoint.training import oom, resume
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import procs, profiling, settings, training
+from entrypoint import procs, settings
 from entrypoint.dataset import checks
 from entrypoint.errors import DeadlineError
 from entrypoint.run_args import parse
+from entrypoint.training import process as training
+from entrypoint.training import profiling
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "entrypoint"
 PROVIDER_KEYS = {"RUNPOD_API_KEY": "rp-canary-1f2e", "CONTAINER_API_KEY": "vast-canary-9d8c", "VAST_API_KEY": "va-7b6a"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from entrypoint import plot, progress
+from entrypoint.report import plot, progress
 from entrypoint.settings import from_env
 from entrypoint.state import Phase, RunState
 

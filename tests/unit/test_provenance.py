@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import provenance, run_args, settings
+from entrypoint import run_args, settings
 from entrypoint.errors import ConfigError
+from entrypoint.report import provenance
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import receipt
+from entrypoint.report import receipt
 
 T0 = 1_800_000_000.0
 

@@ -15,9 +15,17 @@ from typing import Any
 
 import pytest
 
-from entrypoint import providers, release, settings
+from entrypoint import settings
 from entrypoint.errors import ReleaseError
-from entrypoint.providers import InstanceState, Observed, ProviderHttpError, RetryPolicy, UnclearAnswer
+from entrypoint.release import end as release
+from entrypoint.release import providers
+from entrypoint.release.providers import (
+    InstanceState,
+    Observed,
+    ProviderHttpError,
+    RetryPolicy,
+    UnclearAnswer,
+)
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
 

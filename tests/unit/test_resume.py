@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from entrypoint.errors import CrashLoopError
-from entrypoint.resume import CRASH_LOOP_LENGTH, check_crash_loop, newest_local, trim_metrics
+from entrypoint.training.resume import CRASH_LOOP_LENGTH, check_crash_loop, newest_local, trim_metrics
 
 
 def attempt(reason: str = "training_failed", exit_code: int = 60, epochs_done: int | None = 4) -> dict[str, Any]:
@@ -172,9 +172,9 @@ def test_an_orphaned_trainer_of_several_nodes_is_stopped_by_its_recorded_argv() 
     import sys
     import time
 
-    from entrypoint.resume import stop_orphan
+    from entrypoint.training.resume import stop_orphan
 
-    argv = ["-c", "import time; time.sleep(600)", "-m", "entrypoint.ddp_train", "train", "name=orphan"]
+    argv = ["-c", "import time; time.sleep(600)", "-m", "entrypoint.training.ddp_worker", "train", "name=orphan"]
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "name=else"])
     orphan = subprocess.Popen([sys.executable, *argv], start_new_session=True)
     # A process still inside execve shows an empty cmdline for an instant; a real orphan has run for a while.

@@ -20,8 +20,10 @@ from typing import Any, cast
 import pytest
 
 import entrypoint
-from entrypoint import checkpoint, pipeline, retry, settings, sync
+from entrypoint import pipeline, retry, settings
 from entrypoint.errors import DeadlineError, PreemptedError, StopRequested
+from entrypoint.sync import checkpoint
+from entrypoint.sync import uploader as sync
 
 PACKAGE = Path(entrypoint.__file__).parent
 BROAD = {"Exception", "BaseException"}
@@ -33,25 +35,25 @@ _WRAP_UP = "runs once the job is finishing (or released): a stop is then only re
 _TRAINING = "main thread only while the trainer runs (a stop is then only recorded), else the uploader's thread"
 # (file relative to the package, qualified function) → why no stop can reach its broad handlers
 NO_STOP_HERE = {
-    ("sync.py", "Uploader._snapshot_loop"): _THREAD,
-    ("sync.py", "Uploader.snapshot"): "called by the snapshot thread only",
-    ("sync.py", "Uploader._commit_loop"): _THREAD,
-    ("sync.py", "Uploader._commit_pending"): "the committer thread",
-    ("sync.py", "Uploader._landed"): "the committer thread",
-    ("training.py", "TrainingProcess._watch_liveness"): _THREAD,
-    ("release.py", "_publish"): _WRAP_UP,
-    ("progress.py", "Progress.tick"): _TRAINING,
-    ("progress.py", "Progress.publish"): _TRAINING,
-    ("progress.py", "Progress._maybe_plot"): _TRAINING,
-    ("progress.py", "Progress._load_card_base"): _TRAINING,
-    ("progress.py", "Progress.finished"): _WRAP_UP,
-    ("progress.py", "Progress._finished"): _WRAP_UP,
+    ("sync/uploader.py", "Uploader._snapshot_loop"): _THREAD,
+    ("sync/uploader.py", "Uploader.snapshot"): "called by the snapshot thread only",
+    ("sync/uploader.py", "Uploader._commit_loop"): _THREAD,
+    ("sync/uploader.py", "Uploader._commit_pending"): "the committer thread",
+    ("sync/uploader.py", "Uploader._landed"): "the committer thread",
+    ("training/process.py", "TrainingProcess._watch_liveness"): _THREAD,
+    ("release/end.py", "_publish"): _WRAP_UP,
+    ("report/progress.py", "Progress.tick"): _TRAINING,
+    ("report/progress.py", "Progress.publish"): _TRAINING,
+    ("report/progress.py", "Progress._maybe_plot"): _TRAINING,
+    ("report/progress.py", "Progress._load_card_base"): _TRAINING,
+    ("report/progress.py", "Progress.finished"): _WRAP_UP,
+    ("report/progress.py", "Progress._finished"): _WRAP_UP,
     ("dataset/extract.py", "_Writers._work"): _THREAD,
     ("dataset/remote.py", "xet_stream_dataset_file.produce"): _THREAD,
     ("dataset/remote.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/hub.py", "_Download.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
-    ("providers.py", "_within.bounded.attempt"): _THREAD,
+    ("release/providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import sync
-from entrypoint.sync import CommitBudget, Ledger, StagedFile
+from entrypoint.sync import uploader as sync
+from entrypoint.sync.uploader import CommitBudget, Ledger, StagedFile
 
 
 class Clock:
-    """Stands in for the ``time`` module inside entrypoint.sync: both clocks move only when told."""
+    """Stands in for the ``time`` module inside entrypoint.sync.uploader: both clocks move only when told."""
 
     def __init__(self) -> None:
         self.now = 1_000_000.0

@@ -14,7 +14,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from entrypoint.sync import _BoundaryHandler
+from entrypoint.sync.uploader import _BoundaryHandler
 
 
 def woken(event: FileSystemEvent) -> bool:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import launch, topology
+from entrypoint import topology
 from entrypoint.errors import ConfigError, PeerLostError
 from entrypoint.topology import Topology
-from entrypoint.training import TrainCommand
+from entrypoint.training import launch
+from entrypoint.training.process import TrainCommand
 
 
 def test_nothing_set_is_one_node() -> None:
@@ -100,7 +101,7 @@ def test_torchrun_wraps_the_train_command() -> None:
     assert {"--nnodes=2", "--nproc-per-node=2", "--node-rank=1", "--master-addr=10.0.0.1", "--max-restarts=0"} <= set(
         argv
     )
-    assert argv[-4:] == ("entrypoint.ddp_train", "train", "epochs=2", "device=0,1")
+    assert argv[-4:] == ("entrypoint.training.ddp_worker", "train", "epochs=2", "device=0,1")
     env = launch.torch_env(NODE_1, (2, 3))
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["TRAINBOX_DDP_TIMEOUT"] == "600"
 

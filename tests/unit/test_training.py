@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import errors, training
+from entrypoint import errors
 from entrypoint.errors import ConfigError
 from entrypoint.run_args import parse
+from entrypoint.training import process as training
 
 
 def test_command_puts_owned_keys_last_and_never_uses_a_shell(tmp_path: Path) -> None:
@@ -70,7 +71,8 @@ def test_device_argument() -> None:
 
 
 def test_profile_command_follows_run_args(tmp_path: Path) -> None:
-    from entrypoint import profiling, settings
+    from entrypoint import settings
+    from entrypoint.training import profiling
 
     config = settings.from_env(
         {"WORKDIR": str(tmp_path), "PROFILE": "1", "RUN_ARGS": "model=LibreYOLO9s.pt imgsz=640 batch=-1 workers=8"}

@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import card, libreyolo, plot, procs, provenance, receipt
-from .log import logger
-from .state import RunState, read_state, write_json_atomic
+from .. import libreyolo, procs
+from ..log import logger
+from ..state import RunState, read_state, write_json_atomic
+from . import card, plot, provenance, receipt
 
 if TYPE_CHECKING:
-    from .hub import Hub
-    from .settings import Settings
+    from ..hub import Hub
+    from ..settings import Settings
 
 CARD_FILE = "README.md"
 SIDECAR = "progress.json"  # beside the uploader's ledger, outside the run folder: never uploaded
@@ -462,7 +463,7 @@ def _host_notes(host: Any) -> tuple[str, ...]:
     """The host report on the card: what this machine measured, and what fell short."""
     if not isinstance(host, dict):
         return ()
-    from .host import judge
+    from ..host import judge
 
     return tuple(f"{line[0].upper()}{line[1:]}" for line in judge.lines(host))
 

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import libreyolo, sync
+from .. import libreyolo
+from ..errors import StopRequested
+from ..hub import Hub, with_retries
+from ..log import logger
+from ..retry import describe
+from ..settings import Settings
+from . import uploader as sync
 from .bucket import BucketTarget, BucketUnavailable, Store, default_bucket_id
-from .errors import StopRequested
-from .hub import Hub, with_retries
-from .log import logger
-from .retry import describe
-from .settings import Settings
 
 __all__ = ["Store", "TwoPlaces", "open_store"]
 

@@ -10,9 +10,9 @@ import os
 import shlex
 from pathlib import Path
 
-from .dataset import data_dir
-from .libreyolo import WEIGHTS_DIR
-from .settings import Settings
+from ..dataset import data_dir
+from ..libreyolo import WEIGHTS_DIR
+from ..settings import Settings
 
 PREFIX = "next: "
 

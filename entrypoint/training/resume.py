@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, libreyolo, procs
-from .bucket import Store
-from .bucket import newest as newest_in_bucket
-from .errors import ConfigError, CrashLoopError, PreemptedError, SyncError, UserInterruptError
-from .hub import Hub
-from .log import logger
-from .run_args import RunArgs
-from .state import STATE_FILE
-from .training import CONSOLE_LOG
+from .. import libreyolo, procs
+from ..errors import ConfigError, CrashLoopError, PreemptedError, SyncError, UserInterruptError
+from ..hub import Hub
+from ..log import logger
+from ..run_args import RunArgs
+from ..state import STATE_FILE
+from ..sync import checkpoint
+from ..sync.bucket import Store
+from ..sync.bucket import newest as newest_in_bucket
+from .process import CONSOLE_LOG
 
 CRASH_LOOP_LENGTH = 3
 # Attempts that say nothing about the run's health: a preemption is not a crash.

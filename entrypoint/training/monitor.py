@@ -9,10 +9,10 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from . import libreyolo
-from .log import logger
-from .procs import Child
-from .settings import Settings
+from .. import libreyolo
+from ..log import logger
+from ..procs import Child
+from ..settings import Settings
 
 MONITOR_PORT = 8420
 

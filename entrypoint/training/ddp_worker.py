@@ -1,4 +1,4 @@
-"""``python -m entrypoint.ddp_train train key=value …``: libreyolo's CLI as one torchrun worker.
+"""``python -m entrypoint.training.ddp_worker train key=value …``: libreyolo's CLI as one torchrun worker.
 
 Two things the ``libreyolo train`` command cannot be told, set here before its own ``main`` runs:
 

@@ -35,10 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
-from . import __version__, retry
-from .errors import ReleaseError
-from .log import logger, redact
-from .settings import ExitAction, Provider, ProviderAccess
+from .. import __version__, retry
+from ..errors import ReleaseError
+from ..log import logger, redact
+from ..settings import ExitAction, Provider, ProviderAccess
 
 T = TypeVar("T")
 

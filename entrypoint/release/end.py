@@ -15,12 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import AccessError, ConfigError, ReleaseError
+from ..log import logger, redact
+from ..settings import ExitAction, Provider, ProviderAccess, Settings
+from ..state import STATE_FILE, RunState, now_iso, read_state, write_json_atomic
 from . import providers
-from .errors import AccessError, ConfigError, ReleaseError
-from .log import logger, redact
 from .providers import InstanceState, ProviderHttpError, RetryPolicy
-from .settings import ExitAction, Provider, ProviderAccess, Settings
-from .state import STATE_FILE, RunState, now_iso, read_state, write_json_atomic
 
 # The provider part of the release (read, stop/destroy, confirm: retries and Retry-After waits
 # included) ends within this, confirmed or failed; it runs after the SIGTERM bound.

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .state import replace_atomically
+from ..state import replace_atomically
 
 SERIES_KEY = "Trainbox-Series"
 LOSSES = ("train/loss", "train/box_loss", "train/cls_loss", "train/dfl_loss")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from .providers import Observed

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from . import libreyolo, procs
-from .log import logger
-from .settings import Settings
+from .. import libreyolo, procs
+from ..log import logger
+from ..settings import Settings
 
 PROFILE_TIMEOUT = 20 * 60.0
 _SIZE = re.compile(r"(?i)libreyolo\d+([a-z])\.pt$")

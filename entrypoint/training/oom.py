@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from . import libreyolo, resume
-from .errors import AgentError, ConfigError, GpuMemoryError, TrainingError
-from .run_args import RunArgs
+from .. import libreyolo
+from ..errors import AgentError, ConfigError, GpuMemoryError, TrainingError
+from ..run_args import RunArgs
+from . import resume
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from ..settings import Settings
 
 REASON = GpuMemoryError.reason
 # libreyolo's words for it: its status.json error type, its CLI error code, torch's message.

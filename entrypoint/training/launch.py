@@ -13,10 +13,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from . import ddp_train
-from .errors import PeerLostError
-from .topology import Topology
-from .training import CONSOLE_LOG, TrainCommand
+from ..errors import PeerLostError
+from ..topology import Topology
+from . import ddp_worker
+from .process import CONSOLE_LOG, TrainCommand
 
 _SCAN_BYTES = 256 * 1024  # the end of the worker's traceback and torchrun's report fit
 
@@ -36,7 +36,7 @@ def nproc_per_node(topology: Topology, gpu_indices: tuple[int, ...] | None) -> i
 
 
 def torchrun(command: TrainCommand, topology: Topology, nproc: int, run_name: str) -> TrainCommand:
-    """``libreyolo train …`` → ``python -m torch.distributed.run … -m entrypoint.ddp_train train …``."""
+    """``libreyolo train …`` → ``python -m torch.distributed.run … -m entrypoint.training.ddp_worker train …``."""
     assert command.argv[1] == "train", command.argv
     argv = (
         sys.executable,
@@ -52,7 +52,7 @@ def torchrun(command: TrainCommand, topology: Topology, nproc: int, run_name: st
         f"--rdzv-conf=timeout={int(topology.join_timeout)}",
         "--max-restarts=0",
         "-m",
-        ddp_train.__name__,
+        ddp_worker.__name__,
         *command.argv[1:],
     )
     return replace(command, argv=argv)
@@ -61,7 +61,7 @@ def torchrun(command: TrainCommand, topology: Topology, nproc: int, run_name: st
 def torch_env(topology: Topology, gpu_indices: tuple[int, ...] | None) -> dict[str, str]:
     """What the workers need besides the agent's env: a bounded wait on a lost peer, their GPUs."""
     env = {
-        ddp_train.TIMEOUT_VAR: str(int(topology.peer_timeout)),
+        ddp_worker.TIMEOUT_VAR: str(int(topology.peer_timeout)),
         # NCCL aborts the process group on a timed-out collective instead of hanging in it
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "TORCH_NCCL_BLOCKING_WAIT": "0",

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from . import errors, libreyolo
-from .errors import AgentError, ConfigError
+from .. import errors, libreyolo
+from ..errors import AgentError, ConfigError
+from ..log import logger, redact_bytes
+from ..procs import Child
+from ..run_args import RunArgs
+from ..state import STATE_FILE
 from .liveness import Liveness
-from .log import logger, redact_bytes
-from .procs import Child
-from .run_args import RunArgs
-from .state import STATE_FILE
 
 CONSOLE_LOG = "console.log"
 # Files the agent itself writes in the run folder: not a sign that training progresses.

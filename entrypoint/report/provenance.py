@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import StopRequested
-from .log import logger
-from .run_args import RunArgs
+from ..errors import StopRequested
+from ..log import logger
+from ..run_args import RunArgs
 
 if TYPE_CHECKING:
-    from .hub import Hub
+    from ..hub import Hub
 
 _HF_MODEL = re.compile(r"^hf://([\w.-]+/[\w.-]+)(?:@[^/]+)?(?:/.*)?$")
 _LIBREYOLO_NAME = re.compile(r"^(LibreYOLO[\w-]*)\.pt$")

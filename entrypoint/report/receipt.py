@@ -141,7 +141,7 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
     }
     host = state.get("host")
     if isinstance(host, dict):
-        from .host import judge
+        from ..host import judge
 
         summary: str | None = judge.brief(host)
     else:

@@ -27,11 +27,12 @@ from typing import Any, Protocol
 from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from . import checkpoint, libreyolo
-from .errors import AccessError, StopRequested
-from .hub import Hub, with_retries
-from .log import logger
-from .retry import describe, status_of
+from .. import libreyolo
+from ..errors import AccessError, StopRequested
+from ..hub import Hub, with_retries
+from ..log import logger
+from ..retry import describe, status_of
+from . import checkpoint
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1

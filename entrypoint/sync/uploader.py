@@ -43,11 +43,12 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from . import checkpoint, libreyolo
-from .errors import AccessError, AgentError, StopRequested, SyncError
-from .hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
-from .log import contains_secret, logger, longest_secret, redact_bytes
-from .state import STATE_FILE, write_json_atomic
+from .. import libreyolo
+from ..errors import AccessError, AgentError, StopRequested, SyncError
+from ..hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
+from ..log import contains_secret, logger, longest_secret, redact_bytes
+from ..state import STATE_FILE, write_json_atomic
+from . import checkpoint
 
 if TYPE_CHECKING:
     from .bucket import CommitTarget

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .libreyolo import BEST_CHECKPOINT
+from ..libreyolo import BEST_CHECKPOINT
 from .receipt import Receipt
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import shutil
 import time
 from pathlib import Path
 
-from . import procs
-from .log import logger
+from .. import procs
+from ..log import logger
 
 # CPU time per second of wall time that counts as work (an idle Python process spends ~0).
 CPU_BUSY_FRACTION = 0.05
