@@ -1,5 +1,6 @@
-"""``trainbox run``: the stages in order, one shutdown path, and an honest final state.
+"""``trainbox run``: the README's steps in order, one shutdown path, and an honest final state.
 
+Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
 same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
 uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
@@ -23,33 +24,23 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub, agent_error
-from .libreyolo import STATUS_FILE, WEIGHTS_DIR
+from .libreyolo import STATUS_FILE
 from .log import logger
 from .release import cost, providers
 from .release import end as release
+from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .report import progress
-from .report.nextsteps import lines as next_steps
+from .report.nextsteps import summary
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
+from .sync import job as job_sync
 from .sync import uploader as sync
-from .sync.places import Store, TwoPlaces, open_store, squash_history
-from .training import launch, monitor, profiling, resume
+from .sync.places import Store, TwoPlaces, open_store
+from .training import monitor, profiling, resume
 from .training import process as training
+from .training.launch import Launch, log_size
 from .training.oom import OomTry
-
-# Spot platforms allow 5-30 s between SIGTERM and SIGKILL: from SIGTERM to exit is a bound, and
-# every step after it (child grace, final upload, publishing trainbox.json) takes its share of it.
-# Completed epochs are already safe on disk (and on the Hub).
-PREEMPT_BUDGET = 5.0
-PREEMPT_GRACE = 2.0
-# What the child grace leaves for the final upload and writing the end of trainbox.json.
-PREEMPT_SYNC_RESERVE = 2.5
-PREEMPT_EXIT_RESERVE = 0.3
-WRAP_UP_GRACE = 15.0
-# How long the final upload may take when nothing presses.
-FINAL_SYNC_TIMEOUT = 600.0
-PUBLISH_TIMEOUT = 60.0
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
@@ -62,7 +53,8 @@ _TERMINAL_FOR: dict[type[AgentError], Phase] = {
 class Job:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.started = time.monotonic()
+        self.clock = ShutdownClock()  # the deadlines between a stop and the exit
+        self.launch = Launch(settings.topology, settings.run_name)  # one machine or several: chosen once
         # Only reads here: the run folder is made inside ``run``'s try, so a full or read-only volume
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
@@ -79,10 +71,7 @@ class Job:
         self._stop: AgentError | None = None
         self._finishing = False
         self.price = cost.configured_price(settings.price_per_hour)
-        self._alarm_is_budget = False  # SIGALRM means MAX_COST, not MAX_RUNTIME
-        self._deadline: float | None = None  # set by SIGTERM: the process exits by then
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
-        self._deferred: list[int] | None = None  # signals held while the trainer starts, then handled
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
@@ -106,22 +95,19 @@ class Job:
             raise error
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self._deferred is not None:  # the child may exist before the job holds it: handled once it does
-            self._deferred.append(signum)
+        if self.clock.hold(signum):  # the trainer is starting: handled once the job holds it
             return
         if signum == signal.SIGTERM:
-            if self._deadline is None:
-                self._deadline = time.monotonic() + PREEMPT_BUDGET
+            if self.clock.preempt():
                 if self.uploader is not None:  # a final upload already under way ends in time too
-                    self.uploader.cut_short(self._deadline - PREEMPT_EXIT_RESERVE)
+                    self.uploader.cut_short(self.clock.upload_cutoff)
                 if self.trainer is not None:  # so does a wrap-up's grace (MAX_RUNTIME, a stall) under way
-                    grace = max(0.0, min(PREEMPT_GRACE, self._remaining() - PREEMPT_SYNC_RESERVE))
-                    self.trainer.child.hurry(time.monotonic() + grace)
+                    self.trainer.child.hurry(time.monotonic() + self.clock.preempt_grace())
             self.request_stop(PreemptedError("received SIGTERM: the machine is being taken back"))
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
-        elif signum == signal.SIGALRM and self._alarm_is_budget:
-            spent = cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source)
+        elif signum == signal.SIGALRM and self.clock.alarm_is_budget:
+            spent = cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source)
             self.request_stop(
                 CostLimitError(
                     f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}", "raise MAX_COST"
@@ -135,8 +121,7 @@ class Job:
     def _install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
             signal.signal(signum, self._on_signal)
-        if self.settings.max_runtime:
-            signal.setitimer(signal.ITIMER_REAL, self.settings.max_runtime)
+        self.clock.arm_runtime(self.settings.max_runtime)
 
     # -- the stages ------------------------------------------------------------------------
     def run(self) -> int:
@@ -152,40 +137,9 @@ class Job:
         """Every stage, in order; the failure that ended them, or None. Ends with the job finishing."""
         outcome: AgentError | None = None
         try:
-            self.state.update(
-                settings={
-                    "dataset": self.settings.dataset_repo or "demo",
-                    "output_repo": self.settings.output_repo,
-                    "run_args": str(self.settings.run_args),
-                    "gpus": str(self.settings.gpus),
-                    "nodes": self.settings.topology.describe(),
-                }
-            )
-            self._make_run_dir()
-            resume.check_crash_loop(self.state.attempts)
-            self.state.set_phase(Phase.PREFLIGHT)
-            gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
-            self._nccl_env = preflight.nccl_env(gpus.details)
-            if self.settings.topology.multi:
-                world = self.settings.topology.nnodes * launch.nproc_per_node(self.settings.topology, gpus.indices)
-                training.check_batch(self.settings.run_args, world, "workers of all nodes")
-                self._workers = world
-            elif gpus.indices:
-                training.check_batch(self.settings.run_args, len(gpus.indices))
-                self._workers = len(gpus.indices)
-            preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
-            # A wrong instance id or key fails now, not at the end; the read also gives the price.
-            seen = release.check_access(self.settings)
-            self._arm_budget(seen)
-            # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
-            host_check.check(self.settings, gpus.details, seen.gpu if seen else None, self._record_host)
-            self._connect_hub()
-            if self.settings.topology.multi:
-                self._meet_nodes(gpus)
-
-            self.state.set_phase(Phase.RESUME)
-            point = self._find_resume_point()
-            self._start_uploader(point)
+            self._record_settings()
+            gpus = self._preflight()
+            point = self._resume()
             if point is not None and point.complete:
                 logger.info(
                     "run %s already trained %d/%d epochs: nothing to train",
@@ -195,16 +149,7 @@ class Job:
                 )
                 self.already_complete = True
             else:
-                self.state.set_phase(Phase.DATASET)
-                data, self._dataset_check = dataset.prepare_checked_in_background(self.settings)
-                self.state.update(
-                    dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
-                )
-                if data.download_mbps is not None and self.state.snapshot().get("host"):
-                    self.state.update(host={"dataset_mbps": data.download_mbps})
-                    logger.info("host: dataset download %.1f MB/s", data.download_mbps)
-                if self._dataset_check is None:  # else the phase moves on once the check passed
-                    self.state.set_phase(Phase.TRAINING)
+                data = self._dataset()
                 self._train(data, gpus.indices, point)
         except AgentError as error:
             outcome = error
@@ -213,10 +158,62 @@ class Job:
             logger.exception("unexpected failure")
         finally:
             self._finishing = True
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.clock.disarm()
             if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
                 self._dataset_check.cancel()
         return outcome
+
+    def _record_settings(self) -> None:
+        """Step 1: the settings were read before the job began; trainbox.json records what they chose."""
+        self.state.update(
+            settings={
+                "dataset": self.settings.dataset_repo or "demo",
+                "output_repo": self.settings.output_repo,
+                "run_args": str(self.settings.run_args),
+                "gpus": str(self.settings.gpus),
+                "nodes": self.settings.topology.describe(),
+            }
+        )
+        self._make_run_dir()
+        resume.check_crash_loop(self.state.attempts)
+
+    def _preflight(self) -> GpuReport:
+        """Step 2: the GPUs run kernels, the batch fits the workers, the provider and the Hub answer."""
+        self.state.set_phase(Phase.PREFLIGHT)
+        gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
+        self._nccl_env = preflight.nccl_env(gpus.details)
+        self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
+        preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
+        # A wrong instance id or key fails now, not at the end; the read also gives the price.
+        seen = release.check_access(self.settings)
+        self._arm_budget(seen)
+        # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
+        host_check.check(self.settings, gpus.details, seen.gpu if seen else None, self._record_host)
+        self._connect_hub()
+        if self.settings.topology.multi:
+            self._meet_nodes(gpus)
+        return gpus
+
+    def _resume(self) -> resume.ResumePoint | None:
+        """Where this run stands (the volume, the bucket, the Hub); the sync starts from there (step 5)."""
+        self.state.set_phase(Phase.RESUME)
+        point = self._find_resume_point()
+        self._start_uploader(point)
+        return point
+
+    def _dataset(self) -> dataset.PreparedDataset:
+        """Step 3: the dataset ready for training; libreyolo's own check runs beside the training's start."""
+        self.state.set_phase(Phase.DATASET)
+        data, self._dataset_check = dataset.prepare_checked_in_background(self.settings)
+        self.state.update(
+            dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
+        )
+        if data.download_mbps is not None and self.state.snapshot().get("host"):
+            self.state.update(host={"dataset_mbps": data.download_mbps})
+            logger.info("host: dataset download %.1f MB/s", data.download_mbps)
+        if self._dataset_check is None:  # else the phase moves on once the check passed
+            self.state.set_phase(Phase.TRAINING)
+        return data
 
     def _make_run_dir(self) -> None:
         run_dir = self.settings.run_dir
@@ -244,14 +241,8 @@ class Job:
             }
         )
         budget = cost.budget_seconds(self.settings.max_cost, self.price)
-        if budget is None:
-            return
-        left = budget - (time.monotonic() - self.started)
-        runtime_left = signal.getitimer(signal.ITIMER_REAL)[0]  # 0.0 without MAX_RUNTIME
-        if runtime_left and runtime_left <= left:
-            return
-        self._alarm_is_budget = True
-        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))  # 0 would disarm it
+        if budget is not None:
+            self.clock.arm_budget(budget)
 
     def _connect_hub(self) -> None:
         """Check write access to OUTPUT_REPO and that it holds this run (or nothing), take over its history."""
@@ -287,45 +278,17 @@ class Job:
         def on_card(refused: str | None) -> None:  # trainbox.json says why the Hub refused the card, until one lands
             self.state.update(card={"refused": refused})
 
-        uploader: sync.Uploader | TwoPlaces
-        if self.bucket is not None:
-            uploader = TwoPlaces(
-                self.bucket,
-                self.hub,
-                self.settings.output_repo,
-                self.settings.run_dir,
-                self._work_dir() / "sync",
-                publish_every=self.settings.publish_every,
-                before_snapshot=self._before_snapshot,
-                superseded=newer.__contains__ if newer else None,
-                on_commit=self.progress.committed,
-                on_card=on_card,
-            )
-        else:
-            uploader = sync.Uploader(
-                self.hub,
-                self.settings.output_repo,
-                self.settings.run_dir,
-                self._work_dir() / "sync",
-                before_snapshot=self._before_snapshot,
-                superseded=newer.__contains__ if newer else None,
-                on_commit=self.progress.committed,
-                on_card=on_card,
-            )
-        try:
-            uploader.start()  # held only once it runs: the end never waits for threads that never started
-        except OSError as error:
-            where = Where(
-                Area.DISK, doing=f"preparing the upload in {self._work_dir()}", disk_hint="free space in WORKDIR"
-            )
-            raise classify(error, where) or AgentError(
-                f"cannot prepare the upload in {self._work_dir()}: {error.strerror or error}",
-                "give WORKDIR a writable volume",
-            ) from None
-        self.uploader = uploader
+        self.uploader = job_sync.start(
+            self.settings,
+            self.hub,
+            self.bucket,
+            self._work_dir(),
+            newer=newer,
+            before_snapshot=self._before_snapshot,
+            on_commit=self.progress.committed,
+            on_card=on_card,
+        )
         self.state.on_phase(self.uploader.notify)
-        if self.bucket is None:  # else open_store said where the working state goes
-            logger.info("sync: every epoch of this run goes to %s", self.settings.output_repo)
 
     def _work_dir(self) -> Path:
         return self.settings.workdir / ".trainbox" / self.settings.run_name
@@ -358,7 +321,7 @@ class Job:
         )
         if point is not None:
             if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
-                self._hub_copy = _signature(point.checkpoint)
+                self._hub_copy = job_sync.signature(point.checkpoint)
             pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
             self.state.update(
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
@@ -409,40 +372,29 @@ class Job:
             device=training.device_arg(gpu_indices),
             extra=demo_cpu_batch(self.settings, gpu_indices),
         )
-        env = dict(self.settings.env) | self._nccl_env
-        topology = self.settings.topology
-        if topology.multi:
-            nproc = launch.nproc_per_node(topology, gpu_indices)
-            command = launch.torchrun(command, topology, nproc, self.settings.run_name)
-            env |= launch.torch_env(topology, gpu_indices)
-        log_start = launch.log_size(command.run_dir)
+        command = self.launch.command(command, gpu_indices)
+        env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices)
+        log_start = log_size(command.run_dir)
         batch = args.get("batch")
         self.state.update(
             training={"argv": list(command.argv[1:]), "started_at": time.time()}
             | ({"batch": int(batch)} if batch is not None and batch.isdigit() else {})
         )
         try:
-            self._deferred = []  # a stop raised inside the constructor would leave its child untracked
-            try:
+            with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
                 self.trainer = training.TrainingProcess(command, env)
-            finally:
-                deferred, self._deferred = self._deferred, None
-                for signum in deferred:
-                    self._on_signal(signum, None)
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
                 self._dataset_checked()
         finally:
             if self.dashboard is not None:
-                self.dashboard.stop(grace=0.0 if self._deadline is not None else 3.0)
+                self.dashboard.stop(grace=0.0 if self.clock.preempted else 3.0)
                 self.dashboard = None  # a resumed training (smaller batch) starts its own
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
-        error: AgentError | None = (
-            launch.peer_lost(code, command.run_dir, log_start, topology) if topology.multi else None
-        )
+        error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or training.error_for_exit(code, self.trainer.error_tail())
         return training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
 
@@ -514,16 +466,7 @@ class Job:
 
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
-        grace = WRAP_UP_GRACE
-        if self._deadline is not None:  # what the final upload needs comes first
-            grace = max(0.0, min(PREEMPT_GRACE, self._remaining() - PREEMPT_SYNC_RESERVE))
-        self.trainer.stop(signal.SIGINT, grace)
-
-    def _remaining(self, default: float = FINAL_SYNC_TIMEOUT) -> float:
-        """Seconds left before the process must exit (``default`` when no SIGTERM set a bound)."""
-        if self._deadline is None:
-            return default
-        return max(0.0, min(default, self._deadline - time.monotonic() - PREEMPT_EXIT_RESERVE))
+        self.trainer.stop(signal.SIGINT, self.clock.child_grace())
 
     # -- the end ---------------------------------------------------------------------------
     def _finish(self, outcome: AgentError | None) -> int:
@@ -541,98 +484,28 @@ class Job:
             phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
             code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
         if self.uploader is not None:
-            self.state.update(sync=self._sync_report())
+            self.state.update(sync=job_sync.report(self.uploader))
         # Billed time runs from when the agent started (≈ the container); dollars with a known price.
-        self.state.update(cost=cost.spend(time.monotonic() - self.started, self.price.per_hour, self.price.source))
+        self.state.update(cost=cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source))
         self.state.finish(phase, code, reason, message)
-        code = self._final_sync(phase, code)
+        if self.uploader is not None:
+            code = job_sync.final(
+                self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
+            )
         self.state.confirm_exit()
-        self._summary(phase, outcome)
+        summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         try:
             release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         finally:
             if self.uploader is not None:
-                self.uploader.stop(timeout=min(5.0, self._remaining()))
+                self.uploader.stop(timeout=min(5.0, self.clock.remaining()))
         self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
 
-    def _final_sync(self, phase: Phase, code: int) -> int:
-        """Upload what is left; a failed final upload turns a success into a sync failure, and
-        trainbox.json says so (it was written for the upload, before its outcome was known)."""
-        if self.uploader is None:
-            return code
-        synced = self.uploader.flush(self._remaining())
-        if isinstance(self.uploader, TwoPlaces):  # the repo's final publish: whether it made it
-            self.state.update(sync=self._sync_report())
-        if synced and self.settings.squash_history and phase is Phase.DONE and self.hub is not None:
-            self.state.update(sync={"squashed": squash_history(self.hub, self.uploader.repo_id)})
-        if synced:
-            return code
-        error = sync.sync_error(self.uploader)
-        logger.error("%s", error)
-        self.state.update(sync=self._sync_report() | {"error": str(error)})
-        if code == 0:
-            self.state.amend_exit(error.exit_code, error.reason, str(error))
-            return error.exit_code
-        return code
-
-    def _sync_report(self) -> dict[str, Any]:
-        assert self.uploader is not None
-        return {
-            "repo": self.uploader.repo_id,
-            "commits": len(self.uploader.commits),
-            "last_commit": self.uploader.commits[-1] if self.uploader.commits else None,
-            "pending": self.uploader.pending,
-            "last_error": self.uploader.last_error,
-            **(self.uploader.report() if isinstance(self.uploader, TwoPlaces) else {}),
-        }
-
     def _publish_state(self) -> bool:
-        """Put the current trainbox.json on the Hub; True only when the Hub is known to hold every
-        completed epoch of this run on this volume (a destroy is downgraded to a stop otherwise)."""
-        if self.uploader is None:
-            # The job ended before the uploader ran (preflight, access, resume): the Hub was never
-            # shown this volume. Only a volume without a checkpoint has nothing to lose.
-            weights = self.settings.run_dir / WEIGHTS_DIR
-            found = weights.glob("*.pt") if weights.is_dir() else []
-            at_risk = sorted(p.name for p in found if self._hub_copy is None or _signature(p) != self._hub_copy)
-            if at_risk and self.settings.output_repo is not None:  # without one, no Hub was ever promised
-                logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
-            return not at_risk
-        synced = self.uploader.flush(self._remaining(PUBLISH_TIMEOUT))
-        if isinstance(self.uploader, TwoPlaces) and self.uploader.bucket_complete:
-            synced = True  # every epoch is in the bucket: the repo's final publish is reported, not required
-        refused = dict(self.uploader.refused_missing)
-        if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
-            logger.warning(
-                "the Hub lacks checkpoints the sync refused: %s",
-                "; ".join(f"{name} ({why})" for name, why in sorted(refused.items())[:3]),
-            )
-        return synced and not refused
-
-    def _summary(self, phase: Phase, outcome: AgentError | None) -> None:
-        elapsed = time.monotonic() - self.started
-        weights = self.settings.run_dir / WEIGHTS_DIR
-        found: list[Any] = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
-        logger.info(
-            "run %s: %s after %.0f s; run folder %s", self.settings.run_name, phase, elapsed, self.settings.run_dir
-        )
-        if found:
-            logger.info("weights: %s", ", ".join(str(Path(WEIGHTS_DIR) / name) for name in found))
-        logger.info("cost: %s", cost.describe_spend(self.state.snapshot()["cost"]))
-        if outcome is not None:
-            logger.error("%s", outcome)
-        elif phase is Phase.DONE:
-            for line in next_steps(self.settings):
-                logger.info("%s", line)
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
+        """The release's question: does the Hub hold every completed epoch of this volume?"""
+        timeout = self.clock.remaining(PUBLISH_TIMEOUT)
+        return job_sync.hub_holds_everything(self.uploader, self.settings, self._hub_copy, timeout)
 
 
 def run(settings: Settings) -> int:

@@ -9,12 +9,34 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 from ..dataset import data_dir
+from ..errors import AgentError
 from ..libreyolo import WEIGHTS_DIR
+from ..log import logger
+from ..release import cost
 from ..settings import Settings
+from ..state import Phase
 
 PREFIX = "next: "
+
+
+def summary(
+    settings: Settings, phase: Phase, outcome: AgentError | None, elapsed: float, spend: dict[str, Any]
+) -> None:
+    """The run's last lines in the log: how it ended, where the weights are, the cost, then what next."""
+    weights = settings.run_dir / WEIGHTS_DIR
+    found = sorted(p.name for p in weights.glob("*.pt")) if weights.is_dir() else []
+    logger.info("run %s: %s after %.0f s; run folder %s", settings.run_name, phase, elapsed, settings.run_dir)
+    if found:
+        logger.info("weights: %s", ", ".join(str(Path(WEIGHTS_DIR) / name) for name in found))
+    logger.info("cost: %s", cost.describe_spend(spend))
+    if outcome is not None:
+        logger.error("%s", outcome)
+    elif phase is Phase.DONE:
+        for line in lines(settings):
+            logger.info("%s", line)
 
 
 def lines(settings: Settings) -> list[str]:

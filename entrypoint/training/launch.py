@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import PeerLostError
+from ..errors import AgentError, PeerLostError
+from ..run_args import RunArgs
 from ..topology import Topology
 from . import ddp_worker
-from .process import CONSOLE_LOG, TrainCommand
+from .process import CONSOLE_LOG, TrainCommand, check_batch
 
 _SCAN_BYTES = 256 * 1024  # the end of the worker's traceback and torchrun's report fit
 
@@ -96,3 +97,43 @@ def peer_lost(code: int, run_dir: Path, since: int, topology: Topology) -> PeerL
         f"another node of this {topology.nnodes}-node training went away (this is node {topology.node_rank})",
         "restart every node (SkyPilot managed jobs and the Kubernetes Job do): the run resumes from OUTPUT_REPO",
     )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this job's training starts, chosen once from the topology: libreyolo's own launch on one
+    machine (its DDP across the proven GPUs), or torchrun with one worker per GPU on every node.
+
+    It knows the three things that differ: the command and its environment, how many workers share
+    a batch, and how a lost peer shows in a failed training's output.
+    """
+
+    topology: Topology
+    run_name: str
+
+    def workers(self, gpu_indices: tuple[int, ...] | None) -> int:
+        """Training processes of the whole job: a fixed batch must divide by it."""
+        if self.topology.multi:
+            return self.topology.nnodes * nproc_per_node(self.topology, gpu_indices)
+        return len(gpu_indices) if gpu_indices else 1
+
+    def check_batch(self, args: RunArgs, gpu_indices: tuple[int, ...] | None) -> int:
+        """Refuse a batch the workers cannot share (before a byte of the dataset is paid for); the workers."""
+        workers = self.workers(gpu_indices)
+        if self.topology.multi:
+            check_batch(args, workers, "workers of all nodes")
+        elif gpu_indices:
+            check_batch(args, workers)
+        return workers
+
+    def command(self, command: TrainCommand, gpu_indices: tuple[int, ...] | None) -> TrainCommand:
+        if not self.topology.multi:
+            return command
+        return torchrun(command, self.topology, nproc_per_node(self.topology, gpu_indices), self.run_name)
+
+    def env(self, gpu_indices: tuple[int, ...] | None) -> dict[str, str]:
+        return torch_env(self.topology, gpu_indices) if self.topology.multi else {}
+
+    def lost_peer(self, code: int, run_dir: Path, since: int) -> AgentError | None:
+        """The failure a lost machine explains, read from this attempt's output (one machine: none)."""
+        return peer_lost(code, run_dir, since, self.topology) if self.topology.multi else None

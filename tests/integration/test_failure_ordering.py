@@ -37,6 +37,7 @@ import pytest
 from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
+from entrypoint.release.clock import PREEMPT_BUDGET
 from entrypoint.state import Phase
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.training import process as training
@@ -54,7 +55,7 @@ VAST_KEY = "vast-canary-key-0rd3r1ng5"
 AGENT_TIMEOUT = 120
 # SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that
 # ignores the deadline (a 30 s retry, a 60 s publish, a 5 s join) overshoots it by far.
-EXIT_BOUND = pipeline.PREEMPT_BUDGET + 4.0
+EXIT_BOUND = PREEMPT_BUDGET + 4.0
 
 
 @dataclass

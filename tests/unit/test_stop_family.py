@@ -217,7 +217,7 @@ def test_a_later_signal_still_stops_a_job_whose_first_stop_was_swallowed(tmp_pat
         job._on_signal(signal.SIGTERM, None)
     with pytest.raises(PreemptedError):
         job._on_signal(signal.SIGTERM, None)
-    assert isinstance(job._stop, StopRequested) and job._deadline is not None
+    assert isinstance(job._stop, StopRequested) and job.clock.deadline is not None
     assert os.getpid()  # the job's handlers were never installed here: nothing to restore
 
 
