@@ -7,7 +7,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tests.fakes.hub import HubServer
 
@@ -80,3 +80,11 @@ class HubContext:
     def download_kwargs(self, **extra: Any) -> dict[str, Any]:
         """``hf_hub_download``/``snapshot_download`` keyword arguments for this test's cache and token."""
         return {"cache_dir": self.cache_dir, "token": self.token, **extra}
+
+
+class NewRepo(NamedTuple):
+    """A fresh, empty model repo of the test's user (the ``new_repo`` fixture of the local Hub's own tests)."""
+
+    api: HfApi  # the real client, with the user's write token
+    repo: str
+    hub: HubServer

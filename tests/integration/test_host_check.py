@@ -30,30 +30,16 @@ def vast() -> Iterator[FakeVast]:
 
 
 def stand_in_probe(tmp_path: Path, bf16: float, gpus: int = 1, **extra: Any) -> Path:
-    """A probe child reporting ``gpus`` working H100s whose matmul reaches ``bf16`` TFLOP/s (``extra``: more)."""
-    card = {
-        "name": "NVIDIA H100 80GB HBM3",
-        "capability": [9, 0],
-        "sm": "sm_90",
-        "arch_supported": True,
-        "total_gib": 79.1,
-        "free_gib": 78.6,
-        "matmul": {"ok": True, "max_rel_error": 1e-6, "tflops_fp32": 50.0},
-        "bench": {"bf16_tflops": bf16, "fp16_tflops": bf16, "copy_gbps": 24.8},
-    }
+    """A probe child reporting ``gpus`` working H100s (the GPU check's passing report of its unit tests) whose
+    matmul reaches ``bf16`` TFLOP/s (``extra``: more)."""
+    from tests.unit.test_preflight import passing_report
+
+    report = passing_report(gpus)
+    for gpu in report["gpus"]:
+        gpu["bench"] = {"bf16_tflops": bf16, "fp16_tflops": bf16, "copy_gbps": 24.8}
     link = {"gen": 5, "gen_max": 5, "width": 16, "width_max": 16, "throttle": []}
-    report = {
-        "driver": "580.65.06",
-        "available": True,
-        "visible": gpus,
-        "torch": "2.14.1",
-        "cuda": "13.0",
-        "arch_list": ["sm_90"],
-        "cards": [{"name": card["name"], "compute_cap": "9.0", "total_mib": "81559", "free_mib": "81000"}] * gpus,
-        "gpus": [{"index": index, **card} for index in range(gpus)],
-        "links": {str(index): link for index in range(gpus)},
-        **extra,
-    }
+    report["links"] = {str(index): link for index in range(gpus)}
+    report.update(extra)
     script = tmp_path / "probe_stand_in.py"
     script.write_text(
         textwrap.dedent(

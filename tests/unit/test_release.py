@@ -1,6 +1,6 @@
 """Ending the bill: the providers' state answers, the retry helper, confirmation, and ON_EXIT/ON_FAILURE.
 
-The provider here is a scripted in-memory instance; tests/integration/test_release.py drives the
+The provider here is a scripted in-memory instance; tests/integration/test_release_providers.py drives the
 same code over HTTP against local provider APIs.
 """
 

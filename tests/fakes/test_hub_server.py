@@ -34,7 +34,7 @@ from huggingface_hub.errors import (
 )
 
 from tests.fakes.hub import RemoteHub, git_blob_sha1
-from tests.hubfixtures import HubContext
+from tests.hubfixtures import HubContext, NewRepo
 
 MiB = 1024 * 1024
 
@@ -72,9 +72,10 @@ def test_create_repo_private_public_and_exist_ok(hub_ctx: HubContext) -> None:
 
 
 @pytest.mark.transfer("lfs")  # asserts the LFS requests
-def test_upload_file_binary_takes_lfs_path_and_downloads_back(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_upload_file_binary_takes_lfs_path_and_downloads_back(
+    hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path
+) -> None:
+    api, repo, hub = new_repo
     data = os.urandom(6 * MiB)
     local = tmp_path / "weights.safetensors"
     local.write_bytes(data)
@@ -95,9 +96,8 @@ def test_upload_file_binary_takes_lfs_path_and_downloads_back(hub_ctx: HubContex
     assert path.parents[1].name == info.oid  # snapshots/<X-Repo-Commit>/ckpt/...
 
 
-def test_download_cache_hit_sends_no_body_and_regular_etag_is_git_sha1(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_download_cache_hit_sends_no_body_and_regular_etag_is_git_sha1(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     api.upload_file(path_or_fileobj=b"epochs: 3\n", path_in_repo="config.yaml", repo_id=repo)
     assert not hub.find_requests("PUT")  # small text goes inline in the commit ("regular")
 
@@ -141,9 +141,8 @@ def test_upload_folder_then_unchanged_files_are_skipped(hub_ctx: HubContext, tmp
     assert hub.file_bytes(repo, "notes.txt", repo_type="dataset") == b"changed\n"
 
 
-def test_create_commit_adds_and_deletes(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_create_commit_adds_and_deletes(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     hub.commit(repo, {"old.txt": b"old", "keep.txt": b"keep", "logs/a.txt": b"a", "logs/b.txt": b"b"})
     blob = os.urandom(3000)
 
@@ -168,9 +167,8 @@ def test_create_commit_adds_and_deletes(hub_ctx: HubContext) -> None:
         api.delete_file("does-not-exist.txt", repo)
 
 
-def test_old_commits_branches_and_tags_resolve(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_old_commits_branches_and_tags_resolve(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     v1 = api.upload_file(path_or_fileobj=b"v1", path_in_repo="state.txt", repo_id=repo).oid
     v2 = api.upload_file(path_or_fileobj=b"v2", path_in_repo="state.txt", repo_id=repo).oid
     kwargs = hub_ctx.download_kwargs()
@@ -301,9 +299,8 @@ def test_typed_not_found_errors(hub_ctx: HubContext) -> None:
 
 @pytest.mark.slow  # waits out the client's real retry backoff
 @pytest.mark.transfer("lfs")  # asserts the LFS requests
-def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_client_retries_preupload_lfs_put_and_429_but_not_the_commit(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     hub.inject("503", path="/preupload/", times=2)
     hub.inject("reset", path=r"\.git/info/lfs/objects/batch$", times=1)
     hub.inject("500", method="PUT", path=r"^/_lfs/", times=1)
@@ -360,9 +357,8 @@ def test_get_503_is_not_retried_and_slow_body_is_throttled(hub_ctx: HubContext) 
     assert time.monotonic() - started >= 0.45
 
 
-def test_apply_then_reset_commit_lands_but_the_client_cannot_tell(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_apply_then_reset_commit_lands_but_the_client_cannot_tell(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     hub.inject("apply-then-reset", method="POST", path="/commit/", times=1)
     try:
         api.upload_file(path_or_fileobj=b"payload", path_in_repo="p.txt", repo_id=repo)
@@ -404,9 +400,8 @@ def test_fault_share_is_reproducible_with_a_seed_and_skip_counts(hub_ctx: HubCon
 # -- commit preconditions ---------------------------------------------------------------------------------
 
 
-def test_parent_commit_mismatch_is_412(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_parent_commit_mismatch_is_412(new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     seen = api.model_info(repo).sha
     hub.upload_bytes(repo, "other.txt", b"someone else committed")
 
@@ -418,9 +413,8 @@ def test_parent_commit_mismatch_is_412(hub_ctx: HubContext) -> None:
     assert "mine.txt" in hub.files(repo)
 
 
-def test_commit_rate_limit_answers_429(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_commit_rate_limit_answers_429(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    api, repo, hub = new_repo
     hub.set_commit_rate_limit(2)
     for i in range(2):
         api.upload_file(path_or_fileobj=f"{i}".encode(), path_in_repo=f"{i}.txt", repo_id=repo)
@@ -489,9 +483,10 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
 # -- Xet: the transfer path of the real Hub ------------------------------------------------------------
 
 
-def test_xet_upload_fills_the_cas_and_downloads_byte_identical(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_xet_upload_fills_the_cas_and_downloads_byte_identical(
+    hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path
+) -> None:
+    api, repo, hub = new_repo
     data = os.urandom(5 * MiB)
     local = tmp_path / "last.pt"
     local.write_bytes(data)
@@ -518,9 +513,10 @@ def test_xet_upload_fills_the_cas_and_downloads_byte_identical(hub_ctx: HubConte
         assert plain.read() == data
 
 
-def test_xet_token_errors_are_retried_and_a_short_token_is_refreshed(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_xet_token_errors_are_retried_and_a_short_token_is_refreshed(
+    hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path
+) -> None:
+    api, repo, hub = new_repo
     hub.set_xet(True, token_ttl=1)  # already "expired" by the client's 60 s safety margin: every use refreshes
     hub.inject("503", path=r"/xet-write-token/", times=1)
     hub.inject("reset", path=r"/xet-read-token/", times=1)
@@ -535,9 +531,8 @@ def test_xet_token_errors_are_retried_and_a_short_token_is_refreshed(hub_ctx: Hu
     assert _statuses(hub_ctx, "GET", r"/xet-read-token/")[0] == 0
 
 
-def test_a_cas_write_failure_commits_nothing(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_a_cas_write_failure_commits_nothing(new_repo: NewRepo, tmp_path: Path) -> None:
+    api, repo, hub = new_repo
     head = hub.head(repo)
     local = tmp_path / "last.pt"
     local.write_bytes(os.urandom(MiB))
@@ -549,9 +544,8 @@ def test_a_cas_write_failure_commits_nothing(hub_ctx: HubContext, tmp_path: Path
 
 
 @pytest.mark.transfer("lfs")
-def test_a_hub_without_xet_has_no_token_route_and_serves_plain_files(hub_ctx: HubContext) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_a_hub_without_xet_has_no_token_route_and_serves_plain_files(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    repo, hub = new_repo.repo, new_repo.hub
     data = os.urandom(MiB)
     hub.upload_bytes(repo, "data.tar", data)
     assert hub.files(repo)["data.tar"].xet_hash is None

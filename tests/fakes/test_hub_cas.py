@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from huggingface_hub import hf_hub_download
 
-from tests.hubfixtures import HubContext
+from tests.hubfixtures import HubContext, NewRepo
 
 MiB = 1024 * 1024
 
@@ -32,9 +32,8 @@ def _cas_token(hub_ctx: HubContext, repo: str) -> dict[str, Any]:
     return dict(json.loads(body))
 
 
-def test_upload_and_download_go_through_the_cas_routes(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_upload_and_download_go_through_the_cas_routes(hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path) -> None:
+    api, repo, hub = new_repo
     data = os.urandom(5 * MiB)
     local = tmp_path / "last.pt"
     local.write_bytes(data)
@@ -60,9 +59,8 @@ def test_upload_and_download_go_through_the_cas_routes(hub_ctx: HubContext, tmp_
     assert not hub.find_requests(path="^/cas-internal/")  # the server's own rebuilds are never logged
 
 
-def test_the_token_routes_hand_out_the_http_cas(hub_ctx: HubContext) -> None:
-    api, repo = hub_ctx.api(), hub_ctx.repo_id()
-    api.create_repo(repo)
+def test_the_token_routes_hand_out_the_http_cas(hub_ctx: HubContext, new_repo: NewRepo) -> None:
+    repo = new_repo.repo
     assert _cas_token(hub_ctx, repo)["casUrl"] == f"{hub_ctx.hub.url}/cas"
 
 
@@ -85,9 +83,10 @@ def _rebuild(fetch: dict[str, Any], terms: list[dict[str, Any]], offset: int, he
     return bytes(out[offset:])
 
 
-def test_a_reconstruction_with_a_range_describes_exactly_those_bytes(hub_ctx: HubContext, tmp_path: Path) -> None:
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+def test_a_reconstruction_with_a_range_describes_exactly_those_bytes(
+    hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path
+) -> None:
+    api, repo, hub = new_repo
     data = os.urandom(3 * MiB + 12345)
     (tmp_path / "w.pt").write_bytes(data)
     api.upload_file(path_or_fileobj=tmp_path / "w.pt", path_in_repo="w.pt", repo_id=repo)
@@ -109,11 +108,10 @@ def test_a_reconstruction_with_a_range_describes_exactly_those_bytes(hub_ctx: Hu
 
 
 @pytest.mark.parametrize("route", ["shards"])
-def test_a_shard_naming_a_missing_xorb_is_refused(hub_ctx: HubContext, route: str) -> None:
+def test_a_shard_naming_a_missing_xorb_is_refused(hub_ctx: HubContext, new_repo: NewRepo, route: str) -> None:
     from tests.fakes.hub.cas import _BOOKEND, _E
 
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+    repo, hub = new_repo.repo, new_repo.hub
     token = _cas_token(hub_ctx, repo)["accessToken"]
     file_header = b"\x11" * 32 + (1).to_bytes(4, "little") + (1).to_bytes(4, "little") + bytes(8)
     term = b"\x22" * 32 + bytes(4) + (10).to_bytes(4, "little") + bytes(4) + (1).to_bytes(4, "little")
@@ -140,15 +138,16 @@ for i in range(2):
 """
 
 
-def test_two_processes_on_one_hf_home_upload_and_download_at_once(hub_ctx: HubContext, tmp_path: Path) -> None:
+def test_two_processes_on_one_hf_home_upload_and_download_at_once(
+    hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path
+) -> None:
     """A run's uploader and a `trainbox sync` sidecar (or two nodes) sharing one HF_HOME: hf_xet's network
     client keeps no lock there. (With a ``local://`` CAS both would open the CAS folder's own redb index and
     the second fail with "Database already open": a property of that test-only CAS, not of HF_HOME.)"""
     import subprocess
     import sys
 
-    repo = hub_ctx.repo_id()
-    hub_ctx.api().create_repo(repo)
+    repo = new_repo.repo
     env = hub_ctx.env(HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_PROGRESS_BARS="1")
     for name in ("HF_HUB_CACHE", "HF_XET_CACHE"):
         env.pop(name, None)  # both under HF_HOME, as on a shared volume
@@ -174,11 +173,10 @@ def test_two_processes_on_one_hf_home_upload_and_download_at_once(hub_ctx: HubCo
     ]
 
 
-def test_the_bandwidth_cap_holds_the_cas_to_its_rate(hub_ctx: HubContext, tmp_path: Path) -> None:
+def test_the_bandwidth_cap_holds_the_cas_to_its_rate(hub_ctx: HubContext, new_repo: NewRepo, tmp_path: Path) -> None:
     import time
 
-    api, repo, hub = hub_ctx.api(), hub_ctx.repo_id(), hub_ctx.hub
-    api.create_repo(repo)
+    api, repo, hub = new_repo
     data = os.urandom(6 * MiB)
     (tmp_path / "w.pt").write_bytes(data)
     api.upload_file(path_or_fileobj=tmp_path / "w.pt", path_in_repo="w.pt", repo_id=repo)
