@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from entrypoint import envhelp
+from entrypoint import settings
 from entrypoint.cli import cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -16,7 +16,7 @@ SECRET = "hf_dryRunSecretValue0123456789"
 
 
 def test_the_scan_finds_every_variable_with_its_default() -> None:
-    found = {var.name: var.default for var in envhelp.variables()}
+    found = {var.name: var.default for var in settings.variables()}
     # every variable of the README's configuration table is read by settings.py, and found there
     table = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `([A-Z_]+)`(?:, `([A-Z_]+)`)?", table, re.MULTILINE))
@@ -32,7 +32,7 @@ def test_the_scan_finds_every_variable_with_its_default() -> None:
 def test_help_lists_every_variable(args: list[str]) -> None:
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
-    for var in envhelp.variables():
+    for var in settings.variables():
         assert re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
     assert "  STALL_TIMEOUT [30m]: " in shown.output and "  WORKDIR [/workspace]: " in shown.output
     if args[0] == "run":

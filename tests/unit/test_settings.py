@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ConfigError
-from entrypoint.settings import DatasetKind, ExitAction, Provider, from_env, parse_duration, parse_gpus
+from entrypoint.parsing import parse_duration
+from entrypoint.settings import DatasetKind, ExitAction, Provider, from_env, parse_gpus
 
 TOKEN = "hf_settingsTestTokenValue1234567890"
 
