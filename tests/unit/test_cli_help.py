@@ -39,6 +39,25 @@ def test_help_lists_every_variable(args: list[str]) -> None:
         assert "--dry-run" in shown.output
 
 
+def test_help_prints_each_row_once_with_its_default_and_meaning() -> None:
+    shown = CliRunner().invoke(cli, ["--help"]).output
+    epilog = shown.split("Environment variables", 1)[1]
+    rows = settings.variables()
+    assert len(re.findall(r"^  [A-Z][A-Z0-9_]+\b", epilog, re.MULTILINE)) == len(rows)
+    for var in rows:
+        default = f" [{var.default}]" if var.default is not None else ""
+        assert epilog.count(f"\n  {var.name}{default}: {var.meaning}\n") == 1, var.name
+
+
+def test_dry_run_lists_each_row_once(tmp_path: Path) -> None:
+    env = {"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu", "MAX_COST": "", "HF_ENDPOINT": "http://hub"}
+    out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
+    listed = out.split("\nsettings\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in listed] == [var.name for var in settings.variables()]
+    assert re.search(r"^  MAX_COST\s+unset$", out, re.MULTILINE)
+    assert re.search(r"^  HF_ENDPOINT\s+http://hub$", out, re.MULTILINE)
+
+
 def test_dry_run_spends_nothing_and_shows_no_secret(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     env = {
