@@ -16,7 +16,7 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError, PreemptedError
 from .log import logger, redact
-from .settings import DEFAULT_WORKDIR, Settings
+from .settings import DEFAULT_WORKDIR, Settings, variables
 from .state import STATE_FILE, read_state
 
 _XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"  # read by hf_xet when its session starts
@@ -52,13 +52,20 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
     return replace(loaded, env={**loaded.env, **on_volume})
 
 
+def _env_epilog() -> str:
+    """The text under ``--help``: one line per row of settings' table, ``NAME [default]: meaning``."""
+    lines = ["Environment variables (defaults in brackets; secrets are never printed):", ""]
+    for var in variables():
+        default = f" [{var.default}]" if var.default is not None else ""
+        lines.append(f"  {var.name}{default}: {var.meaning}")
+    return "\n".join(lines)
+
+
 class _EnvHelp(click.Command):
-    """``--help`` ends with the environment variables and their defaults, read from settings.py."""
+    """``--help`` ends with the environment variables and their defaults, from settings' table."""
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from .envhelp import epilog
-
-        formatter.write("\n" + epilog() + "\n")
+        formatter.write("\n" + _env_epilog() + "\n")
 
 
 class _EnvHelpGroup(_EnvHelp, click.Group):

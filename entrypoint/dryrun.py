@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import shlex
 
-from .envhelp import variables
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch
+from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch, variables
 from .training import process as training
 from .training import resume
 

@@ -1,7 +1,9 @@
 """Environment → one typed, validated, frozen ``Settings``. The only reader of the environment.
 
-Every bad value is a ``ConfigError`` naming the variable and an example of a good value.
-Secrets are held in ``Secret`` (its repr is ``***``) and registered for redaction.
+``Vars`` is the table of every variable the agent reads: its meaning, its parser, the value unset
+means and that default as text. ``from_env`` reads through it (a name without a row is refused as a
+bug), and ``trainbox --help``, ``trainbox run --dry-run`` and the README test list it. The parsers
+(and ``Secret``, whose repr is ``***`` and whose value is registered for redaction) are in parsing.py.
 """
 
 from __future__ import annotations
@@ -9,16 +11,16 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from . import libreyolo, log, run_args, topology
+from . import parsing as parse
 from .errors import ConfigError
+from .parsing import REPO_ID, Declared, Secret, Variable, elsewhere, plain
 from .procs import SECRET_PROVIDER_VARS, child_env
 from .run_args import RunArgs
 
@@ -48,35 +50,6 @@ DEMO_RUN_ARGS = (
 # The demo on a CPU, without a batch in RUN_ARGS: batch=-1 keeps 16 there, and 8 gives the same images twice
 # the updates (on GPUs batch=-1 still sizes it, and 8 would not split across 3 of them).
 DEMO_CPU_BATCH = 8
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_Choice = TypeVar("_Choice", bound=enum.StrEnum)
-
-
-class Secret:
-    """A string that never prints itself."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-        log.register_secret(value)
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 class ExitAction(enum.StrEnum):
@@ -181,25 +154,170 @@ class Settings:
         return [secret.reveal() for secret in values if secret is not None]
 
 
-def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None) -> Settings:
+def parse_gpus(value: str) -> GpuSelection:
+    text = value.strip().lower()
+    if text == "all":
+        return GpuSelection()
+    if text == "cpu":
+        return GpuSelection(cpu=True)
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
+        raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
+    return GpuSelection(indices=tuple(int(part) for part in parts))
+
+
+def _dataset(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str | None]:
+    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
+    if looks_local:
+        path = Path(value).expanduser().resolve()
+        if path.is_dir():
+            return DatasetKind.LOCAL_DIR, str(path)
+        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
+            return DatasetKind.LOCAL_TAR, str(path)
+        raise ConfigError(
+            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
+            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
+        )
+    if not REPO_ID.match(value):
+        raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
+    return DatasetKind.HUB, value
+
+
+class Vars:
+    """Every variable the agent reads, in the order --help lists them: meaning, parser, unset value, default text.
+    A row's ``read(env)`` is its typed value; rows built by ``elsewhere`` are read by topology.py or a library."""
+
+    HF_TOKEN = Variable("Hugging Face token (secret)", parse.secret, None)
+    HF_HOME = Variable("huggingface_hub's home (default: WORKDIR/.cache/huggingface)", plain(Path), None)
+    DATASET_REPO = Variable[tuple[DatasetKind, str | None]](
+        "org/name of an HF dataset repo, or a local folder / .tar (unset: the demo)", _dataset, (DatasetKind.DEMO, None)
+    )
+    DATASET_FILE = Variable("which tar in the dataset repo", parse.text, None)
+    DATASET_REVISION = Variable("branch, tag or commit of the dataset", parse.text, "main", "main")
+    DATA_YAML = Variable("which data.yaml, relative to the dataset root", parse.text, None)
+    OUTPUT_REPO = Variable("org/name of the HF model repo that receives every epoch", parse.repo_id, None)
+    RUN_ARGS = Variable("extra `libreyolo train` key=value arguments", plain(run_args.parse), RunArgs(), '""')
+    GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")
+    WORKDIR = Variable("persistent volume root", parse.workdir, Path(DEFAULT_WORKDIR), DEFAULT_WORKDIR)
+    RUN_NAME = Variable("stable run id (default: derived from dataset, output repo and RUN_ARGS)", parse.run_name, None)
+    MAX_RUNTIME = Variable("wall-clock limit like 90m or 6h", parse.optional_duration, None)
+    STALL_TIMEOUT = Variable[float | None](
+        "no epoch or output for this long ends the run (off disables)",
+        parse.optional_duration,
+        DEFAULT_STALL_TIMEOUT,
+        "30m",
+    )
+    ON_EXIT = Variable(
+        "exit, stop or destroy the instance at the end", parse.choice(ExitAction), ExitAction.EXIT, "exit"
+    )
+    ON_FAILURE = Variable("the same for a failed run (default: ON_EXIT)", parse.choice(ExitAction), ExitAction.EXIT)
+    PROVIDER = Variable("auto, vast, runpod or none", parse.provider, "auto", "auto")
+    CONTAINER_ID = Variable("Vast.ai instance id (set by Vast.ai)", parse.text, None)
+    CONTAINER_API_KEY = Variable("Vast.ai API key (secret; set by Vast.ai)", parse.text, None)
+    RUNPOD_POD_ID = Variable("RunPod pod id (set by RunPod)", parse.text, None)
+    RUNPOD_API_KEY = Variable("RunPod API key (secret)", plain(Secret), None)
+    VAST_API_URL = Variable("Vast.ai API base URL", parse.api_url, VAST_API_URL, VAST_API_URL)
+    RUNPOD_API_URL = Variable("RunPod API base URL", parse.api_url, RUNPOD_API_URL, RUNPOD_API_URL)
+    PRICE_PER_HOUR = Variable("instance price in $/h, for the cost receipt", parse.dollars("2.49", zero_ok=True), None)
+    MONITOR = Variable("1 starts `libreyolo monitor` beside training", parse.flag, False, "0")
+    MONITOR_HOST = Variable("address the dashboard binds", parse.text, "127.0.0.1", "127.0.0.1")
+    PROFILE = Variable("1 profiles a few steps first", parse.flag, False, "0")
+    NNODES = elsewhere("several machines: how many (default 1)")
+    NODE_RANK = elsewhere("several machines: this one's number, 0 … NNODES-1")
+    MASTER_ADDR = elsewhere("several machines: node 0's address")
+    MASTER_PORT = elsewhere("several machines: the rendezvous port (default 29500)")
+    HEADLESS_SERVICE = elsewhere("Kubernetes indexed Job: the Service naming pod 0")
+    DDP_TIMEOUT = Variable[float | None](
+        "several machines: a silent lost node ends the others after this",
+        parse.optional_duration,
+        topology.DEFAULT_PEER_TIMEOUT,
+        "600.0",
+    )
+    RENDEZVOUS_TIMEOUT = Variable[float | None](
+        "several machines: how long the nodes wait for each other at the start",
+        parse.optional_duration,
+        topology.DEFAULT_JOIN_TIMEOUT,
+        "900.0",
+    )
+    SKYPILOT_NUM_NODES = elsewhere("set by SkyPilot")
+    SKYPILOT_NODE_RANK = elsewhere("set by SkyPilot")
+    SKYPILOT_NODE_IPS = elsewhere("set by SkyPilot", '""')
+    SKYPILOT_NUM_GPUS_PER_NODE = elsewhere("set by SkyPilot")
+    JOB_COMPLETION_INDEX = elsewhere("set by a Kubernetes indexed Job: the node rank")
+    HOSTNAME = elsewhere("set by Kubernetes: the pod's name", '""')
+    WORLD_SIZE = elsewhere("set by PyTorchJob (one pod per node): the number of nodes")
+    RANK = elsewhere("set by PyTorchJob (one pod per node): the node rank")
+    OOM_RETRIES = Variable(
+        "out of GPU memory after an epoch: resume with half the batch, at most this often",
+        parse.count,
+        DEFAULT_OOM_RETRIES,
+        "2",
+    )
+    LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
+    HOST_CHECK = Variable(
+        "warn, strict or off: the host report's shortfalls are said, end the job, or are not measured",
+        parse.choice(HostCheck),
+        HostCheck.WARN,
+        "warn",
+    )
+    HOST_MIN_GPU_FRACTION = Variable(
+        "a card's matmul TFLOP/s under this fraction of its datasheet figure is a shortfall",
+        parse.ratio,
+        DEFAULT_HOST_MIN_GPU_FRACTION,
+        "0.5",
+    )
+    HOST_MIN_COPY_GBPS = Variable(
+        "a host→device copy under this many GB/s is a shortfall", parse.positive, DEFAULT_HOST_MIN_COPY_GBPS, "4.0"
+    )
+    HOST_MIN_DISK_MBPS = Variable(
+        "a WORKDIR disk writing or reading under this many MB/s is a shortfall",
+        parse.positive,
+        DEFAULT_HOST_MIN_DISK_MBPS,
+        "100.0",
+    )
+    CHECKPOINT_BUCKET = Variable(
+        "Storage Bucket for the working state (default: <OUTPUT_REPO>-checkpoints; off: commits)", parse.bucket, None
+    )
+    PUBLISH_EVERY = Variable[float | None](
+        "bucket mode: at most one milestone commit to OUTPUT_REPO per this long",
+        parse.optional_duration,
+        DEFAULT_PUBLISH_EVERY,
+        "10m",
+    )
+    SQUASH_HISTORY = Variable(
+        "CHECKPOINT_BUCKET=off: 1 squashes OUTPUT_REPO's history once the run is done", parse.flag, False, "0"
+    )
+    MAX_COST = Variable(
+        "spending limit in dollars like 25: the job is wrapped up once the spend reaches it",
+        parse.dollars("25", zero_ok=False),
+        None,
+    )
+    PET_NNODES = elsewhere("set by PyTorchJob (torchrun's variables): the number of nodes")
+    PET_NODE_RANK = elsewhere("set by PyTorchJob (torchrun's variables): the node rank")
+    VAST_API_KEY = Variable("a Vast.ai API key (secret; redacted, never passed to training)", parse.text, None)
+    HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
+
+
+VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values() if isinstance(row, Variable))
+_NAMES = frozenset(row.name for row in VARIABLES)
+
+
+def variables() -> tuple[Variable[object], ...]:
+    """The table's rows, in order (--help, --dry-run, the README test)."""
+    return VARIABLES
+
+
+def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = None) -> Settings:
     """Read and check every variable of the interface; ``options`` are libreyolo's train options."""
-    # compose and templates pass unset variables as empty strings: treat them as unset.
-    env = {key: value for key, value in env.items() if value != ""}
-    hf_token = _secret(env.get("HF_TOKEN"), "HF_TOKEN")
+    env = Declared(environ, _NAMES)
+    hf_token = Vars.HF_TOKEN.read(env)
     for name in SECRET_PROVIDER_VARS:
         log.register_secret(env.get(name))
 
-    dataset_kind, dataset_repo = _dataset(env.get("DATASET_REPO"))
-    output_repo = env.get("OUTPUT_REPO")
-    if output_repo is not None and not _REPO_ID.match(output_repo):
-        raise ConfigError(
-            f"OUTPUT_REPO={output_repo!r} is not a repo id", "use org/name, e.g. OUTPUT_REPO=acme/yolo-run"
-        )
-
-    workdir = Path(env.get("WORKDIR", DEFAULT_WORKDIR)).expanduser()
-    if not workdir.is_absolute():
-        workdir = Path.cwd() / workdir
-    user_args = run_args.parse(env.get("RUN_ARGS", ""))
+    dataset_kind, dataset_repo = Vars.DATASET_REPO.read(env)
+    output_repo = Vars.OUTPUT_REPO.read(env)
+    workdir = Vars.WORKDIR.read(env)
+    user_args = Vars.RUN_ARGS.read(env)
     known = dict(options) if options is not None else libreyolo.train_options(workdir / ".cache" / "trainbox")
     run_args.validate(user_args, known)
     effective = user_args
@@ -208,43 +326,44 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
     if "batch" not in effective:
         effective = effective.set("batch", "-1")
 
-    hf_home = Path(env.get("HF_HOME", str(workdir / ".cache" / "huggingface")))
-    on_exit = _choice(env, "ON_EXIT", ExitAction, ExitAction.EXIT)
+    hf_home = Vars.HF_HOME.read(env) or workdir / ".cache" / "huggingface"
+    on_exit = Vars.ON_EXIT.read(env)
+    dataset_file, data_yaml = Vars.DATASET_FILE.read(env), Vars.DATA_YAML.read(env)
     settings = Settings(
         hf_token=hf_token,
         dataset_kind=dataset_kind,
         dataset_repo=dataset_repo,
-        dataset_file=env.get("DATASET_FILE"),
-        dataset_revision=env.get("DATASET_REVISION", "main"),
-        data_yaml=env.get("DATA_YAML"),
+        dataset_file=dataset_file,
+        dataset_revision=Vars.DATASET_REVISION.read(env),
+        data_yaml=data_yaml,
         output_repo=output_repo,
         user_run_args=user_args,
         run_args=effective,
-        gpus=parse_gpus(env.get("GPUS", "all")),
+        gpus=Vars.GPUS.read(env),
         workdir=workdir,
         hf_home=hf_home,
-        run_name=_run_name(env, dataset_repo, output_repo, user_args),
-        max_runtime=_optional_duration(env, "MAX_RUNTIME", None),
-        stall_timeout=_optional_duration(env, "STALL_TIMEOUT", DEFAULT_STALL_TIMEOUT),
+        run_name=Vars.RUN_NAME.read(env) or _run_name(dataset_repo, dataset_file, data_yaml, output_repo, user_args),
+        max_runtime=Vars.MAX_RUNTIME.read(env),
+        stall_timeout=Vars.STALL_TIMEOUT.read(env),
         on_exit=on_exit,
-        on_failure=_choice(env, "ON_FAILURE", ExitAction, on_exit),
+        on_failure=Vars.ON_FAILURE.read_or(env, on_exit),
         provider=_provider(env),
-        price_per_hour=_dollars("PRICE_PER_HOUR", env.get("PRICE_PER_HOUR"), "2.49", zero_ok=True),
-        max_cost=_dollars("MAX_COST", env.get("MAX_COST"), "25", zero_ok=False),
-        monitor=_flag(env, "MONITOR"),
-        monitor_host=env.get("MONITOR_HOST", "127.0.0.1"),
-        profile=_flag(env, "PROFILE"),
-        card_license=_license(env.get("LICENSE")),
-        env=child_env(env) | {"HF_HOME": str(hf_home)},
+        price_per_hour=Vars.PRICE_PER_HOUR.read(env),
+        max_cost=Vars.MAX_COST.read(env),
+        monitor=Vars.MONITOR.read(env),
+        monitor_host=Vars.MONITOR_HOST.read(env),
+        profile=Vars.PROFILE.read(env),
+        card_license=Vars.LICENSE.read(env),
+        env=child_env(env.given()) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
-        oom_retries=_count(env, "OOM_RETRIES", DEFAULT_OOM_RETRIES),
+        oom_retries=Vars.OOM_RETRIES.read(env),
         checkpoint_bucket=_checkpoint_bucket(env, output_repo),
-        publish_every=_optional_duration(env, "PUBLISH_EVERY", DEFAULT_PUBLISH_EVERY) or 0.0,
-        squash_history=_flag(env, "SQUASH_HISTORY"),
-        host_check=_choice(env, "HOST_CHECK", HostCheck, HostCheck.WARN),
-        host_min_gpu_fraction=_ratio(env, "HOST_MIN_GPU_FRACTION", DEFAULT_HOST_MIN_GPU_FRACTION),
-        host_min_copy_gbps=_positive(env, "HOST_MIN_COPY_GBPS", DEFAULT_HOST_MIN_COPY_GBPS),
-        host_min_disk_mbps=_positive(env, "HOST_MIN_DISK_MBPS", DEFAULT_HOST_MIN_DISK_MBPS),
+        publish_every=Vars.PUBLISH_EVERY.read(env) or 0.0,
+        squash_history=Vars.SQUASH_HISTORY.read(env),
+        host_check=Vars.HOST_CHECK.read(env),
+        host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
+        host_min_copy_gbps=Vars.HOST_MIN_COPY_GBPS.read(env),
+        host_min_disk_mbps=Vars.HOST_MIN_DISK_MBPS.read(env),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -286,206 +405,48 @@ def from_env(env: Mapping[str, str], *, options: Mapping[str, str] | None = None
 def _topology(env: Mapping[str, str]) -> topology.Topology:
     """The nodes of this training (topology.py), with its timeouts."""
     found = topology.from_env(env)
-    peer = _optional_duration(env, "DDP_TIMEOUT", topology.DEFAULT_PEER_TIMEOUT)
-    join = _optional_duration(env, "RENDEZVOUS_TIMEOUT", topology.DEFAULT_JOIN_TIMEOUT)
+    peer = Vars.DDP_TIMEOUT.read(env)
+    join = Vars.RENDEZVOUS_TIMEOUT.read(env)
     return replace(found, peer_timeout=peer or topology.DEFAULT_PEER_TIMEOUT, join_timeout=join or found.join_timeout)
-
-
-def parse_gpus(value: str) -> GpuSelection:
-    text = value.strip().lower()
-    if text == "all":
-        return GpuSelection()
-    if text == "cpu":
-        return GpuSelection(cpu=True)
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
-        raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
-    return GpuSelection(indices=tuple(int(part) for part in parts))
-
-
-def parse_duration(value: str, name: str) -> float:
-    """``90m``, ``6h``, ``1h30m``, ``45s``, ``2d`` or a plain number of seconds."""
-    text = value.strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION_PART.findall(text)
-        if not parts or "".join(number + unit for number, unit in parts) != text:
-            raise ConfigError(f"{name}={value!r} is not a duration", f"use e.g. {name}=90m, 6h or 3600") from None
-        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
-    if seconds < 0:
-        raise ConfigError(f"{name}={value!r} is negative", f"use e.g. {name}=90m")
-    return seconds
-
-
-def _optional_duration(env: Mapping[str, str], name: str, default: float | None) -> float | None:
-    value = env.get(name)
-    if value is None:
-        return default
-    if value.strip().lower() in {"off", "none", "0"}:
-        return None
-    return parse_duration(value, name)
 
 
 def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str | None:
     """CHECKPOINT_BUCKET: ns/name, ``off``, or unset (derived from OUTPUT_REPO: ``<repo>-checkpoints``)."""
-    value = env.get("CHECKPOINT_BUCKET")
-    if value is not None and value.strip().lower() == "off":
-        return None
-    if value is None:
-        return f"{output_repo}-checkpoints" if output_repo is not None else None
-    if not _REPO_ID.match(value):
-        raise ConfigError(
-            f"CHECKPOINT_BUCKET={value!r} is not a bucket id", "use ns/name, e.g. CHECKPOINT_BUCKET=acme/ckpts, or off"
-        )
-    if output_repo is None:
+    derived = f"{output_repo}-checkpoints" if output_repo is not None else None
+    if "CHECKPOINT_BUCKET" not in env:
+        return derived
+    value = Vars.CHECKPOINT_BUCKET.read(env)
+    if value is not None and output_repo is None:
         raise ConfigError("CHECKPOINT_BUCKET without OUTPUT_REPO", "set OUTPUT_REPO=org/name as well")
     return value
 
 
-def _secret(value: str | None, name: str) -> Secret | None:
-    if value is None:
-        return None
-    if value.strip() != value or any(ch.isspace() for ch in value):
-        raise ConfigError(f"{name} contains whitespace", f"set {name} to the token alone, e.g. {name}=hf_xxx")
-    return Secret(value)
-
-
-def _dataset(value: str | None) -> tuple[DatasetKind, str | None]:
-    if value is None:
-        return DatasetKind.DEMO, None
-    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
-    if looks_local:
-        path = Path(value).expanduser().resolve()
-        if path.is_dir():
-            return DatasetKind.LOCAL_DIR, str(path)
-        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
-            return DatasetKind.LOCAL_TAR, str(path)
-        raise ConfigError(
-            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
-            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
-        )
-    if not _REPO_ID.match(value):
-        raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
-    return DatasetKind.HUB, value
-
-
-_LICENSE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,63}$")
-
-
-def _license(value: str | None) -> str | None:
-    """A Hub license id (https://huggingface.co/docs/hub/repositories-licenses); the Hub checks the list itself."""
-    if value is not None and not _LICENSE.match(value):
-        raise ConfigError(f"LICENSE={value!r} is not a Hub license id", "use e.g. LICENSE=apache-2.0, mit or other")
-    return value
-
-
-def _run_name(env: Mapping[str, str], dataset: str | None, output: str | None, args: RunArgs) -> str:
-    explicit = env.get("RUN_NAME")
-    if explicit is not None:
-        if not _RUN_NAME.match(explicit):
-            raise ConfigError(f"RUN_NAME={explicit!r} is not valid", "use letters, digits, . _ -, e.g. RUN_NAME=exp1")
-        return explicit
-    # Same job → same name across restarts, so a restarted container finds its own run.
+def _run_name(dataset: str | None, file: str | None, data_yaml: str | None, output: str | None, args: RunArgs) -> str:
+    """Same job → same name across restarts, so a restarted container finds its own run."""
     identity = json.dumps(
-        {
-            "dataset": dataset,
-            "file": env.get("DATASET_FILE"),
-            "data_yaml": env.get("DATA_YAML"),
-            "output": output,
-            "args": sorted(args.pairs),
-        },
+        {"dataset": dataset, "file": file, "data_yaml": data_yaml, "output": output, "args": sorted(args.pairs)},
         sort_keys=True,
     )
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(dataset).name if dataset else "demo").strip("-.") or "run"
     return f"{stem[:60]}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
 
 
-def _choice(env: Mapping[str, str], name: str, kind: type[_Choice], default: _Choice) -> _Choice:
-    value = env.get(name)
-    if value is None:
-        return default
-    try:
-        return kind(value.strip().lower())
-    except ValueError:
-        allowed = ", ".join(member.value for member in kind)
-        raise ConfigError(f"{name}={value!r} is not one of {allowed}", f"e.g. {name}={default}") from None
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "0").strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigError(f"{name}={value!r} is not 0 or 1", f"e.g. {name}=1")
-
-
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
-    value = env.get(name)
-    if value is None:
-        return default
-    if not value.strip().isdigit():
-        raise ConfigError(f"{name}={value!r} is not a whole number", f"e.g. {name}={default}, or 0 to turn it off")
-    return int(value.strip())
-
-
-def _positive(env: Mapping[str, str], name: str, default: float) -> float:
-    value = env.get(name)
-    if value is None:
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or number < 0:
-        raise ConfigError(f"{name}={value!r} is not a number", f"e.g. {name}={default:g}, or 0 to judge nothing")
-    return number
-
-
-def _ratio(env: Mapping[str, str], name: str, default: float) -> float:
-    number = _positive(env, name, default)
-    if number > 1:
-        raise ConfigError(f"{name}={env[name]!r} is more than 1", f"a fraction, e.g. {name}={default:g}")
-    return number
-
-
-def _dollars(name: str, value: str | None, example: str, *, zero_ok: bool) -> float | None:
-    """PRICE_PER_HOUR (0 allowed: a free machine) and MAX_COST (must be positive): finite dollars."""
-    if value is None:
-        return None
-    try:
-        dollars = float(value.strip().lstrip("$"))
-    except ValueError:
-        dollars = math.nan
-    if not math.isfinite(dollars) or dollars < 0 or (dollars == 0 and not zero_ok):
-        raise ConfigError(f"{name}={value!r} is not an amount of dollars", f"give dollars, e.g. {name}={example}")
-    return dollars
-
-
 def _provider(env: Mapping[str, str]) -> ProviderAccess:
-    wanted = env.get("PROVIDER", "auto").strip().lower()
-    if wanted not in {"auto", "none", "vast", "runpod"}:
-        raise ConfigError(f"PROVIDER={wanted!r} is not one of auto, vast, runpod, none", "e.g. PROVIDER=auto")
-    vast_env = {**_proc1_vast_env(), **{k: env[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if k in env}}
+    wanted = Vars.PROVIDER.read(env)
+    given = {name: value for name in ("CONTAINER_ID", "CONTAINER_API_KEY") if (value := env.get(name)) is not None}
+    vast_env = {**_proc1_vast_env(), **given}
     vast = ProviderAccess(
         provider=Provider.VAST,
-        instance_id=vast_env.get("CONTAINER_ID"),
+        instance_id=Vars.CONTAINER_ID.read(vast_env),
         api_key=Secret(vast_env["CONTAINER_API_KEY"]) if "CONTAINER_API_KEY" in vast_env else None,
-        api_url=env.get("VAST_API_URL", VAST_API_URL).rstrip("/"),
+        api_url=Vars.VAST_API_URL.read(env),
     )
     runpod = ProviderAccess(
         provider=Provider.RUNPOD,
-        instance_id=env.get("RUNPOD_POD_ID"),
-        api_key=Secret(env["RUNPOD_API_KEY"]) if "RUNPOD_API_KEY" in env else None,
-        api_url=env.get("RUNPOD_API_URL", RUNPOD_API_URL).rstrip("/"),
+        instance_id=Vars.RUNPOD_POD_ID.read(env),
+        api_key=Vars.RUNPOD_API_KEY.read(env),
+        api_url=Vars.RUNPOD_API_URL.read(env),
     )
-    for name, url, default in (
-        ("VAST_API_URL", vast.api_url, VAST_API_URL),
-        ("RUNPOD_API_URL", runpod.api_url, RUNPOD_API_URL),
-    ):
-        if not url.startswith(("https://", "http://")):
-            raise ConfigError(f"{name}={url!r} is not an http(s) URL", f"leave it unset (default {default})")
     if wanted == "none":
         return ProviderAccess(provider=Provider.NONE)
     candidates = {"vast": [vast], "runpod": [runpod], "auto": [vast, runpod]}[wanted]

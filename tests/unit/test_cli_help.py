@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from entrypoint import envhelp
+from entrypoint import settings
 from entrypoint.cli import cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -16,7 +16,7 @@ SECRET = "hf_dryRunSecretValue0123456789"
 
 
 def test_the_scan_finds_every_variable_with_its_default() -> None:
-    found = {var.name: var.default for var in envhelp.variables()}
+    found = {var.name: var.default for var in settings.variables()}
     # every variable of the README's configuration table is read by settings.py, and found there
     table = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `([A-Z_]+)`(?:, `([A-Z_]+)`)?", table, re.MULTILINE))
@@ -32,11 +32,30 @@ def test_the_scan_finds_every_variable_with_its_default() -> None:
 def test_help_lists_every_variable(args: list[str]) -> None:
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
-    for var in envhelp.variables():
+    for var in settings.variables():
         assert re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
     assert "  STALL_TIMEOUT [30m]: " in shown.output and "  WORKDIR [/workspace]: " in shown.output
     if args[0] == "run":
         assert "--dry-run" in shown.output
+
+
+def test_help_prints_each_row_once_with_its_default_and_meaning() -> None:
+    shown = CliRunner().invoke(cli, ["--help"]).output
+    epilog = shown.split("Environment variables", 1)[1]
+    rows = settings.variables()
+    assert len(re.findall(r"^  [A-Z][A-Z0-9_]+\b", epilog, re.MULTILINE)) == len(rows)
+    for var in rows:
+        default = f" [{var.default}]" if var.default is not None else ""
+        assert epilog.count(f"\n  {var.name}{default}: {var.meaning}\n") == 1, var.name
+
+
+def test_dry_run_lists_each_row_once(tmp_path: Path) -> None:
+    env = {"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu", "MAX_COST": "", "HF_ENDPOINT": "http://hub"}
+    out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
+    listed = out.split("\nsettings\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in listed] == [var.name for var in settings.variables()]
+    assert re.search(r"^  MAX_COST\s+unset$", out, re.MULTILINE)
+    assert re.search(r"^  HF_ENDPOINT\s+http://hub$", out, re.MULTILINE)
 
 
 def test_dry_run_spends_nothing_and_shows_no_secret(tmp_path: Path) -> None:

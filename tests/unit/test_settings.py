@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from entrypoint.errors import ConfigError
-from entrypoint.settings import DatasetKind, ExitAction, Provider, from_env, parse_duration, parse_gpus
+from entrypoint.parsing import Declared, parse_duration
+from entrypoint.settings import DatasetKind, ExitAction, Provider, Settings, Vars, from_env, parse_gpus, variables
 
 TOKEN = "hf_settingsTestTokenValue1234567890"
 
@@ -204,3 +206,67 @@ def test_bad_bucket_settings_name_the_fix(env: dict[str, str], words: str) -> No
     with pytest.raises(ConfigError) as refused:
         make(**env)
     assert words in str(refused.value) and refused.value.exit_code == 10
+
+
+# Settings fields that are not one variable's value, and where they come from.
+NOT_ONE_ROW = {
+    "env": "the whole environment, secrets removed, for the child processes",
+    "dataset_kind": "DATASET_REPO's row gives the kind with the repo",
+    "run_args": "RUN_ARGS's row, with the demo defaults and batch=-1",
+    "provider": "PROVIDER, CONTAINER_ID, CONTAINER_API_KEY, RUNPOD_POD_ID, RUNPOD_API_KEY and the two API URLs",
+    "topology": "the nodes' rows (read by topology.py), DDP_TIMEOUT and RENDEZVOUS_TIMEOUT",
+}
+ROW_OF_FIELD = {"card_license": "LICENSE", "user_run_args": "RUN_ARGS"}  # else the field's name in capitals
+# Rows with a parser that feed a grouped field above, or only the redaction list.
+GROUPED = {"PROVIDER", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
+GROUPED |= {"VAST_API_URL", "RUNPOD_API_URL", "DDP_TIMEOUT", "RENDEZVOUS_TIMEOUT", "VAST_API_KEY"}
+
+
+def test_every_settings_field_from_the_environment_has_exactly_one_row() -> None:
+    names = [row.name for row in variables()]
+    assert len(names) == len(set(names)), "a variable has two rows"
+    assert all(getattr(Vars, row.name) is row for row in variables())
+    fed: set[str] = set()
+    for spec in dataclasses.fields(Settings):
+        if spec.name in NOT_ONE_ROW:
+            continue
+        name = ROW_OF_FIELD.get(spec.name, spec.name.upper())
+        assert names.count(name) == 1, f"Settings.{spec.name} has no row {name}"
+        assert getattr(Vars, name).parse is not None, f"{name} feeds Settings.{spec.name} without a parser"
+        fed.add(name)
+    parsed = {row.name for row in variables() if row.parse is not None}
+    assert parsed - fed == GROUPED, "a row with a parser feeds no field"
+
+
+def test_each_rows_default_text_reads_as_its_unset_value() -> None:
+    shown = [row for row in variables() if row.parse is not None and row.default not in (None, '""')]
+    assert {row.name for row in shown} >= {"STALL_TIMEOUT", "PUBLISH_EVERY", "GPUS", "WORKDIR", "OOM_RETRIES"}
+    for row in shown:
+        assert row.read({row.name: row.default}) == row.unset, row.name
+    assert Vars.RUN_ARGS.read({"RUN_ARGS": ""}) == Vars.RUN_ARGS.unset
+
+
+def test_reading_a_variable_without_a_row_is_a_bug() -> None:
+    env = Declared({"OUTPUT_REPO": "acme/yolo", "PATH": "/bin", "EMPTY": ""}, frozenset({"OUTPUT_REPO"}))
+    assert env.get("OUTPUT_REPO") == "acme/yolo" and "OUTPUT_REPO" in env
+    assert env.given() == {"OUTPUT_REPO": "acme/yolo", "PATH": "/bin"}
+    with pytest.raises(AssertionError, match="PATH is read from the environment but has no row"):
+        env.get("PATH")
+    with pytest.raises(AssertionError):
+        _ = "SOMETHING_NEW" in env
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NODE_IPS": "10.0.0.1 10.0.0.2"},
+        {"NNODES": "2", "JOB_COMPLETION_INDEX": "1", "HEADLESS_SERVICE": "svc", "HOSTNAME": "job-1"},
+        {"PET_NNODES": "2", "PET_NODE_RANK": "1", "MASTER_ADDR": "m", "MASTER_PORT": "29400"},
+        {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "m", "SKYPILOT_NUM_GPUS_PER_NODE": "1"},
+        {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "m", "DDP_TIMEOUT": "5m", "RENDEZVOUS_TIMEOUT": "off"},
+    ],
+)
+def test_every_launchers_variables_have_rows(nodes: dict[str, str]) -> None:
+    found = make(OUTPUT_REPO="acme/yolo", **nodes)  # topology.py reads them through the same checked view
+    assert found.topology.multi and found.topology.nnodes == 2
+    assert set(nodes) <= {row.name for row in variables()}

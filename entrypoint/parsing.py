@@ -1,0 +1,261 @@
+"""The row type of settings.py's table of variables, the environment view that refuses a name without
+a row, and the parsers the rows name.
+
+A parser is a pure function ``(name, text, unset) -> value``: the variable's name (for the message),
+its text from the environment, and the value an unset variable gets (some messages give it as the
+example). A bad text is a ``ConfigError`` naming the variable and an example of a good value.
+``settings.py`` holds the table, the typed ``Settings`` and ``from_env``; this module holds no state.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from . import log
+from .errors import ConfigError
+from .procs import SECRET_PROVIDER_VARS
+
+T = TypeVar("T")
+_Choice = TypeVar("_Choice", bound=enum.StrEnum)
+Parser = Callable[[str, str, object], T]
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_LICENSE = re.compile(r"^[a-z0-9][a-z0-9.-]{0,63}$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Variable(Generic[T]):
+    """One row: what the variable means, how its text is read, what unset means, and that default as
+    ``--help`` and ``--dry-run`` print it. The name is the attribute's name in the table (``__set_name__``).
+    ``parse`` None: read elsewhere (``topology.from_env`` for the nodes, huggingface_hub for HF_ENDPOINT)."""
+
+    meaning: str
+    parse: Parser[T] | None
+    unset: T
+    default: str | None = None
+    name: str = field(default="", init=False)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        object.__setattr__(self, "name", name)
+
+    @property
+    def secret(self) -> bool:
+        return self.name in {"HF_TOKEN", *SECRET_PROVIDER_VARS} or self.name.endswith(("_TOKEN", "_KEY"))
+
+    def read(self, env: Mapping[str, str]) -> T:
+        return self.read_or(env, self.unset)
+
+    def read_or(self, env: Mapping[str, str], unset: T) -> T:
+        """The parsed value, or ``unset`` when the environment does not set it."""
+        text = env.get(self.name)
+        if text is None:
+            return unset
+        if self.parse is None:
+            raise TypeError(f"{self.name} is read elsewhere, not through its row")
+        return self.parse(self.name, text, unset)
+
+
+class Declared(Mapping[str, str]):
+    """The environment as ``from_env`` sees it: unset variables dropped (compose and templates pass them as
+    empty strings), and reading a name that has no row in the table is a bug, not a silent None."""
+
+    def __init__(self, env: Mapping[str, str], names: frozenset[str]) -> None:
+        self._env = {key: value for key, value in env.items() if value != ""}
+        self._names = names
+
+    def __getitem__(self, key: str) -> str:
+        if key not in self._names:
+            raise AssertionError(f"{key} is read from the environment but has no row in settings.Vars")
+        return self._env[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
+
+    def given(self) -> dict[str, str]:
+        """Every variable that is set, with a row or not (for the child processes)."""
+        return dict(self._env)
+
+
+def elsewhere(meaning: str, default: str | None = None) -> Variable[None]:
+    """A row for a variable that another reader parses (listed for --help, --dry-run and the README)."""
+    return Variable(meaning, None, None, default)
+
+
+def plain(parse: Callable[[str], T]) -> Parser[T]:
+    """A parser from a function of the text alone (its own messages name the variable)."""
+    return lambda _name, text, _unset: parse(text)
+
+
+def text(_name: str, value: str, _unset: object) -> str:
+    return value
+
+
+class Secret:
+    """A string that never prints itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+        log.register_secret(value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def secret(name: str, value: str, _unset: object) -> Secret:
+    if value.strip() != value or any(ch.isspace() for ch in value):
+        raise ConfigError(f"{name} contains whitespace", f"set {name} to the token alone, e.g. {name}=hf_xxx")
+    return Secret(value)
+
+
+def repo_id(name: str, value: str, _unset: object) -> str:
+    if not REPO_ID.match(value):
+        raise ConfigError(f"{name}={value!r} is not a repo id", f"use org/name, e.g. {name}=acme/yolo-run")
+    return value
+
+
+def bucket(name: str, value: str, _unset: object) -> str | None:
+    """ns/name, or ``off`` (None: commits to OUTPUT_REPO)."""
+    if value.strip().lower() == "off":
+        return None
+    if not REPO_ID.match(value):
+        raise ConfigError(f"{name}={value!r} is not a bucket id", f"use ns/name, e.g. {name}=acme/ckpts, or off")
+    return value
+
+
+def workdir(_name: str, value: str, _unset: object) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path.cwd() / path
+
+
+def run_name(name: str, value: str, _unset: object) -> str:
+    if not _RUN_NAME.match(value):
+        raise ConfigError(f"{name}={value!r} is not valid", f"use letters, digits, . _ -, e.g. {name}=exp1")
+    return value
+
+
+def license_id(name: str, value: str, _unset: object) -> str:
+    """A Hub license id (https://huggingface.co/docs/hub/repositories-licenses); the Hub checks the list itself."""
+    if not _LICENSE.match(value):
+        raise ConfigError(f"{name}={value!r} is not a Hub license id", f"use e.g. {name}=apache-2.0, mit or other")
+    return value
+
+
+def parse_duration(value: str, name: str) -> float:
+    """``90m``, ``6h``, ``1h30m``, ``45s``, ``2d`` or a plain number of seconds."""
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            raise ConfigError(f"{name}={value!r} is not a duration", f"use e.g. {name}=90m, 6h or 3600") from None
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    if seconds < 0:
+        raise ConfigError(f"{name}={value!r} is negative", f"use e.g. {name}=90m")
+    return seconds
+
+
+def optional_duration(name: str, value: str, _unset: object) -> float | None:
+    """A duration, or ``off``/``none``/``0`` (None: the guard is off)."""
+    if value.strip().lower() in {"off", "none", "0"}:
+        return None
+    return parse_duration(value, name)
+
+
+def choice(kind: type[_Choice]) -> Parser[_Choice]:
+    """One of an enum's values, any case."""
+
+    def parse(name: str, value: str, unset: object) -> _Choice:
+        try:
+            return kind(value.strip().lower())
+        except ValueError:
+            allowed = ", ".join(member.value for member in kind)
+            raise ConfigError(f"{name}={value!r} is not one of {allowed}", f"e.g. {name}={unset}") from None
+
+    return parse
+
+
+def provider(name: str, value: str, _unset: object) -> str:
+    wanted = value.strip().lower()
+    if wanted not in {"auto", "none", "vast", "runpod"}:
+        raise ConfigError(f"{name}={wanted!r} is not one of auto, vast, runpod, none", f"e.g. {name}=auto")
+    return wanted
+
+
+def api_url(name: str, value: str, unset: object) -> str:
+    url = value.rstrip("/")
+    if not url.startswith(("https://", "http://")):
+        raise ConfigError(f"{name}={url!r} is not an http(s) URL", f"leave it unset (default {unset})")
+    return url
+
+
+def flag(name: str, value: str, _unset: object) -> bool:
+    value = value.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={value!r} is not 0 or 1", f"e.g. {name}=1")
+
+
+def count(name: str, value: str, unset: object) -> int:
+    if not value.strip().isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number", f"e.g. {name}={unset}, or 0 to turn it off")
+    return int(value.strip())
+
+
+def positive(name: str, value: str, unset: object) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}={value!r} is not a number", f"e.g. {name}={unset:g}, or 0 to judge nothing")
+    return number
+
+
+def ratio(name: str, value: str, unset: object) -> float:
+    number = positive(name, value, unset)
+    if number > 1:
+        raise ConfigError(f"{name}={value!r} is more than 1", f"a fraction, e.g. {name}={unset:g}")
+    return number
+
+
+def dollars(example: str, *, zero_ok: bool) -> Parser[float]:
+    """PRICE_PER_HOUR (0 allowed: a free machine) and MAX_COST (must be positive): finite dollars."""
+
+    def parse(name: str, value: str, _unset: object) -> float:
+        try:
+            amount = float(value.strip().lstrip("$"))
+        except ValueError:
+            amount = math.nan
+        if not math.isfinite(amount) or amount < 0 or (amount == 0 and not zero_ok):
+            raise ConfigError(f"{name}={value!r} is not an amount of dollars", f"give dollars, e.g. {name}={example}")
+        return amount
+
+    return parse
