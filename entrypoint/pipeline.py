@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from . import dataset, preflight
 from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
@@ -165,15 +164,7 @@ class Job:
 
     def _record_settings(self) -> None:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose."""
-        self.state.update(
-            settings={
-                "dataset": self.settings.dataset_repo or "demo",
-                "output_repo": self.settings.output_repo,
-                "run_args": str(self.settings.run_args),
-                "gpus": str(self.settings.gpus),
-                "nodes": self.settings.topology.describe(),
-            }
-        )
+        self.state.update(settings=self.settings.record())
         self._make_run_dir()
         resume.check_crash_loop(self.state.attempts)
 
@@ -188,7 +179,8 @@ class Job:
         seen = release.check_access(self.settings)
         self._arm_budget(seen)
         # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
-        host_check.check(self.settings, gpus.details, seen.gpu if seen else None, self._record_host)
+        observed_gpu = seen.gpu if seen else None
+        host_check.check(self.settings, gpus.details, observed_gpu, lambda report: self.state.update(host=report))
         self._connect_hub()
         if self.settings.topology.multi:
             self._meet_nodes(gpus)
@@ -225,9 +217,6 @@ class Job:
                 f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
             ) from None
         self.state.save()  # the saves before it had nowhere to go
-
-    def _record_host(self, report: dict[str, Any]) -> None:
-        self.state.update(host=report)
 
     def _arm_budget(self, seen: providers.Observed | None) -> None:
         """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
@@ -282,7 +271,7 @@ class Job:
             self.settings,
             self.hub,
             self.bucket,
-            self._work_dir(),
+            self.settings.agent_dir,
             newer=newer,
             before_snapshot=self._before_snapshot,
             on_commit=self.progress.committed,
@@ -290,11 +279,8 @@ class Job:
         )
         self.state.on_phase(self.uploader.notify)
 
-    def _work_dir(self) -> Path:
-        return self.settings.workdir / ".trainbox" / self.settings.run_name
-
     def _scratch(self) -> Path:
-        scratch = self._work_dir() / "scratch"
+        scratch = self.settings.agent_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         return scratch
 

@@ -149,6 +149,21 @@ class Settings:
     def run_dir(self) -> Path:
         return self.workdir / "runs" / self.run_name
 
+    @property
+    def agent_dir(self) -> Path:
+        """The agent's own files for this run (staging, scratch): beside the run folder, never uploaded."""
+        return self.workdir / ".trainbox" / self.run_name
+
+    def record(self) -> dict[str, object]:
+        """What trainbox.json records of the choices (no secret among them)."""
+        return {
+            "dataset": self.dataset_repo or "demo",
+            "output_repo": self.output_repo,
+            "run_args": str(self.run_args),
+            "gpus": str(self.gpus),
+            "nodes": self.topology.describe(),
+        }
+
     def secrets(self) -> list[str]:
         values = [self.hf_token, self.provider.api_key]
         return [secret.reveal() for secret in values if secret is not None]

@@ -287,7 +287,7 @@ class Progress:
         if hub is not None and repo_id is not None:
             from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-            scratch = self.settings.workdir / ".trainbox" / self.settings.run_name / "card"
+            scratch = self.settings.agent_dir / "card"
             try:
                 self._card_base = hub.download(repo_id, CARD_FILE, scratch).read_text(encoding="utf-8")
             except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
@@ -306,7 +306,7 @@ class Progress:
     def _find_license(self, hub: Hub | None) -> None:
         """LICENSE, else the base model's own; without either the card has none, and says so once."""
         if self._license is None and hub is not None and self._base_model is not None:
-            scratch = self.settings.workdir / ".trainbox" / self.settings.run_name / "base-card"
+            scratch = self.settings.agent_dir / "base-card"
             self._license = provenance.base_license(hub, self._base_model, scratch)
             if self._license is not None:
                 logger.info("card: license %s, from %s's card (LICENSE overrides it)", self._license, self._base_model)
