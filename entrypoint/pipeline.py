@@ -22,7 +22,7 @@ from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
-from .hub import Hub, agent_error
+from .hub import Hub
 from .libreyolo import STATUS_FILE, WEIGHTS_DIR
 from .log import logger
 from .release import cost, providers
@@ -209,7 +209,7 @@ class Job:
         except AgentError as error:
             outcome = error
         except Exception as error:  # still end with an honest trainbox.json and a release
-            outcome = agent_error(error) or AgentError(f"unexpected {type(error).__name__}: {error}")
+            outcome = classify(error, Where(Area.HUB)) or AgentError(f"unexpected {type(error).__name__}: {error}")
             logger.exception("unexpected failure")
         finally:
             self._finishing = True
