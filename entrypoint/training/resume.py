@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -147,13 +146,14 @@ def stop_orphan(previous: dict[str, Any] | None) -> None:
     if b"libreyolo" not in command and not (training.get("argv") and args[1:] == training.get("argv")):
         return  # the pid was reused by something else
     logger.warning("resume: training process %d of the previous attempt is still running; stopping it", pid)
-    tree = [pid, *procs.descendants(pid)]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for member in tree:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(member, signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    procs.kill_tree(
+        pid, members=lambda: [pid, *procs.descendants(pid)], wait=lambda bound: _gone(pid, bound), kill_wait=10
+    )
+
+
+def _gone(pid: int, bound: float) -> None:
+    """Wait up to ``bound`` seconds for ``pid`` to leave /proc (reaping it where it is our child)."""
+    deadline = time.monotonic() + bound
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
