@@ -23,7 +23,7 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE, WEIGHTS_DIR
+from .libreyolo import STATUS_FILE, WEIGHTS_DIR, epochs_done
 from .log import logger
 from .release import cost, providers
 from .release import end as release
@@ -496,7 +496,7 @@ class Job:
                 status = json.loads(status_path.read_text())
             except (OSError, ValueError):
                 return
-        done = resume.epochs_done(self.settings.run_dir)
+        done = epochs_done(self.settings.run_dir)
         if done is not None:
             self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})
 

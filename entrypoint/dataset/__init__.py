@@ -10,25 +10,13 @@ and a marker written only then lets a restart on the same volume skip the work.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from ..foreign import Area, Where, agent_error
 from ..log import logger
 from ..settings import DatasetKind, Settings
 from . import checks, demo, hub, local
 from .cache import PreparedDataset, data_dir
 from .checks import DatasetCheck
-from .disk import (
-    _DEFAULT_EPOCHS,
-    _DEFAULT_MODEL,
-    _DEFAULT_SAVE_PERIOD,
-    GB,
-    DiskNeed,
-    _int_arg,
-    checkpoint_estimate,
-    unpacked_estimate,
-)
+from .disk import disk_report
 
 __all__ = ["DatasetCheck", "PreparedDataset", "data_dir", "disk_report", "prepare", "prepare_checked_in_background"]
 
@@ -78,34 +66,3 @@ def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, 
     finally:
         checks._deferred = None
     return data, DatasetCheck(wanted) if wanted else None
-
-
-# -- `trainbox plan`: the disk to rent ---------------------------------------------------------------
-def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
-    """The disk WORKDIR needs for this job (JSON fields, text lines): from the tar's size, on the Hub
-    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep."""
-    checkpoints = checkpoint_estimate(settings.run_args)
-    kind = settings.dataset_kind
-    if kind is DatasetKind.HUB:
-        remote = hub.remote_archive(settings)
-        size = remote.size or 0
-        need = DiskNeed(size, unpacked_estimate(remote.path, size), checkpoints)
-        source = f"{settings.dataset_repo}:{remote.path} at {remote.revision[:12]}"
-    elif kind is DatasetKind.LOCAL_TAR:
-        assert settings.dataset_repo is not None
-        size = Path(settings.dataset_repo).stat().st_size
-        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, size), checkpoints)
-        source = settings.dataset_repo
-    else:  # a local folder is already in place; the demo is a few MB
-        need = DiskNeed(0, 0, checkpoints)
-        source = settings.dataset_repo or "the bundled demo"
-    args = settings.run_args
-    model = args.get("model") or _DEFAULT_MODEL
-    epochs, period = _int_arg(args, "epochs", _DEFAULT_EPOCHS), _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
-    fields = {"dataset": source, "model": model, "epochs": epochs, "save_period": period, **need.as_dict()}
-    lines = [
-        f"disk: {need.breakdown()} = {need.required / GB:.1f} GB",
-        f"  dataset {source}; checkpoints of {model}, {epochs} epochs, one kept every {period}",
-        f"  rent at least {need.recommended_gb} GB for WORKDIR (a disk cannot shrink later, and bills while stopped)",
-    ]
-    return fields, lines
