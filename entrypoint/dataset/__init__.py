@@ -1,7 +1,7 @@
 """Dataset stage: get the data onto the volume, find its data.yaml, and have libreyolo check it.
 
 Sources: the bundled demo (generated), a local folder holding a data.yaml, a local tar, or a
-Hugging Face dataset repo holding the dataset as one tar (``dataset.hub``).
+Hugging Face dataset repo holding the dataset as one tar (``dataset.fetch``).
 
 A tar is extracted by ``extract`` (checked member by member) into a staging folder beside its
 final one; the folder is renamed into place once extraction and ``libreyolo doctor`` succeeded,
@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..foreign import Area, Where, agent_error
 from ..log import logger
 from ..settings import DatasetKind, Settings
-from . import checks, demo, hub, local
+from . import checks, demo, fetch, local
 from .cache import PreparedDataset, data_dir
 from .checks import DatasetCheck
 from .disk import disk_report
@@ -49,7 +49,7 @@ def _prepare(settings: Settings) -> PreparedDataset:
         return local.prepare_folder(settings)
     if settings.dataset_kind is DatasetKind.LOCAL_TAR:
         return local.prepare_tar(settings)
-    return hub.prepare(settings)
+    return fetch.prepare(settings)
 
 
 def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, DatasetCheck | None]:

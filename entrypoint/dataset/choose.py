@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import AmbiguousArchiveError, NoArchiveError
 from ..hub import Hub
 from ..settings import Settings
-from .remote import RemoteFile, dataset_file, dataset_revision, dataset_root_files
+from .hub_reads import RemoteFile, dataset_file, dataset_revision, dataset_root_files
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 

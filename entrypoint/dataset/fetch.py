@@ -43,7 +43,7 @@ from . import extract
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
 from .choose import choose_archive
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
-from .remote import (
+from .hub_reads import (
     RemoteFile,
     dataset_file,
     dataset_revision,
