@@ -13,17 +13,18 @@ from __future__ import annotations
 from ..foreign import Area, Where, agent_error
 from ..log import logger
 from ..settings import DatasetKind, Settings
-from . import checks, demo, fetch, local
+from . import demo, fetch, local
 from .cache import PreparedDataset, data_dir
-from .checks import DatasetCheck
+from .checks import DatasetCheck, Deferred
 from .disk import disk_report
 
 __all__ = ["DatasetCheck", "PreparedDataset", "data_dir", "disk_report", "prepare", "prepare_checked_in_background"]
 
 
-def prepare(settings: Settings) -> PreparedDataset:
+def prepare(settings: Settings, *, defer_to: Deferred | None = None) -> PreparedDataset:
+    """The dataset on the volume, checked (``defer_to``: the check noted there instead, ``checks.doctor``)."""
     try:
-        return _prepare(settings)
+        return _prepare(settings, defer_to)
     except OSError as error:
         where = Where(
             Area.DISK,
@@ -36,7 +37,7 @@ def prepare(settings: Settings) -> PreparedDataset:
         raise mapped from None
 
 
-def _prepare(settings: Settings) -> PreparedDataset:
+def _prepare(settings: Settings, defer_to: Deferred | None) -> PreparedDataset:
     if settings.dataset_kind is DatasetKind.DEMO:
         data_yaml = demo.write_demo_dataset(data_dir(settings) / "demo")
         logger.info(
@@ -46,10 +47,10 @@ def _prepare(settings: Settings) -> PreparedDataset:
         )
         return PreparedDataset(data_yaml=data_yaml, root=data_yaml.parent, description="bundled demo")
     if settings.dataset_kind is DatasetKind.LOCAL_DIR:
-        return local.prepare_folder(settings)
+        return local.prepare_folder(settings, defer_to=defer_to)
     if settings.dataset_kind is DatasetKind.LOCAL_TAR:
-        return local.prepare_tar(settings)
-    return fetch.prepare(settings)
+        return local.prepare_tar(settings, defer_to=defer_to)
+    return fetch.prepare(settings, defer_to=defer_to)
 
 
 def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, DatasetCheck | None]:
@@ -59,10 +60,6 @@ def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, 
     archive is then marked ready before its check passed: a restart finds it extracted and checks it
     again (a pass is remembered only when it happens).
     """
-    checks._deferred = {}
-    try:
-        data = prepare(settings)
-        wanted = dict(checks._deferred)
-    finally:
-        checks._deferred = None
+    wanted: Deferred = {}
+    data = prepare(settings, defer_to=wanted)
     return data, DatasetCheck(wanted) if wanted else None

@@ -41,6 +41,7 @@ from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
 from . import extract
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
+from .checks import Deferred
 from .choose import choose_archive
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
 from .hub_reads import (
@@ -63,10 +64,11 @@ def store_dir(settings: Settings) -> Path:
     return data_dir(settings) / "hub" / settings.dataset_repo.replace("/", "--")
 
 
-def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
+def prepare(settings: Settings, *, stream: bool = True, defer_to: Deferred | None = None) -> PreparedDataset:
     """The dataset of ``DATASET_REPO`` on the volume, checked; from the cache when this commit is there.
 
-    ``stream=False`` takes the download-then-extract path even where streaming is possible.
+    ``stream=False`` takes the download-then-extract path even where streaming is possible;
+    ``defer_to``: see ``checks.doctor``.
     """
     assert settings.dataset_repo is not None
     repo, hub, store = settings.dataset_repo, Hub.for_settings(settings), store_dir(settings)
@@ -78,7 +80,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
     marker = read_ready_marker(entry, identity)
     if marker is not None:
         logger.info("dataset: %s is already on the volume (%d files), nothing downloaded", description, marker["files"])
-        return _with_revision(use_ready_archive(settings, entry, marker, description), sha)
+        return _with_revision(use_ready_archive(settings, entry, marker, description, defer_to=defer_to), sha)
 
     remote = dataset_file(hub, repo, name, sha)
     if remote.size is None:
@@ -106,7 +108,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
 
     started = time.monotonic()
     try:
-        prepared, _ = install_archive(settings, entry, identity, fill, description)
+        prepared, _ = install_archive(settings, entry, identity, fill, description, defer_to=defer_to)
     except (UnsafeArchiveError, CorruptArchiveError):
         _discard(partial)  # the same bytes would be refused again
         raise
