@@ -48,7 +48,7 @@ NO_STOP_HERE = {
     ("report/progress.py", "Progress._load_card_base"): _TRAINING,
     ("report/progress.py", "Progress.finished"): _WRAP_UP,
     ("report/progress.py", "Progress._finished"): _WRAP_UP,
-    ("dataset/extract.py", "_Writers._work"): _THREAD,
+    ("dataset/writers.py", "Writers._work"): _THREAD,
     ("dataset/hub_reads.py", "xet_stream_dataset_file.produce"): _THREAD,
     ("dataset/hub_reads.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/fetch.py", "_Download.run"): _THREAD,
