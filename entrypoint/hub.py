@@ -27,8 +27,7 @@ from .errors import (
     AccessError,
     AgentError,
 )
-from .foreign import Area, Where
-from .foreign import agent_error as foreign_agent_error
+from .foreign import Area, Where, agent_error
 from .log import logger
 from .retry import (
     NETWORK_ERRORS,
@@ -252,20 +251,15 @@ class Hub:
         )
 
 
-def agent_error(error: BaseException) -> AgentError | None:
-    """An AgentError for a Hub failure nothing else classified (None: let it propagate)."""
-    return foreign_agent_error(error, Where(Area.HUB))
-
-
 def _raise_mapped(error: BaseException, where: Where) -> NoReturn:
     """Raise the table's error for ``error``, or ``error`` itself when the table has none."""
-    mapped = foreign_agent_error(error, where)
+    mapped = agent_error(error, where)
     if mapped is None:
         raise error
     raise mapped from None
 
 
 def _upload_error(error: BaseException, repo_id: str) -> AgentError:
-    mapped = foreign_agent_error(error, Where(Area.UPLOAD, repo_id=repo_id))
+    mapped = agent_error(error, Where(Area.UPLOAD, repo_id=repo_id))
     assert mapped is not None  # the upload rows answer every Hub and network error
     return mapped

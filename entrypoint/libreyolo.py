@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import procs
 from .errors import ConfigError
+from .log import logger
 
 # -- the run folder ---------------------------------------------------------------------------------
 STATUS_FILE = "status.json"  # renamed into place last: the end of an epoch's writes
@@ -36,6 +37,62 @@ EPOCH_GLOB = "epoch_*.pt"  # one per save_period, in WEIGHTS_DIR
 EPOCH_CHECKPOINT = re.compile(rf"^{WEIGHTS_DIR}/epoch_(\d+)\.pt$")
 # Files of a run's history, beside the checkpoints.
 HISTORY_FILES = (METRICS_FILE, "results.csv", "train.log")
+
+
+# -- reading the run folder -------------------------------------------------------------------------
+def epochs_done(run_dir: Path) -> int | None:
+    """The true number of completed epochs: the last row of metrics.jsonl (status.json counts
+    only the current invocation's epochs after a resume)."""
+    path = run_dir / METRICS_FILE
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 65536))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            epoch = json.loads(line).get("epoch")
+        except ValueError:
+            continue
+        if isinstance(epoch, int):
+            return epoch
+    return None
+
+
+def recorded_epochs(run_dir: Path) -> int | None:
+    """Epochs libreyolo recorded in this run folder (metrics.jsonl); 0 when it started the run
+    (status.json) but recorded none; None when the folder holds no libreyolo run to judge by."""
+    done = epochs_done(run_dir)
+    if done is not None:
+        return done
+    if (run_dir / METRICS_FILE).exists() or (run_dir / STATUS_FILE).exists():
+        return 0
+    return None
+
+
+def trim_metrics(run_dir: Path, completed_epochs: int) -> None:
+    """Drop metrics.jsonl rows of epochs after the checkpoint: libreyolo appends, so resuming
+    from an older checkpoint would otherwise repeat them."""
+    path = run_dir / METRICS_FILE
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            epoch = json.loads(line).get("epoch")
+        except ValueError:
+            continue  # a row cut short by a kill
+        if isinstance(epoch, int) and epoch <= completed_epochs:
+            kept.append(line)
+    if kept != lines:
+        tmp = path.with_name(".metrics.jsonl.trim")
+        tmp.write_text("".join(f"{line}\n" for line in kept))
+        os.replace(tmp, path)
+        logger.info("resume: metrics.jsonl trimmed to %d epochs", len(kept))
+
 
 # -- exit codes of ``libreyolo`` (its cli/errors.py) --------------------------------------------------
 EXIT_OK = 0

@@ -22,8 +22,8 @@ from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
-from .hub import Hub, agent_error
-from .libreyolo import STATUS_FILE
+from .hub import Hub
+from .libreyolo import STATUS_FILE, epochs_done
 from .log import logger
 from .release import cost, providers
 from .release import end as release
@@ -153,7 +153,7 @@ class Job:
         except AgentError as error:
             outcome = error
         except Exception as error:  # still end with an honest trainbox.json and a release
-            outcome = agent_error(error) or AgentError(f"unexpected {type(error).__name__}: {error}")
+            outcome = classify(error, Where(Area.HUB)) or AgentError(f"unexpected {type(error).__name__}: {error}")
             logger.exception("unexpected failure")
         finally:
             self._finishing = True
@@ -434,7 +434,7 @@ class Job:
                 status = json.loads(status_path.read_text())
             except (OSError, ValueError):
                 return
-        done = resume.epochs_done(self.settings.run_dir)
+        done = epochs_done(self.settings.run_dir)
         if done is not None:
             self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})
 

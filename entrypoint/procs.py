@@ -2,7 +2,7 @@
 command, stop the whole tree, and never wait on a process without a bound.
 
 libreyolo's multi-GPU launch starts its coordinator in a session of its own, so signalling the
-child's process group is not enough: ``stop`` also signals every descendant found in /proc.
+child's process group is not enough: ``kill_tree`` also signals every descendant found in /proc.
 A child stuck in the kernel (a GPU that fell off the bus) survives even SIGKILL: after
 ``KILL_WAIT`` it is recorded as unreaped and left behind, so the job still reaches its release.
 """
@@ -16,10 +16,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from .log import logger, redact
 
@@ -29,6 +29,7 @@ SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY")
 
 # How long a SIGKILLed process may take to be reaped before it is given up on.
 KILL_WAIT = 5.0
+_POLL = 0.05
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -94,6 +95,48 @@ def tree_cpu(pid: int) -> dict[int, float]:
     return {entry.pid: entry.cpu for entry in table if entry.pid in tree or entry.pgid == pid}
 
 
+T = TypeVar("T")
+
+
+def signal_tree(leader: int, signum: int, members: Iterable[int] = ()) -> None:
+    """``signum`` to the process group ``leader`` leads, then to each of ``members`` (descendants that
+    left the group: libreyolo's multi-GPU coordinator starts a session of its own). Gone or not ours: skipped."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signum)
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def kill_tree(
+    leader: int,
+    *,
+    members: Callable[[], Iterable[int]],
+    wait: Callable[[float], T],
+    kill_wait: float = KILL_WAIT,
+    first: int | None = None,
+    grace: float = 0.0,
+    alive: Callable[[], bool] = lambda: True,
+    grace_ends: Callable[[], float] = lambda: float("inf"),
+    label: str = "",
+) -> T:
+    """Stop the process tree of ``leader``: its process group and ``members()`` (read before each signal).
+
+    With ``first``: send it while ``alive()``, and wait until it is not, for at most ``grace`` seconds
+    (cut short by ``grace_ends()``, a ``time.monotonic()`` value). Then SIGKILL to all, and ``wait(kill_wait)``:
+    a bounded wait, since a process stuck in the kernel (a GPU that fell off the bus) survives even SIGKILL."""
+    if first is not None:
+        if alive():
+            signal_tree(leader, first, members())
+            deadline = time.monotonic() + grace
+            while alive() and time.monotonic() < min(deadline, grace_ends()):
+                time.sleep(_POLL)
+        if alive() and first != signal.SIGKILL:
+            logger.warning("%s did not stop within %.0f s of %s: killing it", label, grace, signal.Signals(first).name)
+    signal_tree(leader, signal.SIGKILL, members())
+    return wait(kill_wait)
+
+
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What every child gets: ``env`` (default: ours) without the provider keys."""
     return child_env(os.environ if env is None else env)
@@ -137,14 +180,14 @@ class Child:
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
+    def members(self) -> set[int]:
+        """Every descendant seen so far, kept after its parent died (then /proc no longer links it to us)."""
+        self._tree.update(descendants(self.pid))
+        return self._tree
+
     def send(self, signum: int) -> None:
         """Send ``signum`` to the child's group and every descendant it started elsewhere."""
-        self._tree.update(descendants(self.pid))
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
-        for pid in self._tree:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+        signal_tree(self.pid, signum, self.members())
 
     def hurry(self, deadline: float) -> None:
         """A stop's grace, running or to come, ends by ``deadline`` (``time.monotonic()``): a SIGTERM
@@ -157,19 +200,19 @@ class Child:
         Returns the exit code, or ``-SIGKILL`` when the child was not reaped ``kill_wait`` seconds
         after SIGKILL (``unreaped`` is then set and a warning logged)."""
         with self._stop_lock:
-            if self.poll() is None:
-                self.send(first)
-                deadline = time.monotonic() + grace
-                while self.poll() is None and time.monotonic() < min(deadline, self._hurry_by):
-                    time.sleep(0.05)
-            if self.poll() is None and first != signal.SIGKILL:
-                logger.warning(
-                    "%s did not stop within %.0f s of %s: killing it", self.label, grace, signal.Signals(first).name
-                )
-            # Stragglers (DDP workers) must not outlive us holding GPU memory.
-            self.send(signal.SIGKILL)
             try:
-                return self.process.wait(kill_wait)
+                # SIGKILL even after a polite exit: stragglers (DDP workers) must not outlive us holding GPU memory.
+                return kill_tree(
+                    self.pid,
+                    members=self.members,
+                    wait=self.process.wait,
+                    kill_wait=kill_wait,
+                    first=first,
+                    grace=grace,
+                    alive=lambda: self.poll() is None,
+                    grace_ends=lambda: self._hurry_by,
+                    label=self.label,
+                )
             except subprocess.TimeoutExpired:
                 if not self.unreaped:
                     logger.warning(

@@ -1,10 +1,11 @@
 """The one retry policy: which failures deserve another try, how long to wait, and when to stop.
 
-Used by the Hub calls (``hub.with_retries``), the dataset download loop (``dataset.remote``) and
-the provider calls (``providers.with_retries``). huggingface_hub's own ``http_backoff`` retries one
-raw request with ``time.sleep``; ours wrap whole ``HfApi`` calls and urllib requests, need a
-deadline, an injectable sleep and clock (tests run instantly), and ``Retry-After`` in both of its
-forms, so the policy is written here once instead.
+Used by the Hub calls (``hub.with_retries``), the dataset download loop (``dataset.hub_reads``) and
+the provider calls (``providers.with_provider_retries``, whose ``ReleaseRetry`` adds the release's
+limits). huggingface_hub's own ``http_backoff`` retries one raw request with ``time.sleep``; ours
+wrap whole ``HfApi`` calls and urllib requests, need a deadline, an injectable sleep and clock
+(tests run instantly), and ``Retry-After`` in both of its forms, so the policy is written here once
+instead.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Dataset stage: get the data onto the volume, find its data.yaml, and have libreyolo check it.
 
 Sources: the bundled demo (generated), a local folder holding a data.yaml, a local tar, or a
-Hugging Face dataset repo holding the dataset as one tar (``dataset.hub``).
+Hugging Face dataset repo holding the dataset as one tar (``dataset.fetch``).
 
 A tar is extracted by ``extract`` (checked member by member) into a staging folder beside its
 final one; the folder is renamed into place once extraction and ``libreyolo doctor`` succeeded,
@@ -10,32 +10,21 @@ and a marker written only then lets a restart on the same volume skip the work.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from ..foreign import Area, Where, agent_error
 from ..log import logger
 from ..settings import DatasetKind, Settings
-from . import checks, demo, hub, local
+from . import demo, fetch, local
 from .cache import PreparedDataset, data_dir
-from .checks import DatasetCheck
-from .disk import (
-    _DEFAULT_EPOCHS,
-    _DEFAULT_MODEL,
-    _DEFAULT_SAVE_PERIOD,
-    GB,
-    DiskNeed,
-    _int_arg,
-    checkpoint_estimate,
-    unpacked_estimate,
-)
+from .checks import DatasetCheck, Deferred
+from .disk import disk_report
 
 __all__ = ["DatasetCheck", "PreparedDataset", "data_dir", "disk_report", "prepare", "prepare_checked_in_background"]
 
 
-def prepare(settings: Settings) -> PreparedDataset:
+def prepare(settings: Settings, *, defer_to: Deferred | None = None) -> PreparedDataset:
+    """The dataset on the volume, checked (``defer_to``: the check noted there instead, ``checks.doctor``)."""
     try:
-        return _prepare(settings)
+        return _prepare(settings, defer_to)
     except OSError as error:
         where = Where(
             Area.DISK,
@@ -48,7 +37,7 @@ def prepare(settings: Settings) -> PreparedDataset:
         raise mapped from None
 
 
-def _prepare(settings: Settings) -> PreparedDataset:
+def _prepare(settings: Settings, defer_to: Deferred | None) -> PreparedDataset:
     if settings.dataset_kind is DatasetKind.DEMO:
         data_yaml = demo.write_demo_dataset(data_dir(settings) / "demo")
         logger.info(
@@ -58,10 +47,10 @@ def _prepare(settings: Settings) -> PreparedDataset:
         )
         return PreparedDataset(data_yaml=data_yaml, root=data_yaml.parent, description="bundled demo")
     if settings.dataset_kind is DatasetKind.LOCAL_DIR:
-        return local.prepare_folder(settings)
+        return local.prepare_folder(settings, defer_to=defer_to)
     if settings.dataset_kind is DatasetKind.LOCAL_TAR:
-        return local.prepare_tar(settings)
-    return hub.prepare(settings)
+        return local.prepare_tar(settings, defer_to=defer_to)
+    return fetch.prepare(settings, defer_to=defer_to)
 
 
 def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, DatasetCheck | None]:
@@ -71,41 +60,6 @@ def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, 
     archive is then marked ready before its check passed: a restart finds it extracted and checks it
     again (a pass is remembered only when it happens).
     """
-    checks._deferred = {}
-    try:
-        data = prepare(settings)
-        wanted = dict(checks._deferred)
-    finally:
-        checks._deferred = None
+    wanted: Deferred = {}
+    data = prepare(settings, defer_to=wanted)
     return data, DatasetCheck(wanted) if wanted else None
-
-
-# -- `trainbox plan`: the disk to rent ---------------------------------------------------------------
-def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
-    """The disk WORKDIR needs for this job (JSON fields, text lines): from the tar's size, on the Hub
-    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep."""
-    checkpoints = checkpoint_estimate(settings.run_args)
-    kind = settings.dataset_kind
-    if kind is DatasetKind.HUB:
-        remote = hub.remote_archive(settings)
-        size = remote.size or 0
-        need = DiskNeed(size, unpacked_estimate(remote.path, size), checkpoints)
-        source = f"{settings.dataset_repo}:{remote.path} at {remote.revision[:12]}"
-    elif kind is DatasetKind.LOCAL_TAR:
-        assert settings.dataset_repo is not None
-        size = Path(settings.dataset_repo).stat().st_size
-        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, size), checkpoints)
-        source = settings.dataset_repo
-    else:  # a local folder is already in place; the demo is a few MB
-        need = DiskNeed(0, 0, checkpoints)
-        source = settings.dataset_repo or "the bundled demo"
-    args = settings.run_args
-    model = args.get("model") or _DEFAULT_MODEL
-    epochs, period = _int_arg(args, "epochs", _DEFAULT_EPOCHS), _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
-    fields = {"dataset": source, "model": model, "epochs": epochs, "save_period": period, **need.as_dict()}
-    lines = [
-        f"disk: {need.breakdown()} = {need.required / GB:.1f} GB",
-        f"  dataset {source}; checkpoints of {model}, {epochs} epochs, one kept every {period}",
-        f"  rent at least {need.recommended_gb} GB for WORKDIR (a disk cannot shrink later, and bills while stopped)",
-    ]
-    return fields, lines

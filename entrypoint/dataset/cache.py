@@ -18,7 +18,7 @@ from ..log import logger
 from ..settings import Settings
 from ..state import now_iso, write_json_atomic
 from . import extract
-from .checks import doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
+from .checks import Deferred, doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
 from .disk import GB
 
 # Extractions of the same archive cut short without a word (the agent killed: out of memory) before
@@ -65,12 +65,19 @@ def read_ready_marker(entry: Path, identity: dict[str, Any]) -> dict[str, Any] |
 
 
 def install_archive(
-    settings: Settings, entry: Path, identity: dict[str, Any], fill: Fill, description: str
+    settings: Settings,
+    entry: Path,
+    identity: dict[str, Any],
+    fill: Fill,
+    description: str,
+    *,
+    defer_to: Deferred | None = None,
 ) -> tuple[PreparedDataset, dict[str, Any]]:
     """Extract an archive into ``entry/tree`` through a staging folder; check it; mark it ready.
 
     ``fill(folder)`` extracts into ``folder`` (which must not exist yet). Nothing is left behind
-    on failure; ``entry`` appears only once the data passed the check.
+    on failure; ``entry`` appears only once the data passed the check (or, with ``defer_to``, once
+    the check is noted there: ``checks.doctor``).
     """
     staging = entry.with_name(f".{entry.name}.staging")
     starts = _count_extraction(entry, identity)
@@ -85,7 +92,7 @@ def install_archive(
             "dataset: %d files, %.2f GB extracted in %.1f s", report.files, report.bytes / GB, timings["transfer"]
         )
         started = time.monotonic()
-        _checked_yaml(settings, staging, report.data_yamls, identity)
+        _checked_yaml(settings, staging, report.data_yamls, identity, defer_to=defer_to)
         timings["check"] = round(time.monotonic() - started, 3)
         os.rename(staging, entry)
     except BaseException as error:
@@ -94,7 +101,7 @@ def install_archive(
         raise
     finally:  # any end the agent lived to see, success or error, is not a kill
         starts.unlink(missing_ok=True)
-    prepared = _checked_yaml(settings, entry, report.data_yamls, identity, description)
+    prepared = _checked_yaml(settings, entry, report.data_yamls, identity, description, defer_to=defer_to)
     marker = {
         "identity": identity,
         "files": report.files,
@@ -128,8 +135,10 @@ def _count_extraction(entry: Path, identity: dict[str, Any]) -> Path:
     return path
 
 
-def use_ready_archive(settings: Settings, entry: Path, marker: dict[str, Any], description: str) -> PreparedDataset:
-    return _checked_yaml(settings, entry, marker.get("data_yamls"), marker["identity"], description)
+def use_ready_archive(
+    settings: Settings, entry: Path, marker: dict[str, Any], description: str, *, defer_to: Deferred | None = None
+) -> PreparedDataset:
+    return _checked_yaml(settings, entry, marker.get("data_yamls"), marker["identity"], description, defer_to=defer_to)
 
 
 def _checked_yaml(
@@ -138,11 +147,13 @@ def _checked_yaml(
     data_yamls: Sequence[str] | None,
     identity: dict[str, Any],
     description: str = "",
+    *,
+    defer_to: Deferred | None = None,
 ) -> PreparedDataset:
     root = entry / "tree"
     source = locate_data_yaml(root, settings.data_yaml, data_yamls)
     resolved = write_resolved_yaml(source, entry / "data.yaml")
     chosen = source.relative_to(root).as_posix()
     fingerprint = hashlib.sha256(json.dumps([identity, chosen], sort_keys=True).encode()).hexdigest()
-    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=fingerprint)
+    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=fingerprint, defer_to=defer_to)
     return PreparedDataset(data_yaml=resolved, root=root, description=description)

@@ -22,6 +22,8 @@ from ..state import write_json_atomic
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
+# Checks noted instead of run, for ``DatasetCheck``: fingerprint → (data.yaml, imgsz).
+Deferred = dict[str, tuple[Path, int]]
 
 
 def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] | None = None) -> Path:
@@ -69,8 +71,11 @@ def write_resolved_yaml(source: Path, target: Path) -> Path:
     return target
 
 
-def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
-    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed."""
+def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred | None = None) -> dict[str, Any]:
+    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed.
+
+    ``defer_to``: note the check there instead of running it (``{}`` is returned), to run beside the
+    start of training (``prepare_checked_in_background``)."""
     marker = data_yaml.parent / _DOCTOR_MARKER
     fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
     try:
@@ -80,8 +85,8 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str) -> dict[str, Any]:
             return cached["report"]
     except (OSError, ValueError, KeyError):
         pass
-    if _deferred is not None:  # prepare_checked_in_background(): started once the data is in place
-        _deferred[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
+    if defer_to is not None:  # started once the data is in place
+        defer_to[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
         return {}
     result = procs.run(_doctor_argv(data_yaml, imgsz), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
     if result.timed_out or result.returncode is None:
@@ -128,8 +133,7 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
 # -- the check beside the training's start ---------------------------------------------------------
 # `libreyolo doctor` spends most of its ~5 s importing torch and libreyolo, as the training child does
 # when it starts: run side by side, a cold start is not delayed by the check, and training is stopped
-# at once if the check fails. Inside prepare_checked_in_background(), doctor() notes what to check here.
-_deferred: dict[str, tuple[Path, int]] | None = None
+# at once if the check fails. prepare_checked_in_background() has doctor() note what to check (``defer_to``).
 
 
 class DatasetCheck:

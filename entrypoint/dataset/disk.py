@@ -1,4 +1,5 @@
-"""Disk sizing: what a dataset and its run need on WORKDIR's disk, and the check before downloading."""
+"""Disk sizing: what a dataset and its run need on WORKDIR's disk, the check before downloading, and the
+disk to rent (`trainbox plan`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 from ..errors import DiskSpaceError
 from ..run_args import RunArgs
+from ..settings import DatasetKind, Settings
+from .choose import remote_archive
 
 GB = 1e9
 # The guide's sizing rule: data + checkpoints + about 30 %.
@@ -98,3 +101,34 @@ def check_disk(workdir: Path, need: DiskNeed) -> int:
             f"rent a disk of at least {need.recommended_gb} GB, or free space in {workdir}",
         )
     return free
+
+
+# -- `trainbox plan`: the disk to rent ---------------------------------------------------------------
+def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
+    """The disk WORKDIR needs for this job (JSON fields, text lines): from the tar's size, on the Hub
+    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep."""
+    checkpoints = checkpoint_estimate(settings.run_args)
+    kind = settings.dataset_kind
+    if kind is DatasetKind.HUB:
+        remote = remote_archive(settings)
+        size = remote.size or 0
+        need = DiskNeed(size, unpacked_estimate(remote.path, size), checkpoints)
+        source = f"{settings.dataset_repo}:{remote.path} at {remote.revision[:12]}"
+    elif kind is DatasetKind.LOCAL_TAR:
+        assert settings.dataset_repo is not None
+        size = Path(settings.dataset_repo).stat().st_size
+        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, size), checkpoints)
+        source = settings.dataset_repo
+    else:  # a local folder is already in place; the demo is a few MB
+        need = DiskNeed(0, 0, checkpoints)
+        source = settings.dataset_repo or "the bundled demo"
+    args = settings.run_args
+    model = args.get("model") or _DEFAULT_MODEL
+    epochs, period = _int_arg(args, "epochs", _DEFAULT_EPOCHS), _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
+    fields = {"dataset": source, "model": model, "epochs": epochs, "save_period": period, **need.as_dict()}
+    lines = [
+        f"disk: {need.breakdown()} = {need.required / GB:.1f} GB",
+        f"  dataset {source}; checkpoints of {model}, {epochs} epochs, one kept every {period}",
+        f"  rent at least {need.recommended_gb} GB for WORKDIR (a disk cannot shrink later, and bills while stopped)",
+    ]
+    return fields, lines

@@ -9,18 +9,16 @@ so a refused archive leaves nothing behind (a stop request leaves it to the next
 
 Members are parsed from a forward-only stream (``tarfile`` only parses the headers), so the
 archive is never held in memory or re-read, and extraction runs while the download is still
-going; file contents are written by a few threads while the next headers are parsed.
+going; file contents are written by a few threads (``writers``) while the next headers are parsed.
 ``tarfile``'s extraction filters (Python ≥ 3.11.4) are not used: Debian bookworm ships 3.11.2.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import stat
 import tarfile
-import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ from ..errors import (
     StopRequested,
     UnsafeArchiveError,
 )
-from ..foreign import Area, Where, agent_error
+from .writers import REPACK, WRITERS, Writers, create_file, disk_error, replacing
 
 GZIP_MAGIC = b"\x1f\x8b"
 _OUT_CHUNK = 1 << 20  # bound on one piece of gunzipped output (a gzip bomb never sits in memory)
@@ -40,8 +38,6 @@ _REGULAR_TYPES = frozenset({tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _DATA_YAML_NAMES = frozenset({"data.yaml", "dataset.yaml"})
 # Files up to this size are handed to writer threads; bigger ones are streamed to disk from here.
 _SMALL_FILE = 8 << 20
-_PENDING_BYTES = 32 << 20  # file contents waiting for a writer thread: the memory this may take
-_WRITERS = max(1, min(4, os.cpu_count() or 1))
 # PAX and GNU long-name headers are read whole by ``tarfile``: the headers of one member may take
 # this much, never more (paths are at most 4 KiB, an extended attribute at most 64 KiB on Linux).
 MAX_HEADER_BYTES = 1 << 20
@@ -105,7 +101,7 @@ class ChunkReader:
             raise UnsafeArchiveError(
                 f"the tar has headers of more than {MAX_HEADER_BYTES >> 20} MiB for one member"
                 f" (at byte {self._header_from}): refused",
-                _REPACK,
+                REPACK,
             )
         if self._at + size <= len(self._buf):  # the common case: a header inside the current chunk
             data = self._buf[self._at : self._at + size].tobytes()
@@ -213,7 +209,7 @@ class _Extractor:
         self.report = ExtractReport()
         self.symlinks: set[str] = set()  # relative paths of the symlinks made so far
         self.made_dirs: set[str] = {""}
-        self.writers = _Writers(_WRITERS)
+        self.writers = Writers(WRITERS)
 
     def run(self, reader: ChunkReader) -> ExtractReport:
         try:
@@ -282,19 +278,19 @@ class _Extractor:
     def _safe_name(self, member: tarfile.TarInfo) -> str | None:
         name = member.name
         if "\0" in name or "\0" in member.linkname:  # only a PAX header can carry one
-            raise UnsafeArchiveError(f"the tar holds {name!r}, a name with a NUL byte: refused", _REPACK)
+            raise UnsafeArchiveError(f"the tar holds {name!r}, a name with a NUL byte: refused", REPACK)
         if name.startswith("/"):
-            raise UnsafeArchiveError(f"the tar holds {name!r}, an absolute path: refused", _REPACK)
+            raise UnsafeArchiveError(f"the tar holds {name!r}, an absolute path: refused", REPACK)
         parts = [part for part in name.split("/") if part not in ("", ".")]
         if ".." in parts:
-            raise UnsafeArchiveError(f"the tar holds {name!r}, which climbs out with '..': refused", _REPACK)
+            raise UnsafeArchiveError(f"the tar holds {name!r}, which climbs out with '..': refused", REPACK)
         if not parts:
             return None
         relative = "/".join(parts)
         if self.symlinks:
             for depth in range(1, len(parts)):
                 if "/".join(parts[:depth]) in self.symlinks:
-                    raise UnsafeArchiveError(f"the tar puts {name!r} inside a symlink: refused", _REPACK)
+                    raise UnsafeArchiveError(f"the tar puts {name!r} inside a symlink: refused", REPACK)
         return relative
 
     def _path(self, relative: str) -> str:
@@ -307,10 +303,10 @@ class _Extractor:
                 os.makedirs(self._path(parent), mode=0o755, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 raise UnsafeArchiveError(
-                    f"the tar holds {parent!r} both as a file and as a folder: refused", _REPACK
+                    f"the tar holds {parent!r} both as a file and as a folder: refused", REPACK
                 ) from None
             except OSError as error:
-                raise _disk_error(error, parent) from None
+                raise disk_error(error, parent) from None
             while parent and parent not in self.made_dirs:
                 self.made_dirs.add(parent)
                 parent = parent.rpartition("/")[0]
@@ -336,9 +332,9 @@ class _Extractor:
         else:
             self.writers.flush()  # same-name members are written in tar order
             try:
-                fd = _create_file(path, relative, mode)
+                fd = create_file(path, relative, mode)
             except OSError as error:
-                raise _disk_error(error, relative) from None
+                raise disk_error(error, relative) from None
             try:
                 left = member.size
                 for piece in reader.pieces(member.size):
@@ -347,7 +343,7 @@ class _Extractor:
                         piece = piece[written:]
                         left -= written
             except OSError as error:
-                raise _disk_error(error, relative) from None
+                raise disk_error(error, relative) from None
             finally:
                 os.close(fd)
             if left:
@@ -360,9 +356,9 @@ class _Extractor:
     def _create(self, path: str, relative: str, make: Callable[[], int]) -> int:
         """Run ``make``; a file or link of the same name from earlier in the tar is replaced, as tar does."""
         try:
-            created = _replacing(path, relative, make)
+            created = replacing(path, relative, make)
         except OSError as error:
-            raise _disk_error(error, relative) from None
+            raise disk_error(error, relative) from None
         self.symlinks.discard(relative)  # whatever stood here is gone; a new symlink is added by its caller
         return created
 
@@ -375,10 +371,10 @@ class _Extractor:
             except FileExistsError:
                 if not stat.S_ISDIR(os.lstat(path).st_mode):
                     raise UnsafeArchiveError(
-                        f"the tar holds {name!r} both as a file and as a folder: refused", _REPACK
+                        f"the tar holds {name!r} both as a file and as a folder: refused", REPACK
                     ) from None
             except OSError as error:
-                raise _disk_error(error, relative) from None
+                raise disk_error(error, relative) from None
             self.made_dirs.add(relative)
         self.report.directories += 1
 
@@ -388,7 +384,7 @@ class _Extractor:
         resolved = os.path.normpath(os.path.join(parent, target)) if target else ""
         if not target or target.startswith("/") or resolved == ".." or resolved.startswith("../"):
             raise UnsafeArchiveError(
-                f"the tar holds {member.name!r}, a symlink to {target!r} outside the dataset: refused", _REPACK
+                f"the tar holds {member.name!r}, a symlink to {target!r} outside the dataset: refused", REPACK
             )
         self.writers.flush()  # a pending file of the same name must not land after the link
         self._parent(relative)
@@ -422,7 +418,7 @@ class _Extractor:
         if refused:
             raise UnsafeArchiveError(
                 f"the tar holds {member.name!r}, a hardlink to {source!r}, which is not a file of the dataset: refused",
-                _REPACK,
+                REPACK,
             )
         self._parent(relative)
         path = self._path(relative)
@@ -442,11 +438,10 @@ class _Extractor:
             resolved = os.path.realpath(self._path(relative))
             if resolved != root and not resolved.startswith(root + os.sep):
                 raise UnsafeArchiveError(
-                    f"the tar holds {relative!r}, a symlink that resolves outside the dataset: refused", _REPACK
+                    f"the tar holds {relative!r}, a symlink that resolves outside the dataset: refused", REPACK
                 )
 
 
-_REPACK = "repack the dataset with relative paths inside one folder (tar -C DIR -cf data.tar .)"
 _REUPLOAD = "upload the tar again"
 
 
@@ -458,105 +453,7 @@ def _too_big(max_bytes: int) -> DiskSpaceError:
 
 
 def _header_chain(offset: int) -> UnsafeArchiveError:
-    return UnsafeArchiveError(f"the tar chains extended headers without end (at byte {offset}): refused", _REPACK)
-
-
-def _replacing(path: str, relative: str, make: Callable[[], int]) -> int:
-    """Run ``make``; a file or link of the same name from earlier in the tar is replaced, as tar does."""
-    try:
-        return make()
-    except FileExistsError:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            raise UnsafeArchiveError(
-                f"the tar holds {relative!r} both as a folder and as a file: refused", _REPACK
-            ) from None
-        os.unlink(path)
-        return make()
-
-
-_Job = tuple[str, str, int, bytes]  # path, name in the archive, mode, contents
-
-
-def _create_file(path: str, relative: str, mode: int) -> int:
-    """A new file (never through a symlink), replacing one of the same name from earlier in the tar."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    return _replacing(path, relative, lambda: os.open(path, flags, mode))
-
-
-class _Writers:
-    """A few threads that create and fill the files (os calls release the GIL), so the kernel's
-    work runs on every core while the main thread parses the next headers. A path always goes to
-    the same thread, so two members of the same name are written in tar order. The first error
-    is raised in the main thread at its next call."""
-
-    def __init__(self, count: int) -> None:
-        # None ends a thread
-        self.queues: list[queue.SimpleQueue[_Job | None]] = [queue.SimpleQueue() for _ in range(count)]
-        self.pending = 0  # bytes submitted and not yet written
-        self.jobs = 0
-        self.error: BaseException | None = None
-        self.cancelled = False
-        self.done = threading.Condition()
-        self.threads = [
-            threading.Thread(target=self._work, args=(jobs,), name=f"extract-writer-{index}", daemon=True)
-            for index, jobs in enumerate(self.queues)
-        ]
-        for thread in self.threads:
-            thread.start()
-
-    def submit(self, path: str, relative: str, mode: int, data: bytes) -> None:
-        with self.done:
-            while self.pending > _PENDING_BYTES and self.error is None:
-                self.done.wait()
-            self._raise()
-            self.pending += len(data)
-            self.jobs += 1
-        self.queues[hash(path) % len(self.queues)].put((path, relative, mode, data))
-
-    def flush(self) -> None:
-        with self.done:
-            while self.jobs and self.error is None:
-                self.done.wait()
-            self._raise()
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def close(self) -> None:
-        for jobs in self.queues:
-            jobs.put(None)
-        for thread in self.threads:
-            thread.join()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def _work(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
-        while (job := jobs.get()) is not None:
-            path, relative, mode, data = job
-            try:
-                if self.error is None and not self.cancelled:  # after a failure the rest is dropped
-                    fd = _create_file(path, relative, mode)
-                    try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                    finally:
-                        os.close(fd)
-            except OSError as error:
-                self._fail(_disk_error(error, relative))
-            except Exception as error:
-                self._fail(error)
-            with self.done:
-                self.pending -= len(data)
-                self.jobs -= 1
-                self.done.notify_all()
-
-    def _fail(self, error: BaseException) -> None:
-        with self.done:
-            if self.error is None:
-                self.error = error
+    return UnsafeArchiveError(f"the tar chains extended headers without end (at byte {offset}): refused", REPACK)
 
 
 def _kind(member: tarfile.TarInfo) -> str:
@@ -569,8 +466,3 @@ def _kind(member: tarfile.TarInfo) -> str:
     if member.issparse():
         return "sparse file"
     return f"member of unsupported type {member.type!r}"
-
-
-def _disk_error(error: OSError, relative: str) -> Exception:
-    where = Where(Area.DATASET_WRITE, doing=f"extracting {relative!r}", path=relative)
-    return agent_error(error, where) or error

@@ -11,22 +11,22 @@ from ..log import logger
 from ..settings import Settings
 from . import extract
 from .cache import PreparedDataset, data_dir, install_archive, path_key, read_ready_marker, safe_name, use_ready_archive
-from .checks import doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
+from .checks import Deferred, doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
 
 
-def prepare_folder(settings: Settings) -> PreparedDataset:
+def prepare_folder(settings: Settings, *, defer_to: Deferred | None = None) -> PreparedDataset:
     assert settings.dataset_repo is not None
     root = Path(settings.dataset_repo)
     if not root.is_dir():
         raise DatasetNotFoundError(f"dataset folder {root} does not exist", "fix DATASET_REPO")
     source_yaml = locate_data_yaml(root, settings.data_yaml)
     resolved = write_resolved_yaml(source_yaml, data_dir(settings) / "local" / path_key(root) / "data.yaml")
-    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=_folder_fingerprint(root, source_yaml))
+    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=_folder_fingerprint(root, source_yaml), defer_to=defer_to)
     return PreparedDataset(data_yaml=resolved, root=root, description=str(root))
 
 
-def prepare_tar(settings: Settings) -> PreparedDataset:
+def prepare_tar(settings: Settings, *, defer_to: Deferred | None = None) -> PreparedDataset:
     assert settings.dataset_repo is not None
     tar = Path(settings.dataset_repo)
     try:
@@ -38,7 +38,7 @@ def prepare_tar(settings: Settings) -> PreparedDataset:
     marker = read_ready_marker(entry, identity)
     if marker is not None:
         logger.info("dataset: %s already extracted (%d files), not repeated", tar.name, marker.get("files", 0))
-        return use_ready_archive(settings, entry, marker, str(tar))
+        return use_ready_archive(settings, entry, marker, str(tar), defer_to=defer_to)
     need = DiskNeed(0, unpacked_estimate(tar.name, info.st_size), checkpoint_estimate(settings.run_args))
     free = check_disk(settings.workdir, need)
     logger.info("dataset: extracting %s (%.2f GB)", tar, info.st_size / GB)
@@ -46,7 +46,7 @@ def prepare_tar(settings: Settings) -> PreparedDataset:
     def fill(folder: Path) -> extract.ExtractReport:
         return extract.extract(extract.read_file(tar), folder, max_bytes=free - need.checkpoints)
 
-    prepared, _ = install_archive(settings, entry, identity, fill, str(tar))
+    prepared, _ = install_archive(settings, entry, identity, fill, str(tar), defer_to=defer_to)
     return prepared
 
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
-import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..log import redact
-from ..procs import Child, proc_table
+from ..procs import Child, kill_tree, proc_table
 from .probe import PREFIX
 
 # No step of the check (importing torch, one card's context and matmul) takes this long on a
@@ -56,6 +54,13 @@ def _wait_for_group_exit(pgid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while _group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _gone(child: Child, bound: float) -> None:
+    """A process stuck in the driver may not die at all: don't wait for it forever."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=bound)
+    _wait_for_group_exit(child.pid, bound)
 
 
 def run_probe(
@@ -114,17 +119,11 @@ def run_probe(
         except subprocess.TimeoutExpired:
             return {"hang": {"what": f"{name} exiting", "timeout": step_timeout}, "output": list(output)}
     finally:
-        if child.poll() is None:
-            child.send(signal.SIGKILL)  # its group and every descendant
-        else:
-            # All-reduce ranks orphaned by a crash still hold GPU memory; they stay in the group, and
-            # Linux does not reuse the number of a group that still has members.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
-        # A process stuck in the driver may not die at all: don't wait for it forever.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=_KILL_WAIT)
-        _wait_for_group_exit(child.pid, _KILL_WAIT)
+        # Running: its group and every descendant. Exited: its group only, where all-reduce ranks
+        # orphaned by a crash still hold GPU memory; Linux does not reuse the number of a group that
+        # still has members (a descendant lookup by a number already free could find a stranger's).
+        members = child.members if child.poll() is None else lambda: ()
+        kill_tree(child.pid, members=members, wait=lambda bound: _gone(child, bound), kill_wait=_KILL_WAIT)
     if report is None:
         return {
             "crashed": f"{name} exited with code {code} without a report",

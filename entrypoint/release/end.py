@@ -20,7 +20,7 @@ from ..log import logger, redact
 from ..settings import ExitAction, Provider, ProviderAccess, Settings
 from ..state import STATE_FILE, RunState, now_iso, read_state, write_json_atomic
 from . import providers
-from .providers import InstanceState, ProviderHttpError, RetryPolicy
+from .providers import InstanceState, ProviderHttpError, ReleaseRetry
 
 # The provider part of the release (read, stop/destroy, confirm: retries and Retry-After waits
 # included) ends within this, confirmed or failed; it runs after the SIGTERM bound.
@@ -37,7 +37,7 @@ def end_of_job(
     *,
     failed: bool,
     publish: Callable[[], bool | None],
-    policy: RetryPolicy | None = None,
+    policy: ReleaseRetry | None = None,
 ) -> int | None:
     """Do ON_EXIT (ON_FAILURE when ``failed``). Returns an exit code that replaces the job's
     when the release itself failed, else None. ``publish`` uploads what the Hub lacks of the run,
@@ -62,7 +62,7 @@ def end_of_job(
         logger.error("the Hub does not have all of this run: stopping the instance instead of destroying it")
         action = ExitAction.STOP
         state.update(release={"action": action.value, "downgraded_from": ExitAction.DESTROY.value})
-    policy = policy or RetryPolicy()
+    policy = policy or ReleaseRetry()
     if policy.deadline is None:
         policy = dataclasses.replace(policy, deadline=policy.clock() + RELEASE_TIMEOUT)
     try:
@@ -87,7 +87,7 @@ def end_of_job(
     return None
 
 
-def release(access: ProviderAccess, action: ExitAction, policy: RetryPolicy | None = None) -> dict[str, Any]:
+def release(access: ProviderAccess, action: ExitAction, policy: ReleaseRetry | None = None) -> dict[str, Any]:
     """Stop or destroy this instance and confirm it; the record for trainbox.json. ``ReleaseError`` otherwise."""
     instance = providers.instance_for(access)
     seen = providers.end_bill(instance, action, policy)
@@ -98,7 +98,7 @@ def release(access: ProviderAccess, action: ExitAction, policy: RetryPolicy | No
     return {"status": "confirmed", "observed": seen.state.value, "detail": seen.detail}
 
 
-def check_access(settings: Settings, policy: RetryPolicy | None = None) -> providers.Observed | None:
+def check_access(settings: Settings, policy: ReleaseRetry | None = None) -> providers.Observed | None:
     """At start: read this instance once, for its price and to prove the key can read it, so a
     wrong id or key fails now, not at the end.
 
@@ -110,7 +110,9 @@ def check_access(settings: Settings, policy: RetryPolicy | None = None) -> provi
     needed = {settings.on_exit, settings.on_failure} != {ExitAction.EXIT}
     instance = providers.instance_for(settings.provider)
     try:
-        seen = providers.with_retries(instance.observe, f"reading {instance.label}", policy or RetryPolicy(attempts=3))
+        seen = providers.with_provider_retries(
+            instance.observe, f"reading {instance.label}", policy or ReleaseRetry(attempts=3)
+        )
     except ProviderHttpError as error:
         if needed and error.status in {401, 403}:
             raise AccessError(

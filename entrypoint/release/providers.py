@@ -65,7 +65,7 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class RetryPolicy(retry.RetryPolicy):
+class ReleaseRetry(retry.RetryPolicy):
     """The shared policy with the provider calls' limits, plus how long a release keeps confirming."""
 
     max_wait: float = 16.0
@@ -115,7 +115,7 @@ class DeadlineReached(ProviderHttpError):
         return False
 
 
-def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
+def with_provider_retries(call: Callable[[], T], what: str, policy: ReleaseRetry) -> T:
     """Run ``call``; on a network error or a retryable status wait (the provider's wait wins) and run it again."""
     return retry.call_with_retries(
         _within(call, what, policy),
@@ -129,7 +129,7 @@ def with_retries(call: Callable[[], T], what: str, policy: RetryPolicy) -> T:
     )
 
 
-def _within(call: Callable[[], T], what: str, policy: RetryPolicy) -> Callable[[], T]:
+def _within(call: Callable[[], T], what: str, policy: ReleaseRetry) -> Callable[[], T]:
     """Each try ends by ``policy.deadline``, a request in flight too (a slow DNS lookup, a provider
     that takes the connection and never answers): it runs in a thread that is left behind then."""
     deadline = policy.deadline
@@ -362,15 +362,15 @@ def instance_for(access: ProviderAccess) -> Instance:
     raise ReleaseError(f"provider {access.provider} cannot release instances", "set ON_EXIT=exit")
 
 
-def end_bill(instance: Instance, action: ExitAction, policy: RetryPolicy | None = None) -> Observed:
+def end_bill(instance: Instance, action: ExitAction, policy: ReleaseRetry | None = None) -> Observed:
     """Stop or destroy ``instance`` and confirm it from the provider's side; ``ReleaseError`` otherwise."""
-    policy = policy or RetryPolicy()
+    policy = policy or ReleaseRetry()
     if action is ExitAction.EXIT:
         raise ValueError("exit needs no provider call")
     verb = "destroy" if action is ExitAction.DESTROY else "stop"
     wanted = {InstanceState.GONE} if action is ExitAction.DESTROY else {InstanceState.GONE, InstanceState.STOPPED}
     try:
-        before = with_retries(instance.observe, f"reading {instance.label}", policy)
+        before = with_provider_retries(instance.observe, f"reading {instance.label}", policy)
         if before.state is InstanceState.GONE:
             # Seconds ago this machine was running the job: "not found" means a wrong id or key
             # scope, and the machine we are on may well still be billing.
@@ -380,7 +380,9 @@ def end_bill(instance: Instance, action: ExitAction, policy: RetryPolicy | None 
             )
         logger.info("%s: %s; requesting %s", instance.label, before.detail, verb)
         try:
-            with_retries(instance.destroy if verb == "destroy" else instance.stop, f"{verb} {instance.label}", policy)
+            with_provider_retries(
+                instance.destroy if verb == "destroy" else instance.stop, f"{verb} {instance.label}", policy
+            )
         except ProviderHttpError as error:
             if error.status != 404:  # 404 after a retry: an earlier attempt already did it
                 raise
@@ -394,14 +396,14 @@ def end_bill(instance: Instance, action: ExitAction, policy: RetryPolicy | None 
         raise ReleaseError(f"could not {verb} {instance.label}: {redact(error.answer)}", hint) from None
 
 
-def _confirm(instance: Instance, wanted: set[InstanceState], verb: str, policy: RetryPolicy) -> Observed:
+def _confirm(instance: Instance, wanted: set[InstanceState], verb: str, policy: ReleaseRetry) -> Observed:
     """Read the state until it shows ``wanted``, backing off, for at most ``policy.confirm_for`` seconds."""
     deadline = policy.clock() + policy.confirm_for
     if policy.deadline is not None:
         deadline = min(deadline, policy.deadline)
     pause = policy.first_wait / 2
     while True:
-        seen = with_retries(instance.observe, f"reading {instance.label}", policy)
+        seen = with_provider_retries(instance.observe, f"reading {instance.label}", policy)
         if seen.state in wanted:
             return seen
         if policy.clock() + pause > deadline:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .. import libreyolo
 from ..errors import AgentError, ConfigError, GpuMemoryError, TrainingError
 from ..run_args import RunArgs
-from . import resume
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -118,7 +117,7 @@ class OomTry:
         run_dir = settings.run_dir
         if type(error) is not TrainingError or not ran_out(run_dir, tail):
             raise error
-        done = resume.epochs_done(run_dir) or 0
+        done = libreyolo.epochs_done(run_dir) or 0
         batch = batch_in_use(run_dir, args)
         healed = cls.healing(attempts)
         own = settings.run_args.get("batch")

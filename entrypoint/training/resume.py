@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -147,13 +146,14 @@ def stop_orphan(previous: dict[str, Any] | None) -> None:
     if b"libreyolo" not in command and not (training.get("argv") and args[1:] == training.get("argv")):
         return  # the pid was reused by something else
     logger.warning("resume: training process %d of the previous attempt is still running; stopping it", pid)
-    tree = [pid, *procs.descendants(pid)]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for member in tree:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(member, signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    procs.kill_tree(
+        pid, members=lambda: [pid, *procs.descendants(pid)], wait=lambda bound: _gone(pid, bound), kill_wait=10
+    )
+
+
+def _gone(pid: int, bound: float) -> None:
+    """Wait up to ``bound`` seconds for ``pid`` to leave /proc (reaping it where it is our child)."""
+    deadline = time.monotonic() + bound
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
@@ -186,7 +186,7 @@ def newest_local(run_dir: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None
     if not found:
         return None
     newest = max(found, key=lambda item: item[1].completed_epochs or 0)
-    recorded = recorded_epochs(run_dir)
+    recorded = libreyolo.recorded_epochs(run_dir)
     newest_epochs = newest[1].completed_epochs or 0
     if recorded is None or newest_epochs <= recorded:
         return newest
@@ -199,17 +199,6 @@ def newest_local(run_dir: Path) -> tuple[Path, checkpoint.CheckpointInfo] | None
             return path, info
     logger.warning("resume: epoch %d has no row in metrics.jsonl (cut off before libreyolo wrote it)", newest_epochs)
     return newest
-
-
-def recorded_epochs(run_dir: Path) -> int | None:
-    """Epochs libreyolo recorded in this run folder (metrics.jsonl); 0 when it started the run
-    (status.json) but recorded none; None when the folder holds no libreyolo run to judge by."""
-    done = epochs_done(run_dir)
-    if done is not None:
-        return done
-    if (run_dir / libreyolo.METRICS_FILE).exists() or (run_dir / libreyolo.STATUS_FILE).exists():
-        return 0
-    return None
 
 
 def _same_as_local(entry: Any, local: Path | None) -> bool:
@@ -337,7 +326,7 @@ def find(
         shutil.rmtree(scratch, ignore_errors=True)
     assert info.completed_epochs is not None
     total = _requested_epochs(args, info)
-    trim_metrics(run_dir, info.completed_epochs)
+    libreyolo.trim_metrics(run_dir, info.completed_epochs)
     point = ResumePoint(
         checkpoint=target,
         completed_epochs=info.completed_epochs,
@@ -368,51 +357,8 @@ def _restore_history(
             os.replace(downloaded, run_dir / name)
 
 
-def trim_metrics(run_dir: Path, completed_epochs: int) -> None:
-    """Drop metrics.jsonl rows of epochs after the checkpoint: libreyolo appends, so resuming
-    from an older checkpoint would otherwise repeat them."""
-    path = run_dir / libreyolo.METRICS_FILE
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return
-    kept = []
-    for line in lines:
-        try:
-            epoch = json.loads(line).get("epoch")
-        except ValueError:
-            continue  # a row cut short by a kill
-        if isinstance(epoch, int) and epoch <= completed_epochs:
-            kept.append(line)
-    if kept != lines:
-        tmp = path.with_name(".metrics.jsonl.trim")
-        tmp.write_text("".join(f"{line}\n" for line in kept))
-        os.replace(tmp, path)
-        logger.info("resume: metrics.jsonl trimmed to %d epochs", len(kept))
-
-
 def resume_args(args: RunArgs, point: ResumePoint) -> RunArgs:
     """``model=<checkpoint> resume=true`` plus the user's other options, which still win.
     ``pretrained`` goes: libreyolo refuses it together with resume."""
     kept = RunArgs(tuple((key, value) for key, value in args.pairs if key not in {"model", "pretrained", "resume"}))
     return kept.set("model", str(point.checkpoint)).set("resume", "true")
-
-
-def epochs_done(run_dir: Path) -> int | None:
-    """The true number of completed epochs: the last row of metrics.jsonl (status.json counts
-    only the current invocation's epochs after a resume)."""
-    path = run_dir / libreyolo.METRICS_FILE
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - 65536))
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            epoch = json.loads(line).get("epoch")
-        except ValueError:
-            continue
-        if isinstance(epoch, int):
-            return epoch
-    return None

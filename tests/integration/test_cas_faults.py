@@ -37,7 +37,7 @@ FETCH_FAULTS = [  # (kind, path, extra): each on one CAS route the download uses
 
 def _prepare(hub_ctx: HubContext, tmp_path: Path, repo: str) -> Path:
     from entrypoint import settings
-    from entrypoint.dataset import hub as dataset_hub
+    from entrypoint.dataset import fetch as dataset_hub
 
     env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     prepared = dataset_hub.prepare(settings.from_env(env))
@@ -68,11 +68,11 @@ def test_a_fault_on_a_cas_route_during_a_fetch_loses_and_tears_nothing(
 def test_a_stalled_cas_data_url_ends_in_the_plain_http_stream(
     hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from entrypoint.dataset import remote
+    from entrypoint.dataset import hub_reads
 
     tar = big_dataset(tmp_path)
     repo = publish(hub_ctx, {"cones.tar": tar})
-    monkeypatch.setattr(remote, "XET_STALL_S", 1.0)  # a minute in production
+    monkeypatch.setattr(hub_reads, "XET_STALL_S", 1.0)  # a minute in production
     hub_ctx.hub.inject("slow", method="GET", path=DATA, rate=1)  # the data URLs never deliver
 
     with caplog.at_level("WARNING", logger="trainbox"):

@@ -143,7 +143,7 @@ def test_gzipped_tar_chosen_by_dataset_file_and_the_download_then_extract_path(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:
     from entrypoint import settings
-    from entrypoint.dataset import hub as dataset_hub
+    from entrypoint.dataset import fetch as dataset_hub
 
     gz = dataset_tar(tmp_path, gz=True)
     repo = publish(hub_ctx, {"packed/cones.tar.gz": gz, "old.tar": b"not even a tar"})
@@ -190,7 +190,7 @@ def test_plan_sizes_the_disk_from_the_hub_without_downloading(hub_ctx: HubContex
 
 
 def test_an_unreachable_hub_falls_back_to_the_commit_already_on_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
-    from entrypoint.dataset import hub as dataset_hub
+    from entrypoint.dataset import fetch as dataset_hub
     from entrypoint.errors import DatasetError
     from entrypoint.hub import Hub
 
@@ -268,7 +268,7 @@ def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
 ) -> None:
     from entrypoint import settings
     from entrypoint.dataset import extract
-    from entrypoint.dataset import hub as dataset_hub
+    from entrypoint.dataset import fetch as dataset_hub
 
     # Bigger than the bytes in flight between download and extraction (~17 MB), so the stop lands mid-download.
     tar = dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(48 * 1024 * 1024)})
@@ -320,12 +320,12 @@ def test_a_stalled_xet_download_is_retried_then_continued_over_http(
     hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from entrypoint import settings
-    from entrypoint.dataset import hub as dataset_hub
-    from entrypoint.dataset import remote
+    from entrypoint.dataset import fetch as dataset_hub
+    from entrypoint.dataset import hub_reads
 
     tar = big_dataset(tmp_path)
     repo = publish(hub_ctx, {"cones.tar": tar})
-    monkeypatch.setattr(remote, "XET_STALL_S", 1.0)  # a minute in production
+    monkeypatch.setattr(hub_reads, "XET_STALL_S", 1.0)  # a minute in production
     hub_ctx.hub.inject("slow", method="GET", path="/xet-read-token/", rate=1)  # the CAS never answers
     env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     with caplog.at_level("WARNING", logger="trainbox"):

@@ -16,7 +16,7 @@ from entrypoint import settings
 from entrypoint.errors import AccessError, ConfigError, ReleaseError
 from entrypoint.release import end as release
 from entrypoint.release import providers
-from entrypoint.release.providers import InstanceState, RetryPolicy
+from entrypoint.release.providers import InstanceState, ReleaseRetry
 from entrypoint.settings import ExitAction
 from entrypoint.state import Phase, RunState
 from tests.fakes.providers import RUNPOD_V2_REFERENCE, Call, FakeProvider, FakeRunPod, FakeVast
@@ -64,7 +64,7 @@ def test_500_then_200_is_retried(tmp_path: Path) -> None:
         waits: list[float] = []
 
         code = release.end_of_job(
-            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+            config, state, failed=False, publish=lambda: True, policy=ReleaseRetry(sleep=waits.append)
         )
 
         assert code is None
@@ -82,7 +82,7 @@ def test_a_destroy_the_provider_never_shows_fails_after_the_confirmation_window(
         def sleep(seconds: float) -> None:
             now[0] += seconds
 
-        policy = RetryPolicy(sleep=sleep, clock=lambda: now[0], confirm_for=60)
+        policy = ReleaseRetry(sleep=sleep, clock=lambda: now[0], confirm_for=60)
         code = release.end_of_job(config, state, failed=False, publish=lambda: True, policy=policy)
 
         assert code == ReleaseError.exit_code
@@ -154,14 +154,14 @@ def test_a_vast_read_that_proves_nothing_never_confirms(tmp_path: Path, answer: 
         waits: list[float] = []
 
         code = release.end_of_job(
-            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+            config, state, failed=False, publish=lambda: True, policy=ReleaseRetry(sleep=waits.append)
         )
 
         assert code == ReleaseError.exit_code
         assert state.snapshot()["release"]["status"] == "failed"
         assert "may still be billing" in state.snapshot()["release"]["error"]
         reads_after = [call for call in provider.calls if call.method == "GET"][1:]
-        assert len(reads_after) == RetryPolicy().attempts  # retried, then an honest failure
+        assert len(reads_after) == ReleaseRetry().attempts  # retried, then an honest failure
         assert provider.state == "destroyed"  # it may well be gone: we just cannot say so
 
 
@@ -175,7 +175,7 @@ def test_runpod_429_waits_as_the_provider_says(tmp_path: Path) -> None:
         waits: list[float] = []
 
         code = release.end_of_job(
-            config, state, failed=False, publish=lambda: True, policy=RetryPolicy(sleep=waits.append)
+            config, state, failed=False, publish=lambda: True, policy=ReleaseRetry(sleep=waits.append)
         )
 
         assert code is None
@@ -251,7 +251,7 @@ def exercise_the_client(provider: FakeRunPod, tmp_path: Path) -> None:
     config = job_settings(tmp_path, provider, ON_EXIT="destroy")
     instance = providers.instance_for(config.provider)
     release.check_access(config)
-    providers.end_bill(instance, ExitAction.STOP, RetryPolicy(sleep=lambda _: None))
+    providers.end_bill(instance, ExitAction.STOP, ReleaseRetry(sleep=lambda _: None))
     instance.stop()  # 409, then the read that shows it EXITED
     provider.state = "running"
     provider.locked = True
@@ -262,7 +262,7 @@ def exercise_the_client(provider: FakeRunPod, tmp_path: Path) -> None:
     with pytest.raises(ReleaseError, match="Instant Cluster"):
         instance.destroy()
     provider.cluster = None
-    providers.end_bill(instance, ExitAction.DESTROY, RetryPolicy(sleep=lambda _: None))
+    providers.end_bill(instance, ExitAction.DESTROY, ReleaseRetry(sleep=lambda _: None))
 
 
 def test_every_runpod_request_is_in_the_v2_reference(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from entrypoint import pipeline, settings
 from entrypoint.errors import AgentError, ConfigError, CostLimitError, ReleaseError
-from entrypoint.release.providers import RetryPolicy
+from entrypoint.release.providers import ReleaseRetry
 from entrypoint.state import Phase
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.providers import FakeProvider, FakeRunPod, FakeVast
@@ -296,9 +296,9 @@ def _always_500(server: FakeProvider) -> None:
         ("runpod", "destroy", _in_cluster, "Instant Cluster cl-9a7b", 1),
         ("runpod", "stop", _locked, "locked: true prevents stopping", 1),
         ("runpod", "destroy", _forbidden_terminate, "refused RUNPOD_API_KEY", 1),
-        ("runpod", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
+        ("runpod", "destroy", _always_500, "may still be billing", ReleaseRetry().attempts),
         ("vast", "destroy", _vast_forbidden_echoing_the_key, "refused CONTAINER_API_KEY", 1),
-        ("vast", "destroy", _always_500, "may still be billing", RetryPolicy().attempts),
+        ("vast", "destroy", _always_500, "may still be billing", ReleaseRetry().attempts),
     ],
     ids=[
         "runpod-409-cluster",

@@ -23,7 +23,7 @@ from entrypoint.release.providers import (
     InstanceState,
     Observed,
     ProviderHttpError,
-    RetryPolicy,
+    ReleaseRetry,
     UnclearAnswer,
 )
 from entrypoint.settings import ExitAction
@@ -46,8 +46,8 @@ class Clock:
         self.slept.append(seconds)
         self.now += seconds
 
-    def policy(self, **overrides: Any) -> RetryPolicy:
-        return RetryPolicy(sleep=self.sleep, clock=lambda: self.now, **overrides)
+    def policy(self, **overrides: Any) -> ReleaseRetry:
+        return ReleaseRetry(sleep=self.sleep, clock=lambda: self.now, **overrides)
 
 
 class ScriptedInstance:
@@ -180,7 +180,7 @@ def test_rate_limit_wait(header: str | None, wait: float | None) -> None:
 
 # -- the retry helper ------------------------------------------------------------------------
 def test_backoff_doubles_and_is_capped() -> None:
-    assert RetryPolicy(attempts=7, first_wait=1, max_wait=16).waits() == [1, 2, 4, 8, 16, 16]
+    assert ReleaseRetry(attempts=7, first_wait=1, max_wait=16).waits() == [1, 2, 4, 8, 16, 16]
 
 
 def test_retryable_failures_are_retried_until_an_answer() -> None:
@@ -193,7 +193,7 @@ def test_retryable_failures_are_retried_until_an_answer() -> None:
             raise outcome
         return outcome
 
-    assert providers.with_retries(call, "test", clock.policy()) == "ok"
+    assert providers.with_provider_retries(call, "test", clock.policy()) == "ok"
     assert clock.slept == [1.0, 2.0, 4.0]
 
 
@@ -207,7 +207,7 @@ def test_retry_after_wins_and_is_capped() -> None:
             raise outcome
         return outcome
 
-    providers.with_retries(call, "test", clock.policy(max_wait=16))
+    providers.with_provider_retries(call, "test", clock.policy(max_wait=16))
     assert clock.slept == [0, 30, 60]  # the provider's wait, beyond our own backoff, up to a minute
 
 
@@ -221,7 +221,7 @@ def test_an_unclear_answer_is_retried() -> None:
             raise outcome
         return outcome
 
-    assert providers.with_retries(call, "test", clock.policy()) == "ok"
+    assert providers.with_provider_retries(call, "test", clock.policy()) == "ok"
     assert clock.slept == [1.0]
 
 
@@ -235,7 +235,7 @@ def test_refusals_are_not_retried(status: int) -> None:
         raise http(status)
 
     with pytest.raises(ProviderHttpError):
-        providers.with_retries(call, "test", clock.policy())
+        providers.with_provider_retries(call, "test", clock.policy())
     assert len(calls) == 1 and clock.slept == []
 
 
@@ -248,7 +248,7 @@ def test_retries_end_after_the_attempts() -> None:
         raise http(500)
 
     with pytest.raises(ProviderHttpError):
-        providers.with_retries(call, "test", clock.policy(attempts=4))
+        providers.with_provider_retries(call, "test", clock.policy(attempts=4))
     assert len(calls) == 4 and clock.slept == [1, 2, 4]
 
 
@@ -448,5 +448,5 @@ def test_a_provider_that_never_answers_ends_at_the_release_deadline() -> None:
         instance = providers.VastInstance(f"http://127.0.0.1:{silent.getsockname()[1]}", "9", "k" * 20)
         started = time.monotonic()
         with pytest.raises(ReleaseError, match="no answer before the release deadline"):
-            providers.end_bill(instance, ExitAction.STOP, RetryPolicy(deadline=started + 2.0))
+            providers.end_bill(instance, ExitAction.STOP, ReleaseRetry(deadline=started + 2.0))
         assert time.monotonic() - started < 5.0

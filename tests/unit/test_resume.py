@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from entrypoint.errors import CrashLoopError
-from entrypoint.training.resume import CRASH_LOOP_LENGTH, check_crash_loop, newest_local, trim_metrics
+from entrypoint.libreyolo import trim_metrics
+from entrypoint.training.resume import CRASH_LOOP_LENGTH, check_crash_loop, newest_local
 
 
 def attempt(reason: str = "training_failed", exit_code: int = 60, epochs_done: int | None = 4) -> dict[str, Any]:

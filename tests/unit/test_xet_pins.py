@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-import entrypoint.dataset.remote as remote
+import entrypoint.dataset.hub_reads as hub_reads
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ("huggingface_hub", "hf_xet")
@@ -23,7 +23,7 @@ PINNED = ("huggingface_hub", "hf_xet")
 def _imported_names() -> dict[str, set[str]]:
     """module -> names, for every ``from huggingface_hub... / hf_xet import`` in the Xet download's module."""
     found: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse(Path(remote.__file__).read_text())):
+    for node in ast.walk(ast.parse(Path(hub_reads.__file__).read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PINNED:
             found.setdefault(node.module, set()).update(alias.name for alias in node.names)
     return found

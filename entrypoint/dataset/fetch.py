@@ -31,10 +31,8 @@ from typing import Any
 
 from ..errors import (
     AgentError,
-    AmbiguousArchiveError,
     CorruptArchiveError,
     DatasetError,
-    NoArchiveError,
     UnsafeArchiveError,
 )
 from ..hub import Hub
@@ -43,18 +41,18 @@ from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
 from . import extract
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
+from .checks import Deferred
+from .choose import choose_archive
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
-from .remote import (
+from .hub_reads import (
     RemoteFile,
     dataset_file,
     dataset_revision,
-    dataset_root_files,
     download_dataset_file,
     stream_dataset_file,
     xet_stream_dataset_file,
 )
 
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _BATCH_BYTES = 1 << 20
 _QUEUE_CHUNKS = 16  # bytes in flight between download and extraction: a few MB
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -66,10 +64,11 @@ def store_dir(settings: Settings) -> Path:
     return data_dir(settings) / "hub" / settings.dataset_repo.replace("/", "--")
 
 
-def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
+def prepare(settings: Settings, *, stream: bool = True, defer_to: Deferred | None = None) -> PreparedDataset:
     """The dataset of ``DATASET_REPO`` on the volume, checked; from the cache when this commit is there.
 
-    ``stream=False`` takes the download-then-extract path even where streaming is possible.
+    ``stream=False`` takes the download-then-extract path even where streaming is possible;
+    ``defer_to``: see ``checks.doctor``.
     """
     assert settings.dataset_repo is not None
     repo, hub, store = settings.dataset_repo, Hub.for_settings(settings), store_dir(settings)
@@ -81,7 +80,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
     marker = read_ready_marker(entry, identity)
     if marker is not None:
         logger.info("dataset: %s is already on the volume (%d files), nothing downloaded", description, marker["files"])
-        return _with_revision(use_ready_archive(settings, entry, marker, description), sha)
+        return _with_revision(use_ready_archive(settings, entry, marker, description, defer_to=defer_to), sha)
 
     remote = dataset_file(hub, repo, name, sha)
     if remote.size is None:
@@ -109,7 +108,7 @@ def prepare(settings: Settings, *, stream: bool = True) -> PreparedDataset:
 
     started = time.monotonic()
     try:
-        prepared, _ = install_archive(settings, entry, identity, fill, description)
+        prepared, _ = install_archive(settings, entry, identity, fill, description, defer_to=defer_to)
     except (UnsafeArchiveError, CorruptArchiveError):
         _discard(partial)  # the same bytes would be refused again
         raise
@@ -153,23 +152,6 @@ def resolve_revision(
     return sha
 
 
-def choose_archive(hub: Hub, repo: str, sha: str) -> str:
-    """The only .tar/.tar.gz at the repo root."""
-    files = dataset_root_files(hub, repo, sha)
-    tars = sorted(path for path in files if path.endswith(ARCHIVE_SUFFIXES))
-    if not tars:
-        listed = ", ".join(sorted(files)[:5]) or "nothing"
-        raise NoArchiveError(
-            f"dataset {repo} has no .tar or .tar.gz at its root (it holds {listed})",
-            "upload the dataset as one tar (tar -C DIR -cf data.tar .), or set DATASET_FILE",
-        )
-    if len(tars) > 1:
-        raise AmbiguousArchiveError(
-            f"dataset {repo} has several tars at its root: {', '.join(tars[:5])}", "choose one with DATASET_FILE"
-        )
-    return tars[0]
-
-
 def _cached_choice(store: Path, sha: str) -> str | None:
     """The archive chosen for this commit before (a commit never changes), saving a listing."""
     return _read(store / "refs" / f"{sha}.file")
@@ -179,15 +161,6 @@ def _remember_choice(store: Path, sha: str, name: str) -> None:
     path = store / "refs" / f"{sha}.file"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(name)
-
-
-def remote_archive(settings: Settings) -> RemoteFile:
-    """The tar a run would fetch (resolved on the Hub; nothing downloaded), for ``trainbox plan``."""
-    assert settings.dataset_repo is not None
-    repo, hub = settings.dataset_repo, Hub.for_settings(settings)
-    sha = dataset_revision(hub, repo, settings.dataset_revision)
-    name = settings.dataset_file or choose_archive(hub, repo, sha)
-    return dataset_file(hub, repo, name, sha)
 
 
 # -- the two transports -------------------------------------------------------------------------

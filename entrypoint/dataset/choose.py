@@ -1,0 +1,37 @@
+"""Which tar of a Hugging Face dataset repo a run takes: ``DATASET_FILE``, else the only .tar/.tar.gz at
+its root; and that tar as the Hub describes it, found without downloading it (``trainbox plan``)."""
+
+from __future__ import annotations
+
+from ..errors import AmbiguousArchiveError, NoArchiveError
+from ..hub import Hub
+from ..settings import Settings
+from .hub_reads import RemoteFile, dataset_file, dataset_revision, dataset_root_files
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+def choose_archive(hub: Hub, repo: str, sha: str) -> str:
+    """The only .tar/.tar.gz at the repo root."""
+    files = dataset_root_files(hub, repo, sha)
+    tars = sorted(path for path in files if path.endswith(ARCHIVE_SUFFIXES))
+    if not tars:
+        listed = ", ".join(sorted(files)[:5]) or "nothing"
+        raise NoArchiveError(
+            f"dataset {repo} has no .tar or .tar.gz at its root (it holds {listed})",
+            "upload the dataset as one tar (tar -C DIR -cf data.tar .), or set DATASET_FILE",
+        )
+    if len(tars) > 1:
+        raise AmbiguousArchiveError(
+            f"dataset {repo} has several tars at its root: {', '.join(tars[:5])}", "choose one with DATASET_FILE"
+        )
+    return tars[0]
+
+
+def remote_archive(settings: Settings) -> RemoteFile:
+    """The tar a run would fetch (resolved on the Hub; nothing downloaded), for ``trainbox plan``."""
+    assert settings.dataset_repo is not None
+    repo, hub = settings.dataset_repo, Hub.for_settings(settings)
+    sha = dataset_revision(hub, repo, settings.dataset_revision)
+    name = settings.dataset_file or choose_archive(hub, repo, sha)
+    return dataset_file(hub, repo, name, sha)

@@ -1,0 +1,47 @@
+"""The package keeps the shape docs/architecture.md describes: a short top level, a wing per stage
+whose ``__init__`` only says its job, no module over 500 lines without a reason, every wing on the page."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import entrypoint
+
+PACKAGE = Path(entrypoint.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+MAX_LINES = 500
+MAX_TOP_LEVEL_FILES = 20
+
+
+def _wings() -> list[Path]:
+    return sorted(p.parent for p in PACKAGE.glob("*/__init__.py"))
+
+
+def test_the_top_level_holds_at_most_twenty_files() -> None:
+    files = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(files) <= MAX_TOP_LEVEL_FILES, f"{len(files)} files at the top level: {files}"
+
+
+def test_no_module_is_over_500_lines_without_a_reason_at_its_top() -> None:
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        if len(lines) > MAX_LINES and not lines[0].startswith("# over 500 lines:"):
+            long.append(f"{path.relative_to(PACKAGE)} ({len(lines)})")
+    assert not long, "over 500 lines (split it, or give a '# over 500 lines: why' first line): " + ", ".join(long)
+
+
+def test_every_wing_init_says_its_job_and_holds_no_logic() -> None:
+    for wing in _wings():
+        tree = ast.parse((wing / "__init__.py").read_text())
+        assert ast.get_docstring(tree), f"{wing.name}/__init__.py does not say its job"
+        logic = [type(node).__name__ for node in tree.body[1:] if not isinstance(node, ast.ImportFrom | ast.Import)]
+        assert not logic, f"{wing.name}/__init__.py holds {logic}: code belongs in a module of the wing"
+
+
+def test_the_architecture_page_names_every_wing_and_top_level_module() -> None:
+    page = ARCHITECTURE.read_text()
+    missing = [f"{wing.name}/" for wing in _wings() if f"`{wing.name}/" not in page]
+    missing += [p.name for p in PACKAGE.glob("*.py") if not p.name.startswith("_") and f"`{p.name}`" not in page]
+    assert not missing, f"docs/architecture.md does not mention: {missing}"
