@@ -53,9 +53,9 @@ class Uploader(Snapshotter):
     Events: ``_wake`` (snapshot now: a boundary, ``notify``, a flush), ``_work`` (something for the
     committer), ``_stopping``. ``flush`` only asks the threads and waits, within its timeout and any
     ``cut_short`` deadline; it says True only when the Hub holds everything: a file that could not be
-    staged stays pending and failed until a later snapshot stages it. ``stop`` ends both threads and
-    the watcher within its timeout: a commit in flight is abandoned (it lands or not; the next
-    ``start`` relearns what the Hub holds from its head).
+    staged stays pending and failed until a later snapshot stages it. ``stop`` tells both threads and
+    the watcher to end and waits for them at most its timeout: a commit in flight is abandoned (the
+    threads are daemons; it lands or not, and the next ``start`` checks the Hub's head against the ledger).
     """
 
     def __init__(
