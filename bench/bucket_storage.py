@@ -69,6 +69,7 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from entrypoint.sync import places
     from entrypoint.sync import uploader as sync
     from entrypoint.sync.bucket import Store
+    from entrypoint.sync.ledger import CommitBudget
     from tests.fakes.hub import HubServer
 
     hub_server = HubServer(root / f"hub-{mode}").start()
@@ -91,7 +92,7 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             boundaries = uploader.bucket
         else:
             # Every boundary a commit, as with epochs of a minute or more (the budget allows 100 an hour).
-            uploader = sync.Uploader(hub, repo, run_dir, work, budget=sync.CommitBudget(per_hour=10**9, burst=10**9))
+            uploader = sync.Uploader(hub, repo, run_dir, work, budget=CommitBudget(per_hour=10**9, burst=10**9))
             boundaries = uploader
         uploader.start()
         rows = []

@@ -58,7 +58,7 @@ from bench.overhead import (
     training_options,
     wait_with_cpu,
 )
-from entrypoint.sync.uploader import COMMIT_BURST
+from entrypoint.sync.ledger import COMMIT_BURST
 from tests.fakes.hub import HubError, HubServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 import click
 
 from . import __version__, log
-from .errors import EXIT_INTERRUPTED, AgentError, ConfigError, PreemptedError
+from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
 from .settings import DEFAULT_WORKDIR, Settings, variables
 from .state import STATE_FILE, read_state
@@ -157,44 +157,10 @@ def fetch(as_json: bool) -> None:
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds the final upload may take.")
 def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
     """Mirror any LibreYOLO run folder to OUTPUT_REPO until its training ends."""
-    import hashlib
-    import signal
-    import threading
-    import time
+    settings = load_settings(quiet_transfers=True)  # before huggingface_hub is imported
+    from .sync.mirror import mirror
 
-    settings = load_settings(quiet_transfers=True)
-
-    from .hub import Hub
-    from .sync import uploader as sync
-    from .training import resume
-
-    if settings.output_repo is None:
-        raise ConfigError("OUTPUT_REPO is not set", "set OUTPUT_REPO=org/name")
-    run_dir = run_dir.resolve()
-    hub = Hub.for_settings(settings)
-    hub.ensure_writable_repo(settings.output_repo)
-    key = hashlib.sha256(f"{run_dir}:{settings.output_repo}".encode()).hexdigest()[:12]
-    # Staging and ledger on the run's own volume unless WORKDIR says where (e.g. outside a container).
-    base = settings.workdir if os.environ.get("WORKDIR") else run_dir.parent
-    _end_hard()
-    work = base / ".trainbox" / "sync" / key
-    newer = resume.hub_newer(hub, settings.output_repo, run_dir, work / "scratch")  # as `trainbox run` guards it
-    uploader = sync.Uploader(hub, settings.output_repo, run_dir, work, superseded=newer.__contains__ if newer else None)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    found, began = sync.boundary_signature(run_dir), time.monotonic()
-    uploader.start()
-    logger.info("sync: mirroring %s to %s", run_dir, settings.output_repo)
-    while not once and not stop.wait(2.0) and not sync.run_ended(run_dir, found, began):
-        pass
-    synced = uploader.flush(timeout)
-    uploader.stop()
-    if not synced:
-        raise sync.sync_error(uploader)
-    logger.info("sync: %s is on %s (%d commits)", run_dir.name, settings.output_repo, len(uploader.commits))
-    if stop.is_set():  # exit 143 as before, for SIGINT too: what was written is on the Hub either way
-        raise PreemptedError(f"sync stopped by a signal after {run_dir.name} was synced")
+    mirror(settings, run_dir, once=once, timeout=timeout, uploading=_end_hard)
 
 
 @cli.command("release")

@@ -3,7 +3,7 @@
 The bucket gets every epoch boundary (overwritten in place, see bucket.py). The model repo gets a
 few commits per run instead of one per epoch: ``best.pt``, ``metrics.jsonl``, ``trainbox.json``,
 the card and the plot at most once per PUBLISH_EVERY (the newest state wins), and at the end the
-final ``last.pt`` and ``best.pt``. ``TwoPlaces`` looks like one ``sync.Uploader`` to the pipeline.
+final ``last.pt`` and ``best.pt``. ``TwoPlaces`` looks like one ``Uploader`` to the pipeline.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import describe
 from ..settings import Settings
-from . import uploader as sync
 from .bucket import BucketTarget, BucketUnavailable, Store, default_bucket_id
+from .ledger import COMMITS_PER_HOUR, CommitBudget
+from .uploader import Uploader
 
 __all__ = ["Store", "TwoPlaces", "open_store"]
 
@@ -101,22 +102,22 @@ class TwoPlaces:
         on_card: Callable[[str | None], None] | None = None,
     ) -> None:
         self.store = store
-        self.bucket = sync.Uploader(
+        self.bucket = Uploader(
             BucketTarget(store),
             store.bucket_id,
             run_dir,
             work_dir / "bucket",
-            budget=sync.CommitBudget(per_hour=_UNLIMITED, burst=_UNLIMITED),
+            budget=CommitBudget(per_hour=_UNLIMITED, burst=_UNLIMITED),
             before_snapshot=before_snapshot,
             on_commit=on_commit,  # "on the Hub N s ago": the bucket is on the Hub too
         )
-        per_hour = 3600.0 / publish_every if publish_every > 0 else sync.COMMITS_PER_HOUR
-        self.repo = sync.Uploader(
+        per_hour = 3600.0 / publish_every if publish_every > 0 else COMMITS_PER_HOUR
+        self.repo = Uploader(
             hub,
             repo_id,
             run_dir,
             work_dir,
-            budget=sync.CommitBudget(per_hour=int(max(1, per_hour)) if per_hour >= 1 else 1, burst=1),
+            budget=CommitBudget(per_hour=int(max(1, per_hour)) if per_hour >= 1 else 1, burst=1),
             before_snapshot=before_snapshot,
             superseded=superseded,
             on_commit=on_commit,

@@ -13,7 +13,8 @@ import torch
 from entrypoint.hub import Hub
 from entrypoint.sync import bucket, checkpoint
 from entrypoint.sync.bucket import BucketTarget, BucketUnavailable, Store
-from entrypoint.sync.uploader import CommitBudget, Uploader
+from entrypoint.sync.ledger import CommitBudget
+from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
 
 

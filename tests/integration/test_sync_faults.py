@@ -15,6 +15,7 @@ import pytest
 
 from entrypoint.hub import Hub
 from entrypoint.sync import uploader as sync
+from entrypoint.sync.ledger import Ledger
 from entrypoint.sync.uploader import Uploader
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
@@ -89,7 +90,7 @@ def test_the_committer_survives_an_error_outside_the_commit(
     def disk_full(_self: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(sync.Ledger, "_save", disk_full)  # every ledger write fails, commit after commit
+    monkeypatch.setattr(Ledger, "_save", disk_full)  # every ledger write fails, commit after commit
     boundary(run_dir, 1)
     wait_for(lambda: "epoch_1.txt" in hub_ctx.hub.files(repo), "epoch 1 on the Hub")
     # No flush: the committer itself must still be at work for the next boundary.

@@ -13,8 +13,9 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
 from entrypoint.hub import MAX_WAIT, with_retries
-from entrypoint.sync import uploader as sync
-from entrypoint.sync.uploader import CommitBudget, training_finished
+from entrypoint.sync import watcher
+from entrypoint.sync.ledger import CommitBudget
+from entrypoint.sync.watcher import training_finished
 
 
 def http_error(status: int, retry_after: str | None = None) -> HfHubHTTPError:
@@ -81,9 +82,9 @@ def test_a_trainer_in_another_pid_namespace_is_not_taken_for_dead(tmp_path: Path
     _status(tmp_path, pid=_unused_pid(), epoch_seconds=120.0)
     assert training_finished(tmp_path) is False
     # Silent for longer than its epochs take (and SILENCE): it really ended without a word.
-    assert training_finished(tmp_path, now=time.time() + sync.SILENCE + 1) is True
+    assert training_finished(tmp_path, now=time.time() + watcher.SILENCE + 1) is True
     _status(tmp_path, pid=_unused_pid(), epoch_seconds=3600.0)
-    assert training_finished(tmp_path, now=time.time() + sync.SILENCE + 1) is False
+    assert training_finished(tmp_path, now=time.time() + watcher.SILENCE + 1) is False
 
 
 def test_a_finished_or_failed_status_ends_the_sync(tmp_path: Path) -> None:
@@ -91,4 +92,4 @@ def test_a_finished_or_failed_status_ends_the_sync(tmp_path: Path) -> None:
         (tmp_path / "status.json").write_text(json.dumps({"state": state, "pid": os.getpid()}))
         assert training_finished(tmp_path)
     _status(tmp_path, pid=os.getpid())
-    assert training_finished(tmp_path, now=time.time() + 10 * sync.SILENCE) is False  # alive here
+    assert training_finished(tmp_path, now=time.time() + 10 * watcher.SILENCE) is False  # alive here

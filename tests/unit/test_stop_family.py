@@ -35,8 +35,8 @@ _WRAP_UP = "runs once the job is finishing (or released): a stop is then only re
 _TRAINING = "main thread only while the trainer runs (a stop is then only recorded), else the uploader's thread"
 # (file relative to the package, qualified function) → why no stop can reach its broad handlers
 NO_STOP_HERE = {
-    ("sync/uploader.py", "Uploader._snapshot_loop"): _THREAD,
-    ("sync/uploader.py", "Uploader.snapshot"): "called by the snapshot thread only",
+    ("sync/snapshot.py", "Snapshotter._snapshot_loop"): _THREAD,
+    ("sync/snapshot.py", "Snapshotter.snapshot"): "called by the snapshot thread only",
     ("sync/uploader.py", "Uploader._commit_loop"): _THREAD,
     ("sync/uploader.py", "Uploader._commit_pending"): "the committer thread",
     ("sync/uploader.py", "Uploader._landed"): "the committer thread",

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.sync import uploader as sync
-from entrypoint.sync.uploader import CommitBudget, Ledger, StagedFile
+from entrypoint.sync import ledger as sync_ledger
+from entrypoint.sync.ledger import CommitBudget, Ledger
+from entrypoint.sync.staging import StagedFile
 
 
 class Clock:
-    """Stands in for the ``time`` module inside entrypoint.sync.uploader: both clocks move only when told."""
+    """Stands in for the ``time`` module inside entrypoint.sync.ledger: both clocks move only when told."""
 
     def __init__(self) -> None:
         self.now = 1_000_000.0
@@ -31,7 +32,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(sync, "time", fake)
+    monkeypatch.setattr(sync_ledger, "time", fake)
     return fake
 
 

@@ -14,7 +14,7 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from entrypoint.sync.uploader import _BoundaryHandler
+from entrypoint.sync.watcher import _BoundaryHandler
 
 
 def woken(event: FileSystemEvent) -> bool:

@@ -1,0 +1,220 @@
+"""The snapshot side of the uploader: stages each epoch boundary's changed files as pending, newest per path."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..log import logger
+from . import checkpoint
+from .ledger import Ledger
+from .staging import StagedFile, _Signature, _skip, copy_checked
+from .watcher import BOUNDARY_FILE
+
+# Stands for the whole run folder in ``pending`` when a snapshot failed before it could list it.
+_UNREAD = "(run folder not read)"
+
+
+class Snapshotter:
+    """Stages the run folder's changed files; ``Uploader`` adds the committer that takes them to the Hub.
+
+    It holds the state both of the uploader's threads share, all of it under ``_lock`` (``_changed`` is
+    its condition, notified whenever pending, failed, snapshots or commits moved). ``snapshot`` runs on
+    the snapshot thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock``
+    keeps two from interleaving. A file that cannot be staged (a full disk, an I/O error) stays pending
+    and failed until a later snapshot stages it.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        work_dir: Path,
+        *,
+        poll_interval: float,
+        before_snapshot: Callable[[], None] | None,
+        superseded: Callable[[str], bool] | None,
+        select: Callable[[str], bool] | None,
+    ) -> None:
+        self.select = select  # which files of the run folder go (None: all); places.py widens it at the end
+        self.run_dir = run_dir
+        self.staging = work_dir / "staging"
+        self.ledger = Ledger(work_dir / "ledger.json")
+        self.poll_interval = poll_interval
+        # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
+        self.before_snapshot = before_snapshot
+        # Files already on the volume at start that the Hub holds in a newer version (the run
+        # resumed from the Hub): they are uploaded only once training writes them again.
+        self._superseded = superseded
+        self._seen: dict[str, _Signature] = {}
+        self._pending: dict[str, StagedFile] = {}
+        self._failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
+        self._discard: list[StagedFile] = []  # replaced copies; the committer deletes them
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # pending, failed, snapshots or commits moved
+        self._snapshot_lock = threading.Lock()
+        self._snapshots_asked = 0
+        self._snapshots_done = 0
+        self._wake = threading.Event()  # a boundary, or someone waits on a snapshot
+        self._work = threading.Event()  # something for the committer
+        self._stopping = threading.Event()
+        self._boundary_signature: _Signature | None = None
+        self.commits: list[str] = []  # the committer's, on the Hub; staged copies are named after their count
+        self.last_error: str | None = None
+        self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
+        # Refused and not uploaded since in a valid version: the Hub lacks part of the run.
+        self.refused_missing: dict[str, str] = {}
+        self._boundary_seen_at: float | None = None
+
+    def _snapshot_loop(self) -> None:
+        while not self._stopping.is_set():
+            woken = self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            with self._changed:
+                asked = self._snapshots_asked
+            if woken or asked > self._snapshots_done or self._boundary_moved():
+                try:
+                    self.snapshot()
+                except Exception as error:  # the uploader must never take the run down
+                    logger.warning("sync: snapshot failed: %s", error)
+                    self._stage_failed(_UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
+                finally:
+                    with self._changed:
+                        self._snapshots_done = max(self._snapshots_done, asked)
+                        self._changed.notify_all()
+
+    def _boundary_moved(self) -> bool:
+        """The polling fallback: has status.json been replaced since we last looked?"""
+        try:
+            signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
+        except OSError:
+            return False
+        if signature == self._boundary_signature:
+            return False
+        self._boundary_signature = signature
+        return True
+
+    def _hold_superseded(self, superseded: Callable[[str], bool]) -> None:
+        """Mark files the Hub holds newer as seen, so an older volume never overwrites them."""
+        held = []
+        for path, relative in self._files():
+            if superseded(relative):
+                with contextlib.suppress(OSError):
+                    self._seen[relative] = _Signature.of(path)
+                    held.append(relative)
+        if held:
+            logger.info("sync: %d older file(s) on this volume stay off the Hub until written again", len(held))
+
+    def _files(self) -> list[tuple[Path, str]]:
+        found = []
+        for path in sorted(self.run_dir.rglob("*")):
+            relative = path.relative_to(self.run_dir).as_posix()
+            if path.is_file() and not path.is_symlink() and not _skip(relative):
+                if self.select is not None and not self.select(relative):
+                    continue
+                found.append((path, relative))
+        return found
+
+    def snapshot(self) -> list[str]:
+        """Stage every file changed since the last snapshot; return their relative paths."""
+        if self.before_snapshot is not None:
+            try:
+                self.before_snapshot()
+            except Exception as error:  # the hook is a courtesy; the snapshot matters
+                logger.debug("sync: before-snapshot hook failed: %s", error)
+        with self._snapshot_lock:
+            seen_at = time.monotonic()
+            with contextlib.suppress(OSError):
+                self._boundary_signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
+            staged: list[StagedFile] = []
+            present = set()
+            for path, relative in self._files():
+                present.add(relative)
+                try:
+                    signature = _Signature.of(path)
+                except OSError:
+                    continue
+                if self._seen.get(relative) == signature:
+                    continue
+                try:
+                    result = self._stage(path, relative, signature)
+                except Exception as error:  # any failure to stage: pending and failed, never dropped
+                    self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                    continue
+                if result is not None:
+                    staged.append(result)
+            with self._changed:
+                # deleted since (or read now, for a failed snapshot): nothing left to upload
+                for gone in set(self._failed) - present:
+                    del self._failed[gone]
+                for item in staged:
+                    replaced = self._pending.get(item.relative)
+                    if replaced is not None:
+                        self._discard.append(replaced)
+                    self._pending[item.relative] = item
+                if staged:
+                    self._boundary_seen_at = self._boundary_seen_at or seen_at
+                self._changed.notify_all()
+            if staged:
+                self._work.set()
+            return [item.relative for item in staged]
+
+    def _stage_failed(self, relative: str, reason: str) -> None:
+        logger.warning("sync: %s", reason)
+        with self._changed:
+            self._failed[relative] = reason
+        self.last_error = reason
+
+    def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
+        target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
+        is_checkpoint = path.suffix == ".pt"
+        try:
+            sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
+            unchanged = _Signature.of(path) == signature
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)
+            if not path.exists():
+                logger.debug("sync: %s vanished while copied (%s)", relative, error)
+                return None
+            # Disk full, I/O error: the file is not on its way to the Hub. It stays pending (and
+            # failed) and is tried again at the next snapshot.
+            reason = f"cannot stage {relative}: {error}"
+            logger.warning("sync: %s", reason)
+            with self._changed:
+                self._failed[relative] = reason
+            self.last_error = reason
+            return None
+        with self._changed:
+            self._failed.pop(relative, None)
+        if not unchanged:
+            # Written while we copied: the next boundary brings the finished version.
+            target.unlink(missing_ok=True)
+            return None
+        if is_checkpoint:
+            try:
+                if holds_secret:
+                    raise checkpoint.InvalidCheckpoint("it contains a secret value")
+                checkpoint.inspect(target)
+            except checkpoint.InvalidCheckpoint as error:
+                logger.warning("sync: not uploading %s: %s", relative, error)
+                self.refused.append(relative)
+                with self._changed:
+                    self.refused_missing[relative] = str(error)
+                target.unlink(missing_ok=True)
+                return None
+            except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
+                target.unlink(missing_ok=True)
+                raise
+            with self._changed:
+                self.refused_missing.pop(relative, None)
+        self._seen[relative] = signature
+        staged = StagedFile(relative=relative, path=target, sha256=sha256, git_oid=git_oid, size=target.stat().st_size)
+        if self.ledger.has(relative, staged.ids):
+            target.unlink(missing_ok=True)
+            return None
+        return staged

@@ -1,0 +1,67 @@
+"""Staging: a file of the run folder becomes a private copy, hashed, and scrubbed of secrets or searched for them."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..log import contains_secret, longest_secret, redact_bytes
+
+_COPY_CHUNK = 4 * 1024 * 1024
+
+
+def _skip(relative: str) -> bool:
+    """Temporary and hidden files are never part of a snapshot."""
+    name = relative.rsplit("/", 1)[-1]
+    return name.startswith(".") or name.endswith((".tmp", ".part", ".lock", ".incomplete"))
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    relative: str
+    path: Path  # the private copy that gets uploaded
+    sha256: str
+    git_oid: str | None  # the id the Hub shows for a file it keeps in git (checkpoints go to LFS)
+    size: int
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.sha256] if self.git_oid is None else [self.sha256, self.git_oid]
+
+
+@dataclass(frozen=True)
+class _Signature:
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> _Signature:
+        stat = path.stat()
+        return cls(stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+def copy_checked(path: Path, target: Path, *, is_checkpoint: bool) -> tuple[str, str | None, bool]:
+    """Copy ``path`` to ``target``: ``(sha256, git blob id or None for a checkpoint, holds a secret)``.
+
+    Text is copied scrubbed of secrets; a checkpoint is copied as is and only searched for them."""
+    digest = hashlib.sha256()
+    git = hashlib.sha1()  # git's blob id, for text files the Hub keeps in git
+    holds_secret = False
+    with path.open("rb") as source, target.open("wb") as copy:
+        if is_checkpoint:
+            # A binary cannot be scrubbed without breaking it: look for secrets while copying
+            # (chunks overlap by a secret's length, so none hides across a boundary).
+            overlap, tail = max(0, longest_secret() - 1), b""
+            while chunk := source.read(_COPY_CHUNK):
+                digest.update(chunk)
+                copy.write(chunk)
+                holds_secret = holds_secret or contains_secret(tail + chunk)
+                tail = chunk[-overlap:] if overlap else b""
+        else:
+            data = redact_bytes(source.read())  # text files may echo a secret
+            digest.update(data)
+            git.update(b"blob %d\0" % len(data) + data)
+            copy.write(data)
+    return digest.hexdigest(), None if is_checkpoint else git.hexdigest(), holds_secret
