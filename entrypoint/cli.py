@@ -174,18 +174,18 @@ def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def release_command(run_dir: Path | None, action: str | None, failed: bool, as_json: bool) -> None:
     """The end-of-job action alone: stop or destroy this instance and confirm it with the provider."""
-    from .release import end as release
+    from .release.end import action_for, record_in_state_file, release, require_provider
     from .settings import ExitAction
 
     settings = load_settings()
-    chosen = ExitAction(action) if action else release.action_for(settings, failed=failed)
-    release.require_provider(settings.provider, chosen)
+    chosen = ExitAction(action) if action else action_for(settings, failed=failed)
+    require_provider(settings.provider, chosen)
     if chosen is ExitAction.EXIT:
         outcome: dict[str, Any] = {"action": "exit", "status": "not_requested"}
     else:
-        outcome = {"action": chosen.value, **release.release(settings.provider, chosen)}
+        outcome = {"action": chosen.value, **release(settings.provider, chosen)}
     # Noted in the run's trainbox.json when there is one (RUN_DIR, else WORKDIR/runs/RUN_NAME).
-    release.record_in_state_file(run_dir or settings.run_dir, outcome)
+    record_in_state_file(run_dir or settings.run_dir, outcome)
     if as_json:
         click.echo(json.dumps(outcome, indent=2))
     elif chosen is ExitAction.EXIT:

@@ -11,8 +11,8 @@ import shlex
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
 from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch, variables
-from .training import process as training
 from .training import resume
+from .training.process import build_command, device_arg
 
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:
@@ -83,13 +83,13 @@ def _command(settings: Settings, args: RunArgs) -> list[str]:
     if settings.gpus.cpu:
         device = "cpu"
     elif settings.gpus.indices is not None:
-        device = training.device_arg(settings.gpus.indices)
+        device = device_arg(settings.gpus.indices)
     else:
         device = "<every GPU the check proves, e.g. 0,1>"
     # The real path holds the dataset's commit, known only once the dataset stage ran.
     folder = "demo" if settings.is_demo else "<dataset>"
     data_yaml = settings.workdir / "data" / folder / "data.yaml"
-    command = training.build_command(
+    command = build_command(
         args,
         data_yaml=data_yaml,
         workdir=settings.workdir,

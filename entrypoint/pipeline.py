@@ -26,20 +26,20 @@ from .hub import Hub
 from .libreyolo import STATUS_FILE, epochs_done
 from .log import logger
 from .release import cost, providers
-from .release import end as release
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
+from .release.end import check_access, end_of_job
 from .report import progress
 from .report.nextsteps import summary
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
-from .sync import uploader as sync
 from .sync.places import Store, TwoPlaces, open_store
+from .sync.uploader import Uploader
 from .training import monitor, profiling, resume
-from .training import process as training
 from .training.launch import Launch, log_size
 from .training.oom import OomTry
+from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
@@ -58,8 +58,8 @@ class Job:
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
-        self.trainer: training.TrainingProcess | None = None
-        self.uploader: sync.Uploader | TwoPlaces | None = None
+        self.trainer: TrainingProcess | None = None
+        self.uploader: Uploader | TwoPlaces | None = None
         self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
         self.hub: Hub | None = None
         self.already_complete = False
@@ -176,7 +176,7 @@ class Job:
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
         # A wrong instance id or key fails now, not at the end; the read also gives the price.
-        seen = release.check_access(self.settings)
+        seen = check_access(self.settings)
         self._arm_budget(seen)
         # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
         observed_gpu = seen.gpu if seen else None
@@ -350,12 +350,12 @@ class Job:
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
     ) -> AgentError | None:
-        command = training.build_command(
+        command = build_command(
             args,
             data_yaml=data.data_yaml,
             workdir=self.settings.workdir,
             run_name=self.settings.run_name,
-            device=training.device_arg(gpu_indices),
+            device=device_arg(gpu_indices),
             extra=demo_cpu_batch(self.settings, gpu_indices),
         )
         command = self.launch.command(command, gpu_indices)
@@ -368,7 +368,7 @@ class Job:
         )
         try:
             with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
-                self.trainer = training.TrainingProcess(command, env)
+                self.trainer = TrainingProcess(command, env)
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
@@ -381,8 +381,8 @@ class Job:
             self._stop_trainer()
             raise self._stop
         error = self.launch.lost_peer(code, command.run_dir, log_start)
-        error = error or training.error_for_exit(code, self.trainer.error_tail())
-        return training.blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
+        error = error or error_for_exit(code, self.trainer.error_tail())
+        return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
 
     def _watch_training(self) -> None:
         """Called every half second while training runs: act on stop requests and stalls."""
@@ -481,7 +481,7 @@ class Job:
         self.state.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         try:
-            release_code = release.end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+            release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         finally:
             if self.uploader is not None:
                 self.uploader.stop(timeout=min(5.0, self.clock.remaining()))

@@ -5,5 +5,6 @@ call promises) is the committer over ``snapshot``, which stages each boundary's 
 ``staging`` (private copies, hashed, scrubbed of secrets) and ``checkpoint`` (each ``.pt`` checked
 before it goes); ``ledger`` remembers what the Hub holds and the commit budget; ``watcher`` wakes the
 snapshots and tells when training has ended; ``mirror`` is the loop ``trainbox sync`` runs. ``bucket``
-and ``places`` keep the working state in a Storage Bucket beside the model repo.
+and ``places`` keep the working state in a Storage Bucket beside the model repo; ``job`` is what the
+job asks of the sync (start it after resume, the final upload, whether the Hub holds everything).
 """

@@ -15,10 +15,10 @@ from ..libreyolo import WEIGHTS_DIR
 from ..log import logger
 from ..settings import Settings
 from ..state import Phase, RunState
-from . import uploader as sync
 from .places import Store, TwoPlaces, squash_history
+from .uploader import Uploader, sync_error
 
-Sync = sync.Uploader | TwoPlaces
+Sync = Uploader | TwoPlaces
 
 
 def start(
@@ -50,7 +50,7 @@ def start(
             on_card=on_card,
         )
     else:
-        uploader = sync.Uploader(
+        uploader = Uploader(
             hub,
             settings.output_repo,
             settings.run_dir,
@@ -85,7 +85,7 @@ def final(
         state.update(sync={"squashed": squash_history(hub, uploader.repo_id)})
     if synced:
         return code
-    error = sync.sync_error(uploader)
+    error = sync_error(uploader)
     logger.error("%s", error)
     state.update(sync=report(uploader) | {"error": str(error)})
     if code == 0:

@@ -44,6 +44,24 @@ def test_every_wing_init_says_its_job_and_holds_no_logic() -> None:
         assert not logic, f"{wing.name}/__init__.py holds {logic}: code belongs in a module of the wing"
 
 
+# The entry points and the one stage at the top level: they call into the wings; every other top-level
+# module is a foundation, which the wings build on and which never reaches into one of them.
+USES_WINGS = {"cli", "pipeline", "dryrun", "preflight", "__main__"}
+
+
+def test_the_foundations_import_no_wing() -> None:
+    from tests.unit.test_import_cycles import import_graph
+
+    wings = {wing.name for wing in _wings()}
+    graph = import_graph(PACKAGE)
+    reaching = {
+        module: sorted(target for target in targets if target.split(".")[1] in wings)
+        for module, targets in graph.items()
+        if module.count(".") == 1 and module.split(".")[1] not in wings | USES_WINGS
+    }
+    assert not {module: found for module, found in reaching.items() if found}, "a foundation imports a wing"
+
+
 def test_the_architecture_page_names_every_wing_and_top_level_module() -> None:
     page = ARCHITECTURE.read_text()
     missing = [f"{wing.name}/" for wing in _wings() if f"`{wing.name}/" not in page]
