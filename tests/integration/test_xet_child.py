@@ -5,6 +5,7 @@ anything. The size from which the child takes a file is lowered so that a few Mi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -167,3 +168,53 @@ def test_a_fault_on_a_cas_route_during_a_child_upload_loses_and_tears_nothing(
         name = f"epoch_{epoch}.bin"
         assert hub_ctx.hub.files(repo)[name].xet_hash, "the bytes went to the CAS"
         assert hub_ctx.hub.file_bytes(repo, name) == (run_dir / name).read_bytes()
+
+
+PARENT = """
+import sys
+from pathlib import Path
+from entrypoint import xetchild
+from entrypoint.hub import Hub
+xetchild.CHILD_MIN_BYTES = 1024 * 1024
+Hub(token=sys.argv[1]).commit(sys.argv[2], [("weights/last.pt", Path(sys.argv[3]))], "Epoch boundary")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_no_upload_child_outlives_the_agent(hub_ctx: HubContext, tmp_path: Path, signum: int) -> None:
+    import subprocess
+    import sys
+
+    (_, big), _ = _files(tmp_path)
+    repo = hub_ctx.repo_id("orphan")
+    Hub(token=hub_ctx.token).ensure_writable_repo(repo)
+    hub_ctx.hub.inject("slow", method="POST", path=XORB, rate=1)  # the upload never finishes
+    env = hub_ctx.env()
+    agent = subprocess.Popen([sys.executable, "-c", PARENT, hub_ctx.token, repo, str(big)], env=env)
+    try:
+        end, child = time.monotonic() + WAIT, None
+        while child is None and time.monotonic() < end:
+            for pid in procs.descendants(agent.pid):
+                with contextlib.suppress(OSError):
+                    if b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        child = pid
+            time.sleep(0.05)
+        assert child is not None, "the upload child started"
+        agent.send_signal(signum)
+        agent.wait(WAIT)
+        end = time.monotonic() + 5.0
+        while _alive(child) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(child), "the upload child ended with the agent"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
