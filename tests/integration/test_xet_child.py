@@ -218,3 +218,28 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_deadline_stops_the_child_and_fails_the_commit_promptly(
+    hub_ctx: HubContext, tmp_path: Path, children: list[list[str]]
+) -> None:
+    from entrypoint.errors import SyncError
+
+    files = _files(tmp_path)
+    repo = hub_ctx.repo_id("deadline")
+    hub = Hub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    before = len(hub_ctx.hub.commits(repo))
+    hub_ctx.hub.inject("slow", method="POST", path=XORB, rate=1)  # the upload never finishes
+    began = time.monotonic()
+
+    with pytest.raises(SyncError, match="TimeoutError"):
+        hub.commit(repo, files, "Final state", deadline=began + 3.0)
+
+    assert time.monotonic() - began < 3.0 + 2.0, "the child's grace is 1 s"
+    assert not any(
+        b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        for pid in procs.descendants(os.getpid())
+        if Path(f"/proc/{pid}/cmdline").exists()
+    ), "no upload child left running"
+    assert len(hub_ctx.hub.commits(repo)) == before, "nothing committed"
