@@ -175,7 +175,7 @@ def _rebuilt(error: dict[str, Any]) -> Exception:
         try:
             rebuilt_error: Exception = cls(error["message"])
             return rebuilt_error
-        except Exception:  # a class that wants other arguments: the generic form below
+        except (TypeError, ValueError):  # a class that wants other arguments: the generic form below
             pass
     if error["kind"] == "network":
         return ConnectionError(error["message"])
@@ -202,7 +202,7 @@ def _encoded(error: BaseException) -> dict[str, Any]:
     if isinstance(error, HfHubHTTPError) and response is not None:
         try:
             body = response.text[:_BODY_LIMIT]
-        except Exception:  # a streamed answer that was never read
+        except (RuntimeError, ValueError):  # a streamed answer that was never read (httpx's ResponseNotRead)
             body = ""
         return {
             "kind": "http",
