@@ -28,7 +28,8 @@ by the local Hub; ``--transfer lfs``: a Hub without Xet and HF_HUB_DISABLE_XET=1
 Goals: p95 ≤ 2 s, throughput ratio ≥ 0.97, SIGTERM → exit ≤ 5 s. Writes bench/results/sync.json (LFS)
 or sync-xet.json and prints a Markdown table for docs/benchmarks.md. Run from the repository root:
 ``python -m bench.sync [--rounds 4] [--epochs 10] [--latency-runs 2] [--sigterm-runs 3] [--sequential]
-[--transfer xet|lfs]``.
+[--transfer xet|lfs]``. ``--checkpoint-mb 500 --link-mbit 1000`` measures large checkpoints instead, with a
+stand-in writer of epoch boundaries (bench/sync_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -441,7 +442,21 @@ def main() -> None:
     parser.add_argument("--preempt-after", type=int, default=2, help="epochs on the Hub before the SIGTERM")
     parser.add_argument("--transfer", choices=("xet", "lfs"), default="xet")
     parser.add_argument("--out", type=Path, help="results file (default: bench/results/sync.json, or sync-xet.json)")
+    parser.add_argument(
+        "--checkpoint-mb", type=float, help="instead: a stand-in writer's boundaries with last.pt of this size (Xet)"
+    )
+    parser.add_argument("--link-mbit", type=float, help="with --checkpoint-mb: the CAS capped at this link speed")
+    parser.add_argument("--boundaries", type=int, default=6, help="with --checkpoint-mb: epoch boundaries")
+    parser.add_argument("--gap", type=float, default=3.0, help="with --checkpoint-mb: seconds between boundaries")
+    parser.add_argument("--code", type=Path, help="with --checkpoint-mb: the agent of this checkout instead")
     args = parser.parse_args()
+    if args.checkpoint_mb:  # bench/sync_checkpoint.py: no training can write such checkpoints cheaply here
+        from bench import sync_checkpoint
+
+        name = f"sync-checkpoint-{args.checkpoint_mb:g}mb" + (f"-link{args.link_mbit:g}" if args.link_mbit else "")
+        out = args.out or ROOT / "bench" / "results" / f"{name}.json"
+        sync_checkpoint.run(args.checkpoint_mb, args.link_mbit, args.boundaries, args.gap, out, args.code)
+        return
     TRANSFER["mode"] = args.transfer
     if args.transfer == "xet":
         os.environ.pop("HF_HUB_DISABLE_XET", None)  # the agents inherit this environment

@@ -8,7 +8,10 @@ client sees the real Hub) serves one tar, and each of these runs as its own proc
   agent    `trainbox fetch` as shipped (the agent bounds hf_xet's buffer for its own process: cli.py)
 
 Then the other way: `trainbox sync --once` of a run folder holding one torch checkpoint of random weights
-(0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows).
+(0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows): the agent's own
+peak, the peak of the child process it uploads large files from (entrypoint/xetchild.py), and the peak of
+the two together (their RSS summed at each sample); beside it, a bare `HfApi.upload_file` of the same file
+in one process with hf_xet's defaults ("inprocess" rows: what the agent held before the child).
 
 Goal: the agent's peak RSS ≤ 300 MB at every size (stretch ≤ 150 MB). Writes
 bench/results/xet_memory.json and prints a Markdown table for docs/benchmarks.md. From the repository root:
@@ -63,16 +66,64 @@ class PeakAnon(threading.Thread):
         return self.peak_kb / 1024
 
 
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
-    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process."""
+class PeakTree(threading.Thread):
+    """The peaks of a process's descendants, from /proc: the largest VmHWM of its upload children
+    (entrypoint.xetchild), the largest sum of its RSS and theirs at one sample, and the largest VmHWM
+    of any other descendant (`trainbox sync` asks `libreyolo train --help-json` for its options)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.child_kb, self.total_kb, self.other_kb = pid, 0, 0, 0
+        self._done = threading.Event()
+
+    @staticmethod
+    def _status(pid: int) -> dict[str, int]:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return {}
+        return {line.split(":")[0]: int(line.split()[1]) for line in lines if line.startswith(("VmHWM:", "VmRSS:"))}
+
+    def run(self) -> None:
+        from entrypoint.procs import descendants
+
+        while not self._done.is_set():
+            total = self._status(self.pid).get("VmRSS", 0)
+            for pid in descendants(self.pid):
+                status = self._status(pid)
+                try:
+                    upload = b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if upload:
+                    self.child_kb = max(self.child_kb, status.get("VmHWM", 0))
+                    total += status.get("VmRSS", 0)
+                else:
+                    self.other_kb = max(self.other_kb, status.get("VmHWM", 0))
+            self.total_kb = max(self.total_kb, total)
+            time.sleep(0.02)
+
+    def stop(self) -> tuple[float, float, float]:
+        self._done.set()
+        self.join()
+        return self.child_kb / 1024, self.total_kb / 1024, self.other_kb / 1024
+
+
+def run_child(argv: list[str], env: dict[str, str], tree: dict[str, float] | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process; ``tree`` receives the peaks
+    of its upload children (``child_mib``), of it and them together (``total_mib``) and of others."""
     started = time.monotonic()
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    hwm, anon = PeakRss(process.pid), PeakAnon(process.pid)
+    hwm, anon, below = PeakRss(process.pid), PeakAnon(process.pid), PeakTree(process.pid)
     hwm.start()
     anon.start()
+    below.start()
     _, err = process.communicate()
     wall = time.monotonic() - started
     peak, peak_anon = hwm.stop(), anon.stop()
+    child, total, other = below.stop()
+    if tree is not None:
+        tree.update(child_mib=child, total_mib=max(total, peak), other_mib=other)
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
     return wall, peak, peak_anon
@@ -109,33 +160,59 @@ def write_checkpoint(path: Path, size: int) -> None:
     torch.save({"epoch": 1, "model": weights}, path)
 
 
-def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[str, Any]:
+# One process, hf_xet's defaults: what the agent held when it uploaded in its own process.
+INPROCESS = """
+import sys
+from huggingface_hub import HfApi
+HfApi().upload_file(path_or_fileobj=sys.argv[1], path_in_repo="weights/epoch_1.pt", repo_id=sys.argv[2])
+"""
+
+
+def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> list[dict[str, Any]]:
     scratch = Path(tempfile.mkdtemp(prefix="trainbox-xetmem-", dir=where))
+    rows = []
     try:
         run_dir = scratch / "runs" / "exp"
         (run_dir / "weights").mkdir(parents=True)
-        write_checkpoint(run_dir / "weights" / "epoch_1.pt", int(gb * 1e9))
-        with HubServer(scratch / "hub") as hub:
-            hub.add_token(TOKEN, REPO.split("/")[0], "write")
-            env = {
-                **base,
-                "HF_ENDPOINT": hub.url,
-                "HF_HUB_DISABLE_TELEMETRY": "1",
-                "HF_TOKEN": TOKEN,
-                "OUTPUT_REPO": f"{REPO.split('/')[0]}/run",
-                "WORKDIR": str(scratch / "work"),
-                "PYTHONPATH": str(ROOT),
-            }
-            wall, peak, anon = run_child([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
-            sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
-        return {
-            "gb": gb,
-            "mode": "upload",
-            "peak_rss_mib": round(peak, 1),
-            "peak_anon_mib": round(anon, 1),
-            "wall_s": round(wall, 2),
-            "cas_bytes": sent,
-        }
+        checkpoint = run_dir / "weights" / "epoch_1.pt"
+        write_checkpoint(checkpoint, int(gb * 1e9))
+        for mode in ("upload", "inprocess"):
+            with HubServer(scratch / f"hub-{mode}") as hub:
+                hub.add_token(TOKEN, REPO.split("/")[0], "write")
+                repo = f"{REPO.split('/')[0]}/run"
+                env = {
+                    **base,
+                    "HF_ENDPOINT": hub.url,
+                    "HF_HUB_DISABLE_TELEMETRY": "1",
+                    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                    "HF_TOKEN": TOKEN,
+                    "OUTPUT_REPO": repo,
+                    "WORKDIR": str(scratch / f"work-{mode}"),
+                    "HF_HOME": str(scratch / f"hf-{mode}"),
+                    "PYTHONPATH": str(ROOT),
+                }
+                tree: dict[str, float] = {}
+                if mode == "upload":
+                    argv = [sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)]
+                else:
+                    hub.create_repo(repo)
+                    argv = [sys.executable, "-c", INPROCESS, str(checkpoint), repo]
+                wall, peak, anon = run_child(argv, env, tree)
+                sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
+            rows.append(
+                {
+                    "gb": gb,
+                    "mode": mode,
+                    "peak_rss_mib": round(peak, 1),
+                    "peak_anon_mib": round(anon, 1),
+                    "child_peak_rss_mib": round(tree["child_mib"], 1),
+                    "total_peak_rss_mib": round(tree["total_mib"], 1),
+                    "other_child_peak_rss_mib": round(tree["other_mib"], 1),
+                    "wall_s": round(wall, 2),
+                    "cas_bytes": sent,
+                }
+            )
+        return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -154,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(modes) - set(MODES):
         parser.error(f"--modes: some of {','.join(MODES)}")
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()[0]
     base = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
     for gib in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="trainbox-xetmem-", dir=args.scratch))
@@ -181,8 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     for gb in [float(s) for s in args.upload_gb.split(",") if s]:
         print(f"{gb} GB checkpoint: sync…", file=sys.stderr)
-        rows.append(measure_upload(gb, args.scratch, base))
-    report = {"benchmark": "xet_memory", "cas": "http (loopback)", "cpus": os.cpu_count(), "rows": rows}
+        rows.extend(measure_upload(gb, args.scratch, base))
+    report = {
+        "benchmark": "xet_memory",
+        "cas": "http (loopback)",
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "rows": rows,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
@@ -192,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
 def table(report: dict[str, Any]) -> str:
     by_size: dict[float, dict[str, dict[str, Any]]] = {}
     uploads = [row for row in report["rows"] if row["mode"] == "upload"]
+    inprocess = {row["gb"]: row for row in report["rows"] if row["mode"] == "inprocess"}
     for row in report["rows"]:
-        if row["mode"] != "upload":
+        if row["mode"] not in ("upload", "inprocess"):
             by_size.setdefault(row["gib"], {})[row["mode"]] = row
     head = "| tar | " + " | ".join(f"{m}: peak RSS (MiB) / s" for m in MODES) + " |"
     lines = [head, "|" + "---|" * (len(MODES) + 1)]
@@ -201,10 +287,19 @@ def table(report: dict[str, Any]) -> str:
         values = [f"{cells[m]['peak_rss_mib']:.0f} / {cells[m]['wall_s']:.1f}" if m in cells else "–" for m in MODES]
         lines.append(f"| {gib:g} GiB | " + " | ".join(values) + " |")
     if uploads:
-        lines += ["", "| checkpoint | `trainbox sync --once`: peak RSS (MiB) / s | bytes to the CAS |", "|---|---|---|"]
+        lines += [
+            "",
+            "| checkpoint | `trainbox sync --once`: the agent, peak RSS (MiB) / s | its upload child | both at once"
+            " | bytes to the CAS | one process (`upload_file`), peak RSS (MiB) / s |",
+            "|---|---|---|---|---|---|",
+        ]
         for row in uploads:
+            alone = inprocess.get(row["gb"])
+            before = f"{alone['peak_rss_mib']:.0f} / {alone['wall_s']:.1f}" if alone else "–"
             lines.append(
-                f"| {row['gb']:g} GB | {row['peak_rss_mib']:.0f} / {row['wall_s']:.1f} | {row['cas_bytes']:,} |"
+                f"| {row['gb']:g} GB | {row['peak_rss_mib']:.0f} / {row['wall_s']:.1f}"
+                f" | {row['child_peak_rss_mib']:.0f} | {row['total_peak_rss_mib']:.0f}"
+                f" | {row['cas_bytes']:,} | {before} |"
             )
     return "\n".join(lines)
 

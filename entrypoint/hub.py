@@ -23,6 +23,7 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from . import xetchild
 from .errors import (
     AccessError,
     AgentError,
@@ -172,7 +173,10 @@ class Hub:
         def attempt() -> str:
             # Operations are mutated by create_commit: build fresh ones for every attempt.
             operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
-            info = self.api.create_commit(
+            api = self.api
+            # Large files travel from a child process first (the agent's memory stays flat): xetchild.py.
+            xetchild.preupload(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
+            info = api.create_commit(
                 repo_id, operations, commit_message=message, commit_description=description, repo_type="model"
             )
             return info.oid

@@ -57,6 +57,7 @@ NO_STOP_HERE = {
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,
+    ("xetchild.py", "main"): _CHILD,
 }
 
 
