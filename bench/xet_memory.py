@@ -21,15 +21,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, PeakRss, make_tar, settle
+from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, make_tar, tar_on_hub
+from bench.measure import Child, run_child, settle
 from tests.fakes.hub import HubServer
 
 # hf_xet's defaults, set explicitly: what the agent's process would hold without its own bound.
@@ -40,63 +38,31 @@ HF_XET_DEFAULTS = {
 MODES = ("guide", "default", "agent")
 
 
-class PeakAnon(threading.Thread):
-    """The peak of a process's anonymous memory (RssAnon: its heap, not file pages it maps), from /proc."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak_kb, self._done = pid, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            try:
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("RssAnon:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-            except (OSError, ValueError):
-                return
-            time.sleep(0.02)
-
-    def stop(self) -> float:
-        self._done.set()
-        self.join()
-        return self.peak_kb / 1024
-
-
-def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
-    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process."""
-    started = time.monotonic()
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    hwm, anon = PeakRss(process.pid), PeakAnon(process.pid)
-    hwm.start()
-    anon.start()
-    _, err = process.communicate()
-    wall = time.monotonic() - started
-    peak, peak_anon = hwm.stop(), anon.stop()
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
-    return wall, peak, peak_anon
-
-
-def measure(hub: HubServer, scratch: Path, env: dict[str, str], mode: str) -> dict[str, Any]:
+def measure(
+    hub: HubServer, scratch: Path, env: dict[str, str], mode: str, agent_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     python, work, hf_home = sys.executable, scratch / "work", scratch / "hf"
     settle(work, hf_home)
     hub.reset_log()
     if mode == "guide":
-        wall, peak, anon = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
+        child = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
     else:
         fetch_env = {**env, "WORKDIR": str(work), "DATASET_REPO": REPO, "RUN_ARGS": "imgsz=640"}
         if mode == "default":
             fetch_env.update(HF_XET_DEFAULTS)
-        wall, peak, anon = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+        elif agent_env:
+            fetch_env.update(agent_env)
+        child = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
     cas_bytes = hub.bytes_served(r"^/cas/xorbs/")
     settle(work, hf_home)
+    return {"mode": mode, **_peaks(child), "cas_bytes": cas_bytes}
+
+
+def _peaks(child: Child) -> dict[str, float]:
     return {
-        "mode": mode,
-        "peak_rss_mib": round(peak, 1),
-        "peak_anon_mib": round(anon, 1),
-        "wall_s": round(wall, 2),
-        "cas_bytes": cas_bytes,
+        "peak_rss_mib": round(child.peak_mib, 1),
+        "peak_anon_mib": round(child.peak_anon_mib, 1),
+        "wall_s": round(child.wall_s, 2),
     }
 
 
@@ -126,16 +92,9 @@ def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> dict[
                 "WORKDIR": str(scratch / "work"),
                 "PYTHONPATH": str(ROOT),
             }
-            wall, peak, anon = run_child([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
+            child = run_child([sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)], env)
             sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
-        return {
-            "gb": gb,
-            "mode": "upload",
-            "peak_rss_mib": round(peak, 1),
-            "peak_anon_mib": round(anon, 1),
-            "wall_s": round(wall, 2),
-            "cas_bytes": sent,
-        }
+        return {"gb": gb, "mode": "upload", **_peaks(child), "cas_bytes": sent}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -148,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upload-gb", default="0.1,0.5,1", help="checkpoint sizes in GB for `trainbox sync`")
     parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "xet_memory.json")
+    parser.add_argument(
+        "--agent-env", action="append", default=[], metavar="NAME=VALUE", help="set for the agent mode (a trial)"
+    )
     args = parser.parse_args(argv)
+    agent_env = dict(item.split("=", 1) for item in args.agent_env)
     sizes = [float(s) for s in args.gib.split(",") if s]
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
@@ -161,28 +124,24 @@ def main(argv: list[str] | None = None) -> int:
             tar = scratch / NAME
             print(f"{gib} GiB: building the tar…", file=sys.stderr)
             make_tar(tar, max(2, int(args.files_per_gib * gib)), int(gib * 1024**3))
-            with HubServer(scratch / "hub") as hub:
-                hub.add_token(TOKEN, REPO.split("/")[0], "write")
-                hub.create_repo(REPO, repo_type="dataset")
-                hub.upload_file(REPO, NAME, tar, repo_type="dataset")
-                env = {
-                    **base,
-                    "HF_ENDPOINT": hub.url,
-                    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                    "HF_HUB_DISABLE_TELEMETRY": "1",
-                    "HF_TOKEN": TOKEN,
-                    "GPUS": "cpu",
-                    "PYTHONPATH": str(ROOT),
-                }
+            with tar_on_hub(scratch, tar) as (hub, env):
                 for mode in modes:
                     print(f"{gib} GiB: {mode}…", file=sys.stderr)
-                    rows.append({"gib": gib, "tar_bytes": tar.stat().st_size, **measure(hub, scratch, env, mode)})
+                    row = measure(hub, scratch, env, mode, agent_env)
+                    rows.append({"gib": gib, "tar_bytes": tar.stat().st_size, **row})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     for gb in [float(s) for s in args.upload_gb.split(",") if s]:
         print(f"{gb} GB checkpoint: sync…", file=sys.stderr)
         rows.append(measure_upload(gb, args.scratch, base))
-    report = {"benchmark": "xet_memory", "cas": "http (loopback)", "cpus": os.cpu_count(), "rows": rows}
+    report = {
+        "benchmark": "xet_memory",
+        "cas": "http (loopback)",
+        "cpus": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "agent_env": agent_env,
+        "rows": rows,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
