@@ -24,15 +24,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, PeakRss, make_tar, settle
+from bench.dataset import GUIDE, NAME, REPO, ROOT, TOKEN, make_tar, tar_on_hub
+from bench.measure import Child, run_child, settle
 from tests.fakes.hub import HubServer
 
 # hf_xet's defaults, set explicitly: what the agent's process would hold without its own bound.
@@ -43,111 +41,31 @@ HF_XET_DEFAULTS = {
 MODES = ("guide", "default", "agent")
 
 
-class PeakAnon(threading.Thread):
-    """The peak of a process's anonymous memory (RssAnon: its heap, not file pages it maps), from /proc."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak_kb, self._done = pid, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            try:
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("RssAnon:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-            except (OSError, ValueError):
-                return
-            time.sleep(0.02)
-
-    def stop(self) -> float:
-        self._done.set()
-        self.join()
-        return self.peak_kb / 1024
-
-
-class PeakTree(threading.Thread):
-    """The peaks of a process's descendants, from /proc: the largest VmHWM of its upload children
-    (entrypoint.xetchild), the largest sum of its RSS and theirs at one sample, and the largest VmHWM
-    of any other descendant (`trainbox sync` asks `libreyolo train --help-json` for its options)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.child_kb, self.total_kb, self.other_kb = pid, 0, 0, 0
-        self._done = threading.Event()
-
-    @staticmethod
-    def _status(pid: int) -> dict[str, int]:
-        try:
-            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        except OSError:
-            return {}
-        return {line.split(":")[0]: int(line.split()[1]) for line in lines if line.startswith(("VmHWM:", "VmRSS:"))}
-
-    def run(self) -> None:
-        from entrypoint.procs import descendants
-
-        while not self._done.is_set():
-            total = self._status(self.pid).get("VmRSS", 0)
-            for pid in descendants(self.pid):
-                status = self._status(pid)
-                try:
-                    upload = b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if upload:
-                    self.child_kb = max(self.child_kb, status.get("VmHWM", 0))
-                    total += status.get("VmRSS", 0)
-                else:
-                    self.other_kb = max(self.other_kb, status.get("VmHWM", 0))
-            self.total_kb = max(self.total_kb, total)
-            time.sleep(0.02)
-
-    def stop(self) -> tuple[float, float, float]:
-        self._done.set()
-        self.join()
-        return self.child_kb / 1024, self.total_kb / 1024, self.other_kb / 1024
-
-
-def run_child(argv: list[str], env: dict[str, str], tree: dict[str, float] | None = None) -> tuple[float, float, float]:
-    """(wall seconds, peak VmHWM MiB, peak RssAnon MiB) of one child process; ``tree`` receives the peaks
-    of its upload children (``child_mib``), of it and them together (``total_mib``) and of others."""
-    started = time.monotonic()
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    hwm, anon, below = PeakRss(process.pid), PeakAnon(process.pid), PeakTree(process.pid)
-    hwm.start()
-    anon.start()
-    below.start()
-    _, err = process.communicate()
-    wall = time.monotonic() - started
-    peak, peak_anon = hwm.stop(), anon.stop()
-    child, total, other = below.stop()
-    if tree is not None:
-        tree.update(child_mib=child, total_mib=max(total, peak), other_mib=other)
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err[-2000:]}")
-    return wall, peak, peak_anon
-
-
-def measure(hub: HubServer, scratch: Path, env: dict[str, str], mode: str) -> dict[str, Any]:
+def measure(
+    hub: HubServer, scratch: Path, env: dict[str, str], mode: str, agent_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     python, work, hf_home = sys.executable, scratch / "work", scratch / "hf"
     settle(work, hf_home)
     hub.reset_log()
     if mode == "guide":
-        wall, peak, anon = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
+        child = run_child([python, "-c", GUIDE, REPO, NAME], {**env, "HF_HOME": str(hf_home)})
     else:
         fetch_env = {**env, "WORKDIR": str(work), "DATASET_REPO": REPO, "RUN_ARGS": "imgsz=640"}
         if mode == "default":
             fetch_env.update(HF_XET_DEFAULTS)
-        wall, peak, anon = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
+        elif agent_env:
+            fetch_env.update(agent_env)
+        child = run_child([python, "-m", "entrypoint", "fetch", "--json"], fetch_env)
     cas_bytes = hub.bytes_served(r"^/cas/xorbs/")
     settle(work, hf_home)
+    return {"mode": mode, **_peaks(child), "cas_bytes": cas_bytes}
+
+
+def _peaks(child: Child) -> dict[str, float]:
     return {
-        "mode": mode,
-        "peak_rss_mib": round(peak, 1),
-        "peak_anon_mib": round(anon, 1),
-        "wall_s": round(wall, 2),
-        "cas_bytes": cas_bytes,
+        "peak_rss_mib": round(child.peak_mib, 1),
+        "peak_anon_mib": round(child.peak_anon_mib, 1),
+        "wall_s": round(child.wall_s, 2),
     }
 
 
@@ -160,7 +78,6 @@ def write_checkpoint(path: Path, size: int) -> None:
     torch.save({"epoch": 1, "model": weights}, path)
 
 
-# One process, hf_xet's defaults: what the agent held when it uploaded in its own process.
 INPROCESS = """
 import sys
 from huggingface_hub import HfApi
@@ -191,24 +108,21 @@ def measure_upload(gb: float, where: Path | None, base: dict[str, str]) -> list[
                     "HF_HOME": str(scratch / f"hf-{mode}"),
                     "PYTHONPATH": str(ROOT),
                 }
-                tree: dict[str, float] = {}
                 if mode == "upload":
                     argv = [sys.executable, "-m", "entrypoint", "sync", "--once", str(run_dir)]
                 else:
                     hub.create_repo(repo)
                     argv = [sys.executable, "-c", INPROCESS, str(checkpoint), repo]
-                wall, peak, anon = run_child(argv, env, tree)
+                child = run_child(argv, env, tree=True)
                 sent = sum(r.bytes_in for r in hub.find_requests("POST", r"^/cas/v1/xorbs/"))
             rows.append(
                 {
                     "gb": gb,
                     "mode": mode,
-                    "peak_rss_mib": round(peak, 1),
-                    "peak_anon_mib": round(anon, 1),
-                    "child_peak_rss_mib": round(tree["child_mib"], 1),
-                    "total_peak_rss_mib": round(tree["total_mib"], 1),
-                    "other_child_peak_rss_mib": round(tree["other_mib"], 1),
-                    "wall_s": round(wall, 2),
+                    **_peaks(child),
+                    "child_peak_rss_mib": round(child.upload_child_peak_mib, 1),
+                    "total_peak_rss_mib": round(child.together_peak_mib, 1),
+                    "other_child_peak_rss_mib": round(child.other_peak_mib, 1),
                     "cas_bytes": sent,
                 }
             )
@@ -225,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upload-gb", default="0.1,0.5,1", help="checkpoint sizes in GB for `trainbox sync`")
     parser.add_argument("--scratch", type=Path, help="where to work (default: the temp dir)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "xet_memory.json")
+    parser.add_argument(
+        "--agent-env", action="append", default=[], metavar="NAME=VALUE", help="set for the agent mode (a trial)"
+    )
     args = parser.parse_args(argv)
+    agent_env = dict(item.split("=", 1) for item in args.agent_env)
     sizes = [float(s) for s in args.gib.split(",") if s]
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
         parser.error(f"--modes: some of {','.join(MODES)}")
     rows: list[dict[str, Any]] = []
-    load_before = os.getloadavg()[0]
     base = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
     for gib in sizes:
         scratch = Path(tempfile.mkdtemp(prefix="trainbox-xetmem-", dir=args.scratch))
@@ -239,22 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             tar = scratch / NAME
             print(f"{gib} GiB: building the tar…", file=sys.stderr)
             make_tar(tar, max(2, int(args.files_per_gib * gib)), int(gib * 1024**3))
-            with HubServer(scratch / "hub") as hub:
-                hub.add_token(TOKEN, REPO.split("/")[0], "write")
-                hub.create_repo(REPO, repo_type="dataset")
-                hub.upload_file(REPO, NAME, tar, repo_type="dataset")
-                env = {
-                    **base,
-                    "HF_ENDPOINT": hub.url,
-                    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                    "HF_HUB_DISABLE_TELEMETRY": "1",
-                    "HF_TOKEN": TOKEN,
-                    "GPUS": "cpu",
-                    "PYTHONPATH": str(ROOT),
-                }
+            with tar_on_hub(scratch, tar) as (hub, env):
                 for mode in modes:
                     print(f"{gib} GiB: {mode}…", file=sys.stderr)
-                    rows.append({"gib": gib, "tar_bytes": tar.stat().st_size, **measure(hub, scratch, env, mode)})
+                    row = measure(hub, scratch, env, mode, agent_env)
+                    rows.append({"gib": gib, "tar_bytes": tar.stat().st_size, **row})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     for gb in [float(s) for s in args.upload_gb.split(",") if s]:
@@ -264,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "xet_memory",
         "cas": "http (loopback)",
         "cpus": os.cpu_count(),
-        "load_before": load_before,
-        "load_after": os.getloadavg()[0],
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "agent_env": agent_env,
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -112,9 +112,9 @@ def xet_stream_dataset_file(
     """
     assert remote.xet_hash is not None and remote.xet_refresh is not None and remote.size is not None
     stall_s = XET_STALL_S if stall_s is None else stall_s
-    # hf_xet hands over whole xorb ranges (~64 MB each), which go on in 1 MB pieces. The worker takes the
-    # next one from hf_xet only when asked, so the agent holds one outside hf_xet's bounded buffer, not three
-    # (a handed-over item, one queued, one waiting to be queued): bench/xet_memory.py.
+    # hf_xet hands over ~16 MB at a time (its reconstruction step: cli.py), which goes on in 1 MB pieces. The
+    # worker takes the next one from hf_xet only when asked, so the agent holds one outside hf_xet's bounded
+    # buffer, not three (a handed-over item, one queued, one waiting to be queued): bench/xet_memory.py.
     pipe: queue.Queue[Any] = queue.Queue(maxsize=1)
     asks: queue.Queue[bool] = queue.Queue(maxsize=1)
     stop = threading.Event()

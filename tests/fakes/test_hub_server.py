@@ -6,6 +6,7 @@ that the client (or Trainbox) depends on.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,7 @@ from tests.fakes.hub import RemoteHub, git_blob_sha1
 from tests.hubfixtures import HubContext, NewRepo
 
 MiB = 1024 * 1024
+ROOT = Path(__file__).parents[2]
 
 
 def _status(err: pytest.ExceptionInfo[HfHubHTTPError]) -> int:
@@ -430,22 +433,12 @@ def test_commit_rate_limit_answers_429(hub_ctx: HubContext, new_repo: NewRepo) -
 # -- standalone process + admin API -----------------------------------------------------------------------
 
 
-def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _standalone_hub(tmp_path: Path, *args: str) -> Iterator[tuple[str, RemoteHub]]:
+    """``python -m tests.fakes.hub`` in its own process: its URL and the admin client; stopped on exit."""
     ready = tmp_path / "url"
-    tokens = ["--token", "tok:alice:write", "--token", "ro:bob:read:acme"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "tests.fakes.hub",
-        "--port",
-        "0",
-        "--data",
-        str(tmp_path / "data"),
-        *tokens,
-        "--ready-file",
-        str(ready),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    cmd = [sys.executable, "-m", "tests.fakes.hub", "--port", "0", "--data", str(tmp_path / "data"), *args]
+    proc = subprocess.Popen([*cmd, "--ready-file", str(ready)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         deadline = time.monotonic() + 15
         while not ready.exists():
@@ -453,7 +446,17 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
             time.sleep(0.05)
         url = ready.read_text().strip()
         assert proc.stdout is not None and proc.stdout.readline().strip() == url
-        remote = RemoteHub(url)
+        yield url, RemoteHub(url)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -> None:
+    tokens = ["--token", "tok:alice:write", "--token", "ro:bob:read:acme"]
+    with _standalone_hub(tmp_path, *tokens) as (url, remote):
         assert remote.health()["ok"]
 
         remote.create_repo("acme/data", repo_type="dataset", private=True)
@@ -473,11 +476,37 @@ def test_standalone_server_with_admin_api(hub_ctx: HubContext, tmp_path: Path) -
         path = hf_hub_download("acme/data", "train.tar", **kwargs, force_download=True)
         assert Path(path).read_bytes() == b"\0tar" and remote.bytes_served("/resolve/") == 4
         remote.clear_faults()
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=10) == 0
-        assert proc.stdout is not None
-        proc.stdout.close()
+
+
+def test_a_standalone_hub_is_shaped_like_the_in_process_one(tmp_path: Path) -> None:
+    """The CAS's link cap and local:// switch, set on the command line and over the admin API."""
+    rate, data, other = 4 * MiB, os.urandom(6 * MiB), os.urandom(MiB)
+    with _standalone_hub(tmp_path, "--token", "tok:alice:write", "--cas-bandwidth", str(rate)) as (url, remote):
+        assert remote.config()["cas_bandwidth"] == rate and remote.config()["cas_over_http"] is True
+        for repo, content in (("alice/w", data), ("alice/v", other)):  # huggingface_hub caches a repo's CAS
+            remote.create_repo(repo)
+            remote.upload_bytes(repo, "w.pt", content)  # stored in the Xet CAS
+        kwargs = {"endpoint": url, "token": "tok", "cache_dir": tmp_path / "cache"}
+
+        started = time.monotonic()
+        assert Path(hf_hub_download("alice/w", "w.pt", **kwargs)).read_bytes() == data
+        assert time.monotonic() - started >= 0.8 * len(data) / rate  # never faster than the link
+        assert sum(r["bytes_out"] for r in remote.requests if r["path"].startswith("/cas/xorbs/")) >= len(data)
+
+        remote.set_cas_bandwidth(None)
+        remote.set_cas_over_http(False)  # hf_xet opens the Hub's CAS folder itself
+        assert remote.config()["cas_bandwidth"] is None and remote.config()["cas_over_http"] is False
+        grant = urllib.request.Request(f"{url}/api/models/alice/v/xet-read-token/main")
+        grant.add_header("authorization", "Bearer tok")
+        with urllib.request.urlopen(grant) as answer:
+            assert answer.headers["X-Xet-Cas-Url"] == f"local://{tmp_path / 'data' / 'cas'}"
+        remote.reset_log()
+        path = hf_hub_download("alice/v", "w.pt", **kwargs)
+        assert Path(path).read_bytes() == other
+        assert not [r for r in remote.requests if r["path"].startswith("/cas/")]  # no CAS route was used
+
+        remote.set_cas_over_http(True)
+        assert remote.config()["cas_over_http"] is True
 
 
 # -- Xet: the transfer path of the real Hub ------------------------------------------------------------

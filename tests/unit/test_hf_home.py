@@ -15,7 +15,11 @@ from tests.support import trainbox_env
 # Runs a `trainbox` command and, the moment huggingface_hub is first imported, prints what it would read
 # from the environment, then exits: nothing of the job itself runs.
 _FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"
-_BUFFER = ("HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE", "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE")
+_BUFFER = (
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE",
+    "HF_XET_RECONSTRUCTION_MAX_RECONSTRUCTION_FETCH_SIZE",
+)
 _WATCH = """
 import json, os, runpy, sys
 
@@ -24,7 +28,8 @@ class Watch:
         if name == "huggingface_hub":
             keys = ("HF_HOME", "HF_XET_CACHE", "HF_HUB_DISABLE_PROGRESS_BARS",
                     "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE",
-                    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE", "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE")
+                    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE", "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE",
+                    "HF_XET_RECONSTRUCTION_MAX_RECONSTRUCTION_FETCH_SIZE")
             print(json.dumps({key: os.environ.get(key) for key in keys}), flush=True)
             os._exit(0)
 
@@ -46,8 +51,8 @@ def test_hf_home_is_on_the_volume_before_huggingface_hub_is_imported(command: st
     hf_home = workdir / ".cache" / "huggingface"
     assert seen["HF_HOME"] == str(hf_home) and seen["HF_XET_CACHE"] == str(hf_home / "xet")
     # a streamed Xet dataset's first bytes come after one small reconstruction step, not 256 MB
-    assert seen["HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"] == "32mb"
-    # hf_xet's download buffer, bounded for the agent's own process: its memory stays flat as tars grow
-    assert [seen[name] for name in _BUFFER] == ["32mb", "32mb"]
+    assert seen["HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"] == "16mb"
+    # hf_xet's download buffer and steps, bounded for the agent's own process: its memory stays flat as tars grow
+    assert [seen[name] for name in _BUFFER] == ["32mb", "32mb", "16mb"]
     if command == "run":
         assert seen["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"  # no bars interleaved with the training log

@@ -4,7 +4,8 @@ Python standard library only, so it runs in-process (``from tests.fakes.hub impo
 separate process (container tests, benchmarks)::
 
     python -m tests.fakes.hub --host 127.0.0.1 --port 0 --data DIR \\
-        [--token TOKEN:USER:ROLE[:ORG,ORG...] ...] [--ready-file PATH]    # from the repository root
+        [--token TOKEN:USER:ROLE[:ORG,ORG...] ...] [--ready-file PATH] [--no-xet] [--local-cas] \\
+        [--cas-bandwidth BYTES_PER_S]    # from the repository root
 
 It prints its URL on stdout once listening and, with ``--ready-file``, writes it there (atomically).
 SIGTERM/SIGINT stop it.
@@ -103,10 +104,13 @@ auth, so keep the server on a loopback address)
 ``GET /_admin/commits?repo_id=&repo_type=&revision=`` -> {commits:[...]} |
 ``POST /_admin/faults`` {kind, ...inject kwargs} -> {id} | ``GET /_admin/faults`` | ``DELETE /_admin/faults`` |
 ``GET /_admin/log`` -> {requests:[...], bytes_served:{path:n}} | ``DELETE /_admin/log`` |
-``POST /_admin/config`` {commit_rate_limit, commit_rate_window, xet, xet_token_ttl}.
+``POST /_admin/config`` {commit_rate_limit, commit_rate_window, xet, xet_token_ttl, cas_over_http, cas_bandwidth}
+-> the config | ``GET /_admin/config`` -> {xet, xet_token_ttl, cas_over_http, cas_bandwidth, commit_rate_limit}.
 
 ``set_xet(enabled, *, token_ttl=None)``; ``cas``, ``cas_url``; ``set_cas_bandwidth(bytes_per_s | None)``: the
-CAS data URLs and xorb uploads share one link of that speed (faults on a request shape it their own way).
+CAS data URLs and xorb uploads share one link of that speed (faults on a request shape it their own way);
+``set_cas_over_http(False)``: hand out ``local://`` (both also on ``RemoteHub``, and ``--cas-bandwidth``,
+``--local-cas`` on the command line).
 
 Storage Buckets (Xet-only, no history; ``buckets``): the bucket routes huggingface_hub 2.4.0 calls, with the
 same auth and faults; ``create_bucket``, ``bucket_files``, ``bucket_bytes``, ``set_buckets(False)`` (a Hub

@@ -80,9 +80,26 @@ class AdminMixin:
                 self.set_commit_rate_limit(body["commit_rate_limit"], float(body.get("commit_rate_window", 3600)))
             if "xet" in body:
                 self.set_xet(bool(body["xet"]), token_ttl=body.get("xet_token_ttl"))
+            if "cas_over_http" in body:
+                self.set_cas_over_http(bool(body["cas_over_http"]))
+            if "cas_bandwidth" in body:  # bytes/s; null: no cap
+                self.set_cas_bandwidth(int(body["cas_bandwidth"]) if body["cas_bandwidth"] else None)
+            result = self._admin_config()
+        elif route == ("GET", "config"):
+            result = self._admin_config()
         else:
             raise HubError(404, f"Unknown admin route {route}")
         h.send_json(200, result)
+
+    def _admin_config(self) -> dict[str, Any]:
+        limit = self._rate_limit
+        return {
+            "xet": self.xet,
+            "xet_token_ttl": self.xet_token_ttl,
+            "cas_over_http": self.cas_over_http,
+            "cas_bandwidth": self.cas_bandwidth,
+            "commit_rate_limit": limit[0] if limit else None,
+        }
 
 
 class RemoteHub:
@@ -153,3 +170,13 @@ class RemoteHub:
 
     def set_xet(self, enabled: bool, *, token_ttl: float | None = None) -> None:
         self._call("POST", "config", {"xet": enabled, "xet_token_ttl": token_ttl})
+
+    def set_cas_over_http(self, enabled: bool) -> None:
+        self._call("POST", "config", {"cas_over_http": enabled})
+
+    def set_cas_bandwidth(self, bytes_per_s: int | None) -> None:
+        self._call("POST", "config", {"cas_bandwidth": bytes_per_s})
+
+    def config(self) -> dict[str, Any]:
+        """The switches ``POST /_admin/config`` sets: xet, xet_token_ttl, cas_over_http, cas_bandwidth, ..."""
+        return self._call("GET", "config")

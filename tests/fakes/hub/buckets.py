@@ -356,22 +356,8 @@ class BucketsMixin:
 
     def _bucket_xet_token(self, h: _Handler, c: _Call, write: bool) -> None:
         self._gate(h)
-        h.drain()
-        if not self.xet:
-            raise HubError(404, f"Not found: {c.method} {h.record.path}")
-        with self._lock:
-            (self._bucket_writable if write else self._bucket_readable)(c)
-            token, expiry = secrets.token_urlsafe(24), int(time.time() + self.xet_token_ttl)
-            self._xet_tokens[token] = (c.user.user if c.user else "", expiry)
-        cas = self.cas_url
-        if h.fault is not None and h.fault.kind == "cas-unwritable":
-            blocker = self.root / "cas-blocked"  # a file where the client's hf_xet needs a folder
-            blocker.touch()
-            cas = f"local://{blocker}/cas"
-        else:
-            self.cas.mkdir(exist_ok=True)
-        headers = {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(expiry)}
-        h.send_json(200, {"accessToken": token, "exp": expiry, "casUrl": cas}, headers)
+        authorize = self._bucket_writable if write else self._bucket_readable
+        self.grant_xet_token(h, c, authorize, over_http=False)
 
     def _api_bucket_xet_read_token(self, h: _Handler, c: _Call) -> None:
         self._bucket_xet_token(h, c, write=False)

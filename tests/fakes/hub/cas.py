@@ -114,6 +114,14 @@ class CasMixin:
         """Cap the CAS data URLs and xorb uploads together at ``bytes_per_s`` (a link's speed); None: no cap."""
         self.cas_pacer = Pacer(bytes_per_s) if bytes_per_s else None
 
+    @property
+    def cas_bandwidth(self) -> int | None:
+        return self.cas_pacer.rate if self.cas_pacer is not None else None
+
+    def set_cas_over_http(self, enabled: bool) -> None:
+        """The CAS over HTTP (hf_xet's network client) or ``local://`` (hf_xet opens the folder itself)."""
+        self.cas_over_http = enabled
+
     def cas_http_url(self, base_url: str) -> str:
         return f"{base_url}/cas"
 

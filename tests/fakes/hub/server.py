@@ -119,8 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", action="append", default=[], metavar="TOKEN:USER:ROLE[:ORG,...]")
     parser.add_argument("--ready-file", help="write the URL here once listening")
     parser.add_argument("--no-xet", action="store_true", help="a Hub without Xet storage: LFS only")
+    parser.add_argument("--local-cas", action="store_true", help="hand out local://DIR/cas, not the CAS over HTTP")
+    parser.add_argument("--cas-bandwidth", type=int, metavar="BYTES_PER_S", help="cap the CAS's link")
     args = parser.parse_args(argv)
     hub = HubServer(args.data, host=args.host, port=args.port, xet=not args.no_xet)
+    hub.set_cas_over_http(not args.local_cas)
+    hub.set_cas_bandwidth(args.cas_bandwidth)
     for spec in args.token:
         token, user, role, *orgs = spec.split(":")
         hub.add_token(token, user, role, orgs=orgs[0].split(",") if orgs and orgs[0] else ())

@@ -6,6 +6,7 @@ import secrets
 import struct
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,19 +106,22 @@ class XetMixin:
         return blob
 
     def _xet_token(self, h: _Handler, c: _Call, write: bool) -> None:
+        # hf_xet's network client against the CAS routes (cas.py); local:// only where a test asks for it
+        authorize = self._writable if write else lambda c: self._readable(c).resolve(c.rev)
+        self.grant_xet_token(h, c, authorize, over_http=self.cas_over_http)
+
+    def grant_xet_token(self, h: _Handler, c: _Call, authorize: Callable[[_Call], object], *, over_http: bool) -> None:
+        """Answer a xet-read/write-token route (repos and buckets alike): ``authorize(c)`` raises when the
+        caller may not; the CAS URL is the HTTP one (``over_http``) or ``local://`` (and a "cas-unwritable"
+        fault hands out a local path where nothing can be written)."""
         h.drain()
         if not self.xet:
             raise HubError(404, f"Not found: {c.method} {h.record.path}")  # a Hub without Xet storage
         with self._lock:
-            if write:
-                self._writable(c)
-            else:
-                self._readable(c).resolve(c.rev)
-            token, ttl = secrets.token_urlsafe(24), self.xet_token_ttl
-            expiry = int(time.time() + ttl)
+            authorize(c)
+            token, expiry = secrets.token_urlsafe(24), int(time.time() + self.xet_token_ttl)
             self._xet_tokens[token] = (c.user.user if c.user else "", expiry)
-        # hf_xet's network client against the CAS routes (cas.py); local:// only where a test asks for it
-        cas = self.cas_http_url(h.base_url) if self.cas_over_http else self.cas_url
+        cas = self.cas_http_url(h.base_url) if over_http else self.cas_url
         if h.fault is not None and h.fault.kind == "cas-unwritable":
             blocker = self.root / "cas-blocked"  # a file where the client's hf_xet needs a folder
             blocker.touch()
