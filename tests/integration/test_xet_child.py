@@ -18,7 +18,7 @@ import pytest
 
 from entrypoint import procs, xetchild
 from entrypoint.hub import Hub
-from entrypoint.sync import Uploader
+from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
 from tests.integration.test_cas_faults import SYNC_FAULTS, XORB
 from tests.integration.test_sync_faults import WAIT, boundary
