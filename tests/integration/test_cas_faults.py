@@ -94,10 +94,10 @@ SYNC_FAULTS = [  # each on one CAS route an upload uses
 ]
 
 
-@pytest.mark.parametrize(("kind", "path", "extra"), SYNC_FAULTS, ids=lambda v: v if isinstance(v, str) else "")
-def test_a_fault_on_a_cas_route_during_a_sync_loses_and_tears_nothing(
-    hub_ctx: HubContext, tmp_path: Path, kind: str, path: str, extra: dict[str, Any]
+def sync_two_epochs_through_a_fault(
+    hub_ctx: HubContext, tmp_path: Path, kind: str, path: str, extra: dict[str, Any], size: int
 ) -> None:
+    """Two epochs of ``size``-byte files synced while ``kind`` strikes ``path``: both land whole in the CAS."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     repo = hub_ctx.repo_id("casfaults")
@@ -108,7 +108,7 @@ def test_a_fault_on_a_cas_route_during_a_sync_loses_and_tears_nothing(
     uploader.start()
     try:
         for epoch in (1, 2):
-            (run_dir / f"epoch_{epoch}.bin").write_bytes(os.urandom(3 * 1024 * 1024))
+            (run_dir / f"epoch_{epoch}.bin").write_bytes(os.urandom(size))
             boundary(run_dir, epoch)
             assert uploader.flush(WAIT), uploader.last_error
     finally:
@@ -120,3 +120,10 @@ def test_a_fault_on_a_cas_route_during_a_sync_loses_and_tears_nothing(
         entry = hub_ctx.hub.files(repo)[name]
         assert entry.xet_hash, "the bytes went to the CAS"
         assert hub_ctx.hub.file_bytes(repo, name) == (run_dir / name).read_bytes()
+
+
+@pytest.mark.parametrize(("kind", "path", "extra"), SYNC_FAULTS, ids=lambda v: v if isinstance(v, str) else "")
+def test_a_fault_on_a_cas_route_during_a_sync_loses_and_tears_nothing(
+    hub_ctx: HubContext, tmp_path: Path, kind: str, path: str, extra: dict[str, Any]
+) -> None:
+    sync_two_epochs_through_a_fault(hub_ctx, tmp_path, kind, path, extra, 3 * 1024 * 1024)

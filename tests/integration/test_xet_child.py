@@ -18,10 +18,9 @@ import pytest
 
 from entrypoint import procs, xetchild
 from entrypoint.hub import Hub
-from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
-from tests.integration.test_cas_faults import SYNC_FAULTS, XORB
-from tests.integration.test_sync_faults import WAIT, boundary
+from tests.integration.test_cas_faults import SYNC_FAULTS, XORB, sync_two_epochs_through_a_fault
+from tests.integration.test_sync_faults import WAIT
 
 pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]  # each commit starts a Python child
 
@@ -146,28 +145,8 @@ def test_a_child_killed_mid_upload_is_retried_and_tears_nothing(
 def test_a_fault_on_a_cas_route_during_a_child_upload_loses_and_tears_nothing(
     hub_ctx: HubContext, tmp_path: Path, children: list[list[str]], kind: str, path: str, extra: dict[str, Any]
 ) -> None:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    repo = hub_ctx.repo_id("childfaults")
-    hub = Hub(token=hub_ctx.token)
-    hub.ensure_writable_repo(repo)
-    fault = hub_ctx.hub.inject(kind, method="POST", path=path, **extra)
-    uploader = Uploader(hub, repo, run_dir, tmp_path / "sync", poll_interval=0.05)
-    uploader.start()
-    try:
-        for epoch in (1, 2):
-            (run_dir / f"epoch_{epoch}.bin").write_bytes(os.urandom(SIZE))
-            boundary(run_dir, epoch)
-            assert uploader.flush(WAIT), uploader.last_error
-    finally:
-        uploader.stop()
-
-    assert fault.fired
+    sync_two_epochs_through_a_fault(hub_ctx, tmp_path, kind, path, extra, SIZE)
     assert children, "the large files went through the child"
-    for epoch in (1, 2):
-        name = f"epoch_{epoch}.bin"
-        assert hub_ctx.hub.files(repo)[name].xet_hash, "the bytes went to the CAS"
-        assert hub_ctx.hub.file_bytes(repo, name) == (run_dir / name).read_bytes()
 
 
 PARENT = """

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import struct
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from urllib.parse import unquote
 
 from tests.fakes.hub.http import _ROUTES
 from tests.fakes.hub.model import HubError, check_path, iso
-from tests.fakes.hub.xet import _SHARD_ENTRY, SHARD_TAG, merkle_hex
+from tests.fakes.hub.xet import shard_entries
 
 if TYPE_CHECKING:
     from tests.fakes.hub.http import _Call, _Handler
@@ -67,21 +66,7 @@ def register_routes() -> None:
 
 def shard_file_sizes(data: bytes) -> dict[str, int]:
     """Xet file hash -> size of every file a shard describes (with or without its sha256)."""
-    if data[:32] != SHARD_TAG:
-        return {}
-    found, pos = {}, 48
-    while pos + _SHARD_ENTRY <= len(data):
-        file_hash = data[pos : pos + 32]
-        flags, count = struct.unpack_from("<II", data, pos + 32)
-        pos += _SHARD_ENTRY
-        if file_hash == b"\xff" * 32:
-            break
-        size = sum(struct.unpack_from("<I", data, pos + i * _SHARD_ENTRY + 36)[0] for i in range(count))
-        pos += _SHARD_ENTRY * count * (2 if flags & (1 << 31) else 1)
-        if flags & (1 << 30):
-            pos += _SHARD_ENTRY
-        found[merkle_hex(file_hash)] = size
-    return found
+    return {xet_hash: size for xet_hash, size, _ in shard_entries(data)}
 
 
 @dataclass(frozen=True)

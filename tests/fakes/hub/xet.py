@@ -6,7 +6,7 @@ import secrets
 import struct
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,11 +32,11 @@ def merkle_hex(raw: bytes) -> str:
     return "".join(raw[i : i + 8][::-1].hex() for i in range(0, 32, 8))
 
 
-def shard_files(data: bytes) -> dict[str, tuple[str, int]]:
-    """sha256 -> (Xet file hash, size) of every file a shard describes with its sha256 (see SHARD_TAG)."""
+def shard_entries(data: bytes) -> Iterator[tuple[str, int, str | None]]:
+    """(Xet file hash, size, sha256 or None) of every file a shard describes (see SHARD_TAG)."""
     if data[:32] != SHARD_TAG:
-        return {}
-    found, pos = {}, 48
+        return
+    pos = 48
     while pos + _SHARD_ENTRY <= len(data):
         file_hash = data[pos : pos + 32]
         flags, count = struct.unpack_from("<II", data, pos + 32)
@@ -45,10 +45,16 @@ def shard_files(data: bytes) -> dict[str, tuple[str, int]]:
             break
         size = sum(struct.unpack_from("<I", data, pos + i * _SHARD_ENTRY + 36)[0] for i in range(count))
         pos += _SHARD_ENTRY * count * (2 if flags & _FLAG_VERIFICATION else 1)
+        sha256 = None
         if flags & _FLAG_METADATA_EXT:
-            found[merkle_hex(data[pos : pos + 32])] = (merkle_hex(file_hash), size)
+            sha256 = merkle_hex(data[pos : pos + 32])
             pos += _SHARD_ENTRY
-    return found
+        yield merkle_hex(file_hash), size, sha256
+
+
+def shard_files(data: bytes) -> dict[str, tuple[str, int]]:
+    """sha256 -> (Xet file hash, size) of every file a shard describes with its sha256."""
+    return {sha256: (xet_hash, size) for xet_hash, size, sha256 in shard_entries(data) if sha256 is not None}
 
 
 class XetMixin:
