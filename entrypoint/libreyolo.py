@@ -43,17 +43,22 @@ HISTORY_FILES = (METRICS_FILE, "results.csv", "train.log")
 def epochs_done(run_dir: Path) -> int | None:
     """The true number of completed epochs: the last row of metrics.jsonl (status.json counts
     only the current invocation's epochs after a resume)."""
-    path = run_dir / METRICS_FILE
+    return last_recorded_epoch(run_dir / METRICS_FILE)
+
+
+def last_recorded_epoch(metrics: Path) -> int | None:
+    """The epoch of the last complete row of a metrics.jsonl (its last 64 KiB are enough); None
+    when it has none or cannot be read. A row cut short by a kill is not a row."""
     try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - 65536))
+        with metrics.open("rb") as handle:
+            handle.seek(max(0, metrics.stat().st_size - 65536))
             lines = handle.read().splitlines()
     except OSError:
         return None
     for line in reversed(lines):
         try:
             epoch = json.loads(line).get("epoch")
-        except ValueError:
+        except (ValueError, AttributeError):
             continue
         if isinstance(epoch, int):
             return epoch

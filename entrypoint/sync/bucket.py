@@ -85,22 +85,6 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _last_epoch(path: Path) -> int | None:
-    """The epoch of the last complete row of a metrics.jsonl."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            epoch = json.loads(line).get("epoch")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(epoch, int):
-            return epoch
-    return None
-
-
 @dataclass(frozen=True)
 class Store:
     """One run's folder in one bucket: ``bucket_id`` and ``prefix`` (the run name)."""
@@ -240,17 +224,14 @@ class BucketTarget:
     ) -> str:
         commit_id = commit_id or uuid.uuid4().hex
         metrics = dict(files).get(libreyolo.METRICS_FILE)
-        epoch = _last_epoch(metrics) if metrics is not None else None
+        epoch = libreyolo.last_recorded_epoch(metrics) if metrics is not None else None
         if epoch is None:
             epoch = max((int(e.get("epoch") or 0) for e in self.files.values()), default=0)
-        entries = {}
+        entries = {rel: {"sha256": sha256_of(path), "size": path.stat().st_size, "epoch": epoch} for rel, path in files}
         for rel, path in files:
-            numbered = _EPOCH_NAME.search(rel)
-            entries[rel] = {
-                "sha256": sha256_of(path),
-                "size": path.stat().st_size,
-                "epoch": int(numbered.group(1)) if numbered else epoch,
-            }
+            if rel.endswith(".pt"):  # a checkpoint's epoch is its own, whatever the metrics beside it say
+                numbered = _EPOCH_NAME.search(rel)
+                entries[rel]["epoch"] = _completed_epochs(path) or (int(numbered.group(1)) if numbered else epoch)
         # Weights first: a kill now leaves files the manifest does not describe, never trusted.
         self.store.upload(list(files), deadline)
         described = {**self.files, **entries}
@@ -264,6 +245,14 @@ class BucketTarget:
         self.store.upload([(MANIFEST, json.dumps(manifest, indent=1).encode())], deadline)
         self.files = described
         return commit_id
+
+
+def _completed_epochs(path: Path) -> int | None:
+    """The epochs a staged checkpoint holds (checked whole when staged: only its pickle is read again)."""
+    try:
+        return checkpoint.inspect(path, check_crc=False).completed_epochs
+    except checkpoint.InvalidCheckpoint:
+        return None
 
 
 def newest(

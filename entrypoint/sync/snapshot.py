@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import libreyolo
 from ..log import logger
 from . import checkpoint
 from .ledger import Ledger
@@ -16,6 +17,8 @@ from .watcher import BOUNDARY_FILE
 
 # Stands for the whole run folder in ``pending`` when a snapshot failed before it could list it.
 _UNREAD = "(run folder not read)"
+# A checkpoint ahead of its row gets one more pass: libreyolo writes the row right after the weights.
+_BOUNDARY_PASSES = 2
 
 
 class Snapshotter:
@@ -120,48 +123,85 @@ class Snapshotter:
         return found
 
     def snapshot(self) -> list[str]:
-        """Stage every file changed since the last snapshot; return their relative paths."""
+        """Stage every file changed since the last snapshot; return their relative paths.
+
+        A snapshot is one epoch boundary: a checkpoint newer than the metrics.jsonl it goes with was
+        written by the boundary in progress (libreyolo writes the weights first, the row after). One
+        more pass takes that boundary whole if its row came meanwhile; otherwise the checkpoint waits
+        for the next snapshot, and, if the row never comes (the trainer cut off), stays off the Hub:
+        resume redoes an epoch that was never recorded, so the Hub's copy is the last recorded one."""
         if self.before_snapshot is not None:
             try:
                 self.before_snapshot()
             except Exception as error:  # the hook is a courtesy; the snapshot matters
                 logger.debug("sync: before-snapshot hook failed: %s", error)
         with self._snapshot_lock:
-            seen_at = time.monotonic()
-            with contextlib.suppress(OSError):
-                self._boundary_signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
-            staged: list[StagedFile] = []
-            present = set()
-            for path, relative in self._files():
-                present.add(relative)
-                try:
-                    signature = _Signature.of(path)
-                except OSError:
-                    continue
-                if self._seen.get(relative) == signature:
-                    continue
-                try:
-                    result = self._stage(path, relative, signature)
-                except Exception as error:  # any failure to stage: pending and failed, never dropped
-                    self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
-                    continue
-                if result is not None:
-                    staged.append(result)
-            with self._changed:
-                # deleted since (or read now, for a failed snapshot): nothing left to upload
-                for gone in set(self._failed) - present:
-                    del self._failed[gone]
-                for item in staged:
-                    replaced = self._pending.get(item.relative)
-                    if replaced is not None:
-                        self._discard.append(replaced)
-                    self._pending[item.relative] = item
-                if staged:
-                    self._boundary_seen_at = self._boundary_seen_at or seen_at
-                self._changed.notify_all()
+            staged: dict[str, StagedFile] = {}
+            for _ in range(_BOUNDARY_PASSES):
+                taken, waiting = self._pass()
+                staged.update((item.relative, item) for item in taken)
+                if not waiting:
+                    break
+            return list(staged)
+
+    def _pass(self) -> tuple[list[StagedFile], list[str]]:
+        """Stage the changed files: those staged, and the checkpoints that wait for their epoch's row."""
+        seen_at = time.monotonic()
+        with contextlib.suppress(OSError):
+            self._boundary_signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
+        staged: list[StagedFile] = []
+        present = set()
+        for path, relative in self._files():
+            present.add(relative)
+            try:
+                signature = _Signature.of(path)
+            except OSError:
+                continue
+            if self._seen.get(relative) == signature:
+                continue
+            try:
+                result = self._stage(path, relative, signature)
+            except Exception as error:  # any failure to stage: pending and failed, never dropped
+                self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                continue
+            if result is not None:
+                staged.append(result)
+        staged, waiting = self._hold_unrecorded(staged)
+        with self._changed:
+            # deleted since (or read now, for a failed snapshot): nothing left to upload
+            for gone in set(self._failed) - present:
+                del self._failed[gone]
+            for item in staged:
+                replaced = self._pending.get(item.relative)
+                if replaced is not None:
+                    self._discard.append(replaced)
+                self._pending[item.relative] = item
             if staged:
-                self._work.set()
-            return [item.relative for item in staged]
+                self._boundary_seen_at = self._boundary_seen_at or seen_at
+            self._changed.notify_all()
+        if staged:
+            self._work.set()
+        return staged, waiting
+
+    def _hold_unrecorded(self, staged: list[StagedFile]) -> tuple[list[StagedFile], list[str]]:
+        """Split off the checkpoints of epochs the metrics.jsonl going with them does not record yet;
+        they are unstaged and not marked seen, so the next pass or snapshot stages them again."""
+        metrics = next((item.path for item in staged if item.relative == libreyolo.METRICS_FILE), None)
+        if metrics is None:  # unchanged since it was staged: the run folder's copy is the one sent
+            metrics = self.run_dir / libreyolo.METRICS_FILE
+            if not metrics.is_file():
+                return staged, []  # no libreyolo run folder (a stand-in writer): no rows to wait for
+        recorded = libreyolo.last_recorded_epoch(metrics) or 0
+        kept, waiting = [], []
+        for item in staged:
+            if item.epochs is not None and item.epochs > recorded:
+                logger.debug("sync: %s holds epoch %d, not yet in metrics.jsonl: it waits", item.relative, item.epochs)
+                self._seen.pop(item.relative, None)
+                item.path.unlink(missing_ok=True)
+                waiting.append(item.relative)
+            else:
+                kept.append(item)
+        return kept, waiting
 
     def _stage_failed(self, relative: str, reason: str) -> None:
         logger.warning("sync: %s", reason)
@@ -172,6 +212,7 @@ class Snapshotter:
     def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
         target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
         is_checkpoint = path.suffix == ".pt"
+        epochs: int | None = None
         try:
             sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
             unchanged = _Signature.of(path) == signature
@@ -199,7 +240,7 @@ class Snapshotter:
             try:
                 if holds_secret:
                     raise checkpoint.InvalidCheckpoint("it contains a secret value")
-                checkpoint.inspect(target)
+                epochs = checkpoint.inspect(target).completed_epochs
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
                 self.refused.append(relative)
@@ -213,7 +254,14 @@ class Snapshotter:
             with self._changed:
                 self.refused_missing.pop(relative, None)
         self._seen[relative] = signature
-        staged = StagedFile(relative=relative, path=target, sha256=sha256, git_oid=git_oid, size=target.stat().st_size)
+        staged = StagedFile(
+            relative=relative,
+            path=target,
+            sha256=sha256,
+            git_oid=git_oid,
+            size=target.stat().st_size,
+            epochs=epochs,
+        )
         if self.ledger.has(relative, staged.ids):
             target.unlink(missing_ok=True)
             return None

@@ -24,6 +24,7 @@ class StagedFile:
     sha256: str
     git_oid: str | None  # the id the Hub shows for a file it keeps in git (checkpoints go to LFS)
     size: int
+    epochs: int | None = None  # a checkpoint's own count of completed epochs
 
     @property
     def ids(self) -> list[str]:

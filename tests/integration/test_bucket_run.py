@@ -48,9 +48,10 @@ def test_kill_9_then_a_new_volume_resumes_from_the_bucket(hub_ctx: HubContext, t
     first = tmp_path / "machine1"
     process = start_trainbox("run", env=trainbox_env(first, **base))
 
-    def bucket_epoch() -> int:
+    def bucket_epoch() -> int:  # what resume takes: the epoch of the bucket's last.pt, as its manifest says
         manifest = _manifest(hub_ctx, bucket_id)
-        return int(manifest["epoch"]) if manifest else 0
+        entry = manifest["files"].get("weights/last.pt") if manifest else None
+        return int(entry["epoch"]) if entry else 0
 
     wait_for(lambda: bucket_epoch() >= kill_at or process.poll() is not None, timeout=120.0 * EPOCHS)
     kill_hard(process)

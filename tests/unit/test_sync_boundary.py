@@ -1,0 +1,100 @@
+"""A snapshot is one epoch boundary: a checkpoint ahead of its metrics.jsonl row waits for the row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from entrypoint.sync.checkpoint import inspect
+from entrypoint.sync.snapshot import Snapshotter
+from entrypoint.sync.staging import StagedFile, _Signature
+
+
+def save_checkpoint(path: Path, completed_epochs: int) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"epoch": completed_epochs - 1, "model": {"w": torch.zeros(4)}}, path)  # libreyolo's epoch is 0-based
+
+
+def record(run_dir: Path, *epochs: int) -> None:
+    """Append metrics.jsonl rows, as libreyolo does once an epoch's weights are written."""
+    with (run_dir / "metrics.jsonl").open("a") as handle:
+        for epoch in epochs:
+            handle.write(json.dumps({"epoch": epoch, "mAP50": 0.1 * epoch}) + "\n")
+
+
+@pytest.fixture
+def snapshotter(tmp_path: Path) -> Snapshotter:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    snap = Snapshotter(
+        run_dir, tmp_path / "sync", poll_interval=1.0, before_snapshot=None, superseded=None, select=None
+    )
+    snap.staging.mkdir(parents=True)
+    return snap
+
+
+def pending(snap: Snapshotter) -> dict[str, StagedFile]:
+    with snap._lock:
+        return dict(snap._pending)
+
+
+def test_a_checkpoint_ahead_of_its_row_waits_then_goes_with_it(snapshotter: Snapshotter) -> None:
+    run_dir = snapshotter.run_dir
+    record(run_dir, 1, 2)
+    save_checkpoint(run_dir / "weights" / "last.pt", 3)  # epoch 3's weights, its row not yet written
+
+    assert sorted(snapshotter.snapshot()) == ["metrics.jsonl"]
+    assert "weights/last.pt" not in pending(snapshotter)
+    assert list(snapshotter.staging.iterdir()) == [pending(snapshotter)["metrics.jsonl"].path]  # no copy left
+
+    record(run_dir, 3)
+    assert sorted(snapshotter.snapshot()) == ["metrics.jsonl", "weights/last.pt"]
+    staged = pending(snapshotter)["weights/last.pt"]
+    assert staged.epochs == 3 and inspect(staged.path).completed_epochs == 3
+
+
+def test_the_row_written_during_the_snapshot_is_taken_in_the_same_one(
+    snapshotter: Snapshotter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = snapshotter.run_dir
+    record(run_dir, 1)
+    save_checkpoint(run_dir / "weights" / "last.pt", 2)
+    stage = snapshotter._stage
+
+    def row_lands_after_the_weights(path: Path, relative: str, signature: _Signature) -> StagedFile | None:
+        staged = stage(path, relative, signature)
+        if relative == "weights/last.pt" and "2" not in (run_dir / "metrics.jsonl").read_text():
+            record(run_dir, 2)  # libreyolo appends the row while the weights are being copied
+        return staged
+
+    monkeypatch.setattr(snapshotter, "_stage", row_lands_after_the_weights)
+    assert sorted(snapshotter.snapshot()) == ["metrics.jsonl", "weights/last.pt"]
+    metrics = pending(snapshotter)["metrics.jsonl"]
+    assert metrics.path.read_text().splitlines()[-1] == json.dumps({"epoch": 2, "mAP50": 0.2})
+
+
+def test_a_row_that_never_comes_keeps_the_checkpoint_off_the_hub(snapshotter: Snapshotter) -> None:
+    """Training cut off between the weights and the row: the Hub keeps the last recorded epoch's copy."""
+    run_dir = snapshotter.run_dir
+    record(run_dir, 1)
+    save_checkpoint(run_dir / "weights" / "last.pt", 1)
+    assert "weights/last.pt" in snapshotter.snapshot()
+    save_checkpoint(run_dir / "weights" / "last.pt", 2)
+    save_checkpoint(run_dir / "weights" / "best.pt", 2)
+    save_checkpoint(run_dir / "weights" / "epoch_1.pt", 1)  # recorded: it goes
+    assert snapshotter.snapshot() == ["weights/epoch_1.pt"]
+    assert snapshotter.snapshot() == []  # the final snapshot: still nothing of epoch 2
+    assert pending(snapshotter)["weights/last.pt"].epochs == 1
+    assert "weights/best.pt" not in pending(snapshotter)
+    assert snapshotter.refused_missing == {}  # not refused: it was never a recorded epoch
+
+
+def test_without_metrics_every_valid_checkpoint_goes(snapshotter: Snapshotter) -> None:
+    """A run folder libreyolo did not write (no metrics.jsonl) has no rows to wait for."""
+    save_checkpoint(snapshotter.run_dir / "weights" / "last.pt", 7)
+    assert snapshotter.snapshot() == ["weights/last.pt"]
+    assert pending(snapshotter)["weights/last.pt"].epochs == 7
