@@ -65,7 +65,6 @@ class Uploader(Snapshotter):
         run_dir: Path,
         work_dir: Path,
         *,
-        secrets: Callable[[], list[str]] | None = None,
         budget: CommitBudget | None = None,
         poll_interval: float = POLL_INTERVAL,
         on_commit: Callable[[str, list[str]], None] | None = None,
