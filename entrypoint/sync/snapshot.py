@@ -186,6 +186,8 @@ class Snapshotter:
     def _hold_unrecorded(self, staged: list[StagedFile]) -> tuple[list[StagedFile], list[str]]:
         """Split off the checkpoints of epochs the metrics.jsonl going with them does not record yet;
         they are unstaged and not marked seen, so the next pass or snapshot stages them again."""
+        if all(item.epochs is None for item in staged):
+            return staged, []  # no checkpoint in this pass: no row to read
         metrics = next((item.path for item in staged if item.relative == libreyolo.METRICS_FILE), None)
         if metrics is None:  # unchanged since it was staged: the run folder's copy is the one sent
             metrics = self.run_dir / libreyolo.METRICS_FILE

@@ -9,7 +9,6 @@ run that failed the same way three times in a row is not started a fourth time.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from ..log import logger
 from ..run_args import RunArgs
 from ..state import STATE_FILE
 from ..sync import checkpoint
-from ..sync.bucket import Store
+from ..sync.bucket import Store, sha256_of
 from ..sync.bucket import newest as newest_in_bucket
 from .process import CONSOLE_LOG
 
@@ -207,11 +206,7 @@ def _same_as_local(entry: Any, local: Path | None) -> bool:
     remote = getattr(lfs, "sha256", None) if lfs is not None else None
     if remote is None or local is None or not local.is_file():
         return False
-    digest = hashlib.sha256()
-    with local.open("rb") as handle:
-        while chunk := handle.read(4 * 1024 * 1024):
-            digest.update(chunk)
-    return bool(digest.hexdigest() == remote)
+    return bool(sha256_of(local) == remote)
 
 
 def newest_on_hub(

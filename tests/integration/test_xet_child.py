@@ -49,6 +49,14 @@ def _files(tmp_path: Path) -> list[tuple[str, Path]]:
     return [("weights/last.pt", big), ("status.json", small)]
 
 
+def _writable_repo(hub_ctx: HubContext, name: str) -> tuple[str, Hub, int]:
+    """A new repo the agent's Hub may write: its id, that Hub, and how many commits it has."""
+    repo = hub_ctx.repo_id(name)
+    hub = Hub(token=hub_ctx.token)
+    hub.ensure_writable_repo(repo)
+    return repo, hub, len(hub_ctx.hub.commits(repo))
+
+
 def test_a_large_file_from_the_child_lands_the_same_bytes_and_commit(
     hub_ctx: HubContext, tmp_path: Path, children: list[list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,10 +129,7 @@ def test_a_child_killed_mid_upload_is_retried_and_tears_nothing(
     hub_ctx: HubContext, tmp_path: Path, children: list[list[str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     files = _files(tmp_path)
-    repo = hub_ctx.repo_id("killed")
-    hub = Hub(token=hub_ctx.token)
-    hub.ensure_writable_repo(repo)
-    before = len(hub_ctx.hub.commits(repo))
+    repo, hub, before = _writable_repo(hub_ctx, "killed")
     fault = hub_ctx.hub.inject("slow", method="POST", path=XORB, rate=1, times=1)  # the first xorb never answers
     killed: list[int] = []
     killer = _kill_children_once_stalled(fault, killed)
@@ -205,10 +210,7 @@ def test_a_deadline_stops_the_child_and_fails_the_commit_promptly(
     from entrypoint.errors import SyncError
 
     files = _files(tmp_path)
-    repo = hub_ctx.repo_id("deadline")
-    hub = Hub(token=hub_ctx.token)
-    hub.ensure_writable_repo(repo)
-    before = len(hub_ctx.hub.commits(repo))
+    repo, hub, before = _writable_repo(hub_ctx, "deadline")
     hub_ctx.hub.inject("slow", method="POST", path=XORB, rate=1)  # the upload never finishes
     began = time.monotonic()
 
