@@ -10,7 +10,8 @@ so a refused archive leaves nothing behind (a stop request leaves it to the next
 Members are parsed from a forward-only stream (``tarfile`` only parses the headers), so the
 archive is never held in memory or re-read, and extraction runs while the download is still
 going; file contents are written by a few threads (``writers``) while the next headers are parsed.
-``tarfile``'s extraction filters (Python ≥ 3.11.4) are not used: Debian bookworm ships 3.11.2.
+Where the Python has it (3.11.4 and later: the image's does), ``tarfile.data_filter`` also judges each
+member before it is written, resolving its name and a link's target on disk as they stand then.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ _SMALL_FILE = 8 << 20
 # this much, never more (paths are at most 4 KiB, an extended attribute at most 64 KiB on Linux).
 MAX_HEADER_BYTES = 1 << 20
 GB = 1e9
+# tarfile's own filter for untrusted archives (None on a Python older than 3.11.4).
+_DATA_FILTER = getattr(tarfile, "data_filter", None)
 # A stop request (preemption, Ctrl-C, deadline, cost limit) must not spend its short grace period deleting a
 # half-extracted folder: it is left as it is, and the next start removes it before extracting again.
 STOP_REQUESTS = (KeyboardInterrupt, StopRequested)
@@ -262,6 +265,7 @@ class _Extractor:
         relative = self._safe_name(member)
         if relative is None:
             return  # the archive's own root ("." or "./")
+        member = _filtered(member, self.root)
         if member.type in _REGULAR_TYPES and not member.issparse():
             self._file(member, relative, reader)
         elif member.type == tarfile.DIRTYPE:
@@ -454,6 +458,27 @@ def _too_big(max_bytes: int) -> DiskSpaceError:
 
 def _header_chain(offset: int) -> UnsafeArchiveError:
     return UnsafeArchiveError(f"the tar chains extended headers without end (at byte {offset}): refused", REPACK)
+
+
+def _filtered(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:
+    """``member`` as tarfile's ``data`` filter passes it (ownership dropped, mode bits limited), beside the
+    checks above; a member it refuses is an ``UnsafeArchiveError`` like theirs."""
+    if _DATA_FILTER is None:
+        return member
+    try:
+        filtered: tarfile.TarInfo = _DATA_FILTER(member, root)
+    except tarfile.FilterError as error:
+        if isinstance(error, tarfile.SpecialFileError):
+            what = f"a {_kind(member)}"
+        elif isinstance(error, (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)):
+            kind = "symlink" if member.issym() else "hardlink"
+            what = f"a {kind} to {member.linkname!r}, which resolves outside the dataset"
+        else:  # AbsolutePathError, OutsideDestinationError: the name itself leaves the folder
+            what = "a name that resolves outside the dataset"
+        raise UnsafeArchiveError(
+            f"the tar holds {member.name!r}, {what} (tarfile's data filter): refused", REPACK
+        ) from None
+    return filtered
 
 
 def _kind(member: tarfile.TarInfo) -> str:

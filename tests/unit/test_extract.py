@@ -410,3 +410,51 @@ def test_a_failed_download_removes_the_half_extracted_folder(tmp_path: Path) -> 
     with pytest.raises(ConnectionError):
         extract.extract(interrupted(data, ConnectionError("reset")), tmp_path / "dataset")
     assert not (tmp_path / "dataset").exists()
+
+
+# -- tarfile's data filter, beside the extractor's own checks ----------------------------------------
+def escape_through_a_link_then_a_file() -> bytes:
+    # "a" -> "." is harmless, and "a/.." is lexically "." too; on disk it is the folder's parent.
+    return tar_bytes(
+        info("a", tarfile.SYMTYPE, link="."),
+        info("b", tarfile.SYMTYPE, link="a/.."),
+        info("late.txt", data=b"written only if the link above was let through"),
+    )
+
+
+def test_the_data_filter_refuses_a_link_the_moment_it_resolves_outside(place: Path) -> None:
+    assert hasattr(tarfile, "data_filter"), "the image's Python (3.11.4+) has tarfile.data_filter"
+    seen: list[int] = []
+    before = tree(place)
+    with pytest.raises(UnsafeArchiveError) as caught:
+        extract.extract(
+            [escape_through_a_link_then_a_file()], place / "dataset", on_member=lambda report: seen.append(report.files)
+        )
+    message = str(caught.value)
+    assert "'b'" in message and "resolves outside" in message and "data filter" in message
+    # refused at the member, before a byte of what follows it was written (not at the end of the archive)
+    assert seen == [0] and tree(place) == before
+
+
+def test_without_the_data_filter_the_own_checks_still_refuse_it(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extract, "_DATA_FILTER", None)  # a Python older than 3.11.4
+    message = refused(place, escape_through_a_link_then_a_file(), UnsafeArchiveError)
+    assert "'b'" in message and "resolves outside" in message and "data filter" not in message
+
+
+def test_the_data_filter_sees_every_member_and_keeps_the_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judged: list[str] = []
+
+    def recording(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:
+        judged.append(member.name)
+        return tarfile.data_filter(member, root)
+
+    monkeypatch.setattr(extract, "_DATA_FILTER", recording)
+    members = dataset_members()
+    extract.extract(pieces(tar_bytes(*members), 777), tmp_path / "dataset")
+    assert judged == [member.name for member, _ in members if member.name.strip("./")]
+    written = {member.name: data for member, data in members if data is not None}  # the last copy of a name wins
+    for name, data in written.items():
+        assert (tmp_path / "dataset" / name).read_bytes() == data
