@@ -186,6 +186,31 @@ def test_dependabot_keeps_pins_fresh() -> None:
     assert {"github-actions", "docker"} <= {update["package-ecosystem"] for update in config["updates"]}
 
 
+# How Dependabot's compose support finds an image (dependabot-core docker_compose: file_fetcher.rb FILENAME_REGEX,
+# file_parser.rb ENV_VAR): files named like compose.yaml in the watched folder, each service's `image`, and of
+# `${VAR:-default}` the default.
+COMPOSE_FILE_NAME = re.compile(r"(docker-)?compose(-[\w]+)?(?>\.[\w-]+)?\.ya?ml", re.I)
+COMPOSE_ENV_VAR = re.compile(r"\${(?P<variable_name>[^}:]+)(?:\:-(?P<default_value>[^}]+))?}")
+
+
+def test_dependabot_watches_the_compose_image() -> None:
+    import entrypoint
+
+    config = yaml.safe_load((REPO / ".github" / "dependabot.yml").read_text())
+    (compose,) = [update for update in config["updates"] if update["package-ecosystem"] == "docker-compose"]
+    folders = compose.get("directories") or [compose["directory"]]
+    assert "/" in folders and COMPOSE_FILE_NAME.fullmatch("compose.yaml")
+    assert compose["schedule"]["interval"] and compose["cooldown"]["default-days"] >= 1
+    services = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]
+    images = set()
+    for service in services.values():
+        image = service["image"]
+        found = COMPOSE_ENV_VAR.match(image)
+        images.add(found.group("default_value") if found else image)
+    # one pinned release Dependabot can read and bump
+    assert images == {f"ghcr.io/libreyolo/trainbox:{entrypoint.__version__}"}
+
+
 def test_ghcr_reads_the_description_from_the_index() -> None:
     """With an SBOM and provenance a tag is an image index; GHCR shows the index's annotations."""
     publish = image_workflow()["jobs"]["publish"]
