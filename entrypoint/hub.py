@@ -12,6 +12,7 @@ lost is never made twice.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from huggingface_hub import CommitOperationAdd, HfApi
-from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from . import xetchild
@@ -117,8 +118,9 @@ class Hub:
         return HfApi(endpoint=self.endpoint, token=self.token if self.token else False)
 
     # -- output repo: access and commits -----------------------------------------------------
-    def ensure_writable_repo(self, repo_id: str) -> None:
-        """Create ``repo_id`` (private) if missing and prove the token may write to it."""
+    def ensure_writable_repo(self, repo_id: str, *, bucket: str | None = None) -> None:
+        """Create ``repo_id`` (private) if missing and prove the token may write to it (and to ``bucket``, the
+        run's Storage Bucket, when given): a token that cannot is refused now, before any dataset byte."""
         if not self.token:
             raise AccessError(f"OUTPUT_REPO={repo_id} needs a token", "set HF_TOKEN to a token with write access")
         try:
@@ -132,7 +134,9 @@ class Hub:
         writable = {identity.get("name")} | {
             org.get("name") for org in identity.get("orgs") or [] if org.get("roleInOrg") not in {"read"}
         }
-        if role != "fineGrained" and namespace not in writable:
+        if role == "fineGrained":
+            self._check_fine_grained(identity, repo_id, bucket)
+        elif namespace not in writable:
             raise AccessError(
                 f"HF_TOKEN (user {identity.get('name')}) cannot write to the namespace {namespace!r}",
                 "use an OUTPUT_REPO in your own namespace or an organisation you can write to",
@@ -144,6 +148,37 @@ class Hub:
             )
         except HfHubHTTPError as error:
             _raise_mapped(error, Where(Area.REPO_CREATE, repo_id=repo_id))
+
+    def _check_fine_grained(self, identity: dict[str, Any], repo_id: str, bucket: str | None) -> None:
+        """A fine-grained token writes only where its grants say (whoami): refuse one that cannot write or
+        create OUTPUT_REPO or the bucket, naming the permission to add. Only what exists is asked about."""
+        grants = token_write_grants(identity)
+        if grants is None:
+            return  # grants not shown: the first write will tell
+        places = [("OUTPUT_REPO", repo_id, "model")] + ([("the bucket", bucket, "bucket")] if bucket else [])
+        for label, target, kind in places:
+            gap = write_gap(grants, target, exists=functools.partial(self._exists, target, kind))
+            if gap is not None:
+                action, needed = gap
+                raise AccessError(
+                    f"HF_TOKEN (fine-grained) may not {action} {label} {target}",
+                    f"add {needed} to the token at https://huggingface.co/settings/tokens"
+                    + (", or set CHECKPOINT_BUCKET=off" if kind == "bucket" else ""),
+                )
+
+    def _exists(self, target: str, kind: str) -> bool:
+        """Whether a repo or bucket exists (asked only for a token whose grant names it alone)."""
+        api = self.api
+        ask: Callable[[], object] = (
+            (lambda: api.bucket_info(target)) if kind == "bucket" else (lambda: api.repo_info(target, repo_type=kind))
+        )
+        try:
+            with_retries(ask, f"reading {target}")
+        except (RepositoryNotFoundError, BucketNotFoundError):
+            return False
+        except HfHubHTTPError as error:
+            _raise_mapped(error, Where(Area.REPO_CREATE, repo_id=target))
+        return True
 
     def head(self, repo_id: str) -> str | None:
         """The commit sha of ``main``, or None when the repo does not exist."""
@@ -253,6 +288,64 @@ class Hub:
             ],
             f"listing {repo_id}",
         )
+
+
+# Fine-grained tokens: whoami-v2 answers ``auth.accessToken.role == "fineGrained"`` and lists the token's grants
+# in ``auth.accessToken.fineGrained.scoped``, each ``{"entity": {"type": "user"|"org"|"model"|..., "name": ...},
+# "permissions": ["repo.content.read", "repo.write", ...]}``. ``repo.write`` on a user or an organisation lets the
+# token create and write every repo of that namespace; on one repo, write that repo only.
+REPO_WRITE = "repo.write"
+_NAMESPACE_ENTITIES = frozenset({"user", "org"})
+
+
+@dataclass(frozen=True)
+class WriteGrants:
+    """Where a fine-grained token may write: whole namespaces, and single repos or buckets."""
+
+    namespaces: frozenset[str]
+    targets: frozenset[str]
+
+
+def token_write_grants(identity: dict[str, Any]) -> WriteGrants | None:
+    """A fine-grained token's write grants from its whoami answer; None when the answer lists none at all (an
+    unknown shape is never read as "no permission": the check is skipped instead)."""
+    fine = ((identity.get("auth") or {}).get("accessToken") or {}).get("fineGrained")
+    scoped = fine.get("scoped") if isinstance(fine, dict) else None
+    if not isinstance(scoped, list):
+        return None
+    namespaces: set[str] = set()
+    targets: set[str] = set()
+    for grant in scoped:
+        entity = grant.get("entity") if isinstance(grant, dict) else None
+        permissions = grant.get("permissions") if isinstance(grant, dict) else None
+        if not isinstance(entity, dict) or not isinstance(permissions, list) or not _writes(permissions):
+            continue
+        name = str(entity.get("name") or "")
+        (namespaces if entity.get("type") in _NAMESPACE_ENTITIES else targets).add(name)
+    return WriteGrants(frozenset(namespaces), frozenset(targets))
+
+
+def _writes(permissions: list[Any]) -> bool:
+    """``repo.write``, or a write permission of repos or buckets under another name: read generously, since a
+    wrong refusal stops a run the Hub would have allowed."""
+    return any(
+        isinstance(p, str) and (p == REPO_WRITE or (p.endswith(".write") and p.split(".")[0] in {"repo", "bucket"}))
+        for p in permissions
+    )
+
+
+def write_gap(grants: WriteGrants, target: str, *, exists: Callable[[], bool]) -> tuple[str, str] | None:
+    """What the grants do not allow on ``target`` (``ns/name``): ``(action, permission to add)``, or None when
+    they cover it. ``exists`` is asked only when a grant names ``target`` alone (such a grant cannot create it)."""
+    namespace = target.split("/", 1)[0]
+    if namespace in grants.namespaces:
+        return None
+    needed = f"'{REPO_WRITE}' on {namespace} (Write access to contents/settings of all repos of {namespace})"
+    if target not in grants.targets:
+        return "write to", needed
+    if exists():
+        return None
+    return "create", f"{needed}: a grant on {target} alone writes it once it exists, but cannot create it"
 
 
 def _raise_mapped(error: BaseException, where: Where) -> NoReturn:

@@ -241,7 +241,9 @@ class Job:
             return
         self.hub = Hub.for_settings(self.settings)
         if self.settings.topology.leader:  # the other nodes only read OUTPUT_REPO (resume)
-            self.hub.ensure_writable_repo(repo)
+            # the bucket too, before any dataset byte; several machines keep none (sync/places.py)
+            bucket = None if self.settings.topology.multi else self.settings.checkpoint_bucket
+            self.hub.ensure_writable_repo(repo, bucket=bucket)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
         resume.check_same_run(remote, self.settings.run_name, repo, names)

@@ -46,8 +46,10 @@ the Hub. ``create_repo`` makes an initial ``.gitattributes`` commit, like the Hu
 (``LFS_PATTERNS``), else ``regular``; it returns the remote oid so unchanged files are skipped.
 ETags: git blob sha1 for regular files, sha256 for LFS files (quoted), as on the Hub.
 
-Auth, as on the Hub: tokens map to (user, role ``read``|``write``, orgs). A bad token is a 401
-"Invalid credentials in Authorization header" everywhere. A private or missing repo is a 401 +
+Auth, as on the Hub: tokens map to (user, role ``read``|``write``, orgs), or are fine-grained (``scoped``:
+whoami-v2 answers ``role: "fineGrained"`` and lists the grants, ``{"entity": {"type", "name"}, "permissions"}``;
+a write needs ``repo.write`` on the namespace, or on the repo itself when it exists; a bucket, on the namespace).
+A bad token is a 401 "Invalid credentials in Authorization header" everywhere. A private or missing repo is a 401 +
 ``X-Error-Code: RepoNotFound`` without a token and a 404 RepoNotFound with a token lacking access (the
 client raises ``RepositoryNotFoundError`` for both). A read token cannot write (403), nobody writes
 outside their user/org namespaces (403), anonymous writes are refused (401). The LFS upload href carries
@@ -59,7 +61,7 @@ Python API (all ``repo_type`` arguments default to ``"model"``; ``revision`` to 
 ``HubServer(root=None, *, host="127.0.0.1", port=0)``  binds at once (``url`` is known); ``root=None``
     uses a temp dir that ``stop()`` removes.
 ``start() -> HubServer``, ``stop()``, ``with HubServer() as hub:``; ``url``, ``host``, ``port``, ``root``.
-``add_token(token, user, role="write", *, orgs=(), name=None)``, ``remove_token(token)``.
+``add_token(token, user, role="write", *, orgs=(), name=None, scoped=None)``, ``remove_token(token)``.
 ``create_repo(repo_id, *, repo_type, private=False, exist_ok=False, author="hubserver") -> str`` (url);
     ``delete_repo(repo_id, *, repo_type)``; ``repo_exists(repo_id, *, repo_type) -> bool``.
 ``commit(repo_id, files: Mapping[str, bytes | os.PathLike | None], *, repo_type, revision, message,
@@ -97,7 +99,7 @@ Useful path regexes for ``inject``/``find_requests``: ``/preupload/``, ``/info/l
 Admin API (JSON; for tests in another process; ``RemoteHub(url)`` wraps it with the same names; no
 auth, so keep the server on a loopback address)
 ---------------------------------------------------------------------------------------------
-``GET /_admin/health`` | ``POST /_admin/tokens`` {token,user,role,orgs,name} |
+``GET /_admin/health`` | ``POST /_admin/tokens`` {token,user,role,orgs,name,scoped} |
 ``POST /_admin/repos`` {repo_id,repo_type,private,exist_ok} -> {url} | ``DELETE /_admin/repos?repo_id=&repo_type=`` |
 ``PUT /_admin/files?repo_id=&path=&repo_type=&revision=&message=&lfs=`` raw body (streamed) -> {commit} |
 ``GET /_admin/files?repo_id=&path=&repo_type=&revision=`` -> raw bytes |

@@ -45,8 +45,8 @@ class AdminMixin:
         if route == ("GET", "health"):
             result = {"ok": True, "url": self.url}
         elif route == ("POST", "tokens"):
-            orgs, name = body.get("orgs", ()), body.get("name")
-            self.add_token(body["token"], body["user"], body.get("role", "write"), orgs=orgs, name=name)
+            orgs, name, scoped = body.get("orgs", ()), body.get("name"), body.get("scoped")
+            self.add_token(body["token"], body["user"], body.get("role", "write"), orgs=orgs, name=name, scoped=scoped)
         elif route == ("POST", "repos"):
             flags = {"private": bool(body.get("private")), "exist_ok": bool(body.get("exist_ok"))}
             result = {"url": self.create_repo(body["repo_id"], repo_type=body.get("repo_type", "model"), **flags)}
@@ -124,9 +124,17 @@ class RemoteHub:
         return self._call("GET", "health")
 
     def add_token(
-        self, token: str, user: str, role: str = "write", *, orgs: Iterable[str] = (), name: str | None = None
+        self,
+        token: str,
+        user: str,
+        role: str = "write",
+        *,
+        orgs: Iterable[str] = (),
+        name: str | None = None,
+        scoped: Iterable[dict[str, Any]] | None = None,
     ) -> None:
-        self._call("POST", "tokens", {"token": token, "user": user, "role": role, "orgs": list(orgs), "name": name})
+        body = {"token": token, "user": user, "role": role, "orgs": list(orgs), "name": name}
+        self._call("POST", "tokens", body | ({} if scoped is None else {"scoped": list(scoped)}))
 
     def create_repo(
         self, repo_id: str, *, repo_type: str = "model", private: bool = False, exist_ok: bool = False

@@ -60,6 +60,8 @@ class GitApiMixin:
             raise HubError(403, f"You don't have the rights to write to {c.repo_id}")
         if c.user.role != "write":
             raise HubError(403, "You have read access but not the required permissions for this operation.")
+        if not c.user.may_write(c.repo_type, c.repo_id):  # a fine-grained token without a grant here
+            raise HubError(403, f"This fine-grained token has no write access to {c.repo_id}")
         return repo
 
     def _route(self, h: _Handler, path: str, query: dict[str, list[str]]) -> None:
@@ -103,7 +105,7 @@ class GitApiMixin:
                 "isPro": False,
                 "canPay": False,
                 "orgs": [{"type": "org", "name": o} for o in sorted(u.orgs)],
-                "auth": {"type": "access_token", "accessToken": {"displayName": u.name, "role": u.role}},
+                "auth": u.auth(),
             },
         )
 
@@ -114,7 +116,7 @@ class GitApiMixin:
         repo_id = f"{ns}/{body.get('name')}"
         if c.user is None:
             raise HubError(401, "Invalid username or password.")
-        if ns not in c.user.namespaces or c.user.role != "write":
+        if not c.user.may_write(repo_type, repo_id, create=True):
             raise HubError(403, f'You don\'t have the rights to create a {repo_type} under the namespace "{ns}"')
         private = body.get("visibility", "private" if body.get("private") else "public") == "private"
         try:

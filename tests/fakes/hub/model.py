@@ -142,10 +142,47 @@ class Token:
     role: str  # "read" | "write"
     orgs: frozenset[str]
     name: str
+    # A fine-grained token's grants, as whoami-v2 lists them (``fineGrained.scoped``): ``{"entity": {"type": "user"
+    # | "org" | "model" | "dataset" | "space", "name": ...}, "permissions": [...]}``; None for a read/write token.
+    scoped: tuple[dict[str, Any], ...] | None = None
 
     @property
     def namespaces(self) -> frozenset[str]:
         return self.orgs | {self.user}
+
+    def may_write(self, repo_type: str, repo_id: str, *, create: bool = False) -> bool:
+        """Write (or create) ``repo_id``: a write token in its namespaces; a fine-grained one where a grant has
+        ``repo.write``: on the namespace (create and write), or on that repo alone (write only)."""
+        namespace = repo_id.split("/")[0]
+        if self.role != "write" or namespace not in self.namespaces:
+            return False
+        if self.scoped is None:
+            return True
+        for grant in self.scoped:
+            entity = grant["entity"]
+            if "repo.write" not in grant["permissions"]:
+                continue
+            if entity["type"] in ("user", "org") and entity["name"] == namespace:
+                return True
+            if not create and entity["type"] == repo_type and entity["name"] == repo_id:
+                return True
+        return False
+
+    def auth(self) -> dict[str, Any]:
+        """whoami-v2's ``auth`` block for this token."""
+        access: dict[str, Any] = {"displayName": self.name, "role": self.role}
+        if self.scoped is not None:
+            scoped = [
+                {"entity": {"_id": _entity_id(g["entity"]["name"]), **g["entity"]}, "permissions": g["permissions"]}
+                for g in self.scoped
+            ]
+            fine = {"canReadGatedRepos": False, "global": [], "scoped": scoped}
+            access |= {"role": "fineGrained", "fineGrained": fine}
+        return {"type": "access_token", "accessToken": access}
+
+
+def _entity_id(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:24]
 
 
 @dataclass

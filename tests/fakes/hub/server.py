@@ -10,8 +10,9 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tests.fakes.hub.admin import AdminMixin
 from tests.fakes.hub.buckets import BucketsMixin
@@ -89,12 +90,30 @@ class HubServer(
 
     # -- configuration ------------------------------------------------------------------------------
     def add_token(
-        self, token: str, user: str, role: str = "write", *, orgs: Iterable[str] = (), name: str | None = None
+        self,
+        token: str,
+        user: str,
+        role: str = "write",
+        *,
+        orgs: Iterable[str] = (),
+        name: str | None = None,
+        scoped: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
+        """``scoped``: a fine-grained token's grants (``Token.scoped``); without ``repo.write`` on a namespace it
+        may write no bucket either."""
         if role not in ("read", "write"):
             raise ValueError("role must be 'read' or 'write'")
+        grants = (
+            None
+            if scoped is None
+            else tuple({"entity": dict(grant["entity"]), "permissions": list(grant["permissions"])} for grant in scoped)
+        )
         with self._lock:
-            self._tokens[token] = Token(token, user, role, frozenset(orgs), name or f"{user}-{role}")
+            self._tokens[token] = Token(token, user, role, frozenset(orgs), name or f"{user}-{role}", grants)
+        if grants is not None and not any(
+            g["entity"]["type"] in ("user", "org") and "repo.write" in g["permissions"] for g in grants
+        ):
+            self.deny_buckets(token)
 
     def remove_token(self, token: str) -> None:
         with self._lock:
