@@ -295,7 +295,7 @@ class Hub:
 # "permissions": ["repo.content.read", "repo.write", ...]}``. ``repo.write`` on a user or an organisation lets the
 # token create and write every repo of that namespace; on one repo, write that repo only.
 REPO_WRITE = "repo.write"
-_NAMESPACE_ENTITIES = frozenset({"user", "org"})
+_NAMESPACE_ENTITIES = frozenset({"user", "org", "organization"})
 
 
 @dataclass(frozen=True)

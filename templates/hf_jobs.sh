@@ -25,6 +25,10 @@ IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.1.0} # a fixed release: a rerun resu
 RUN_ARGS=${RUN_ARGS:-model=LibreYOLO9s.pt epochs=100 imgsz=640}
 FLAVOR=${FLAVOR:-a100-large} # `hf jobs hardware` lists them
 TIMEOUT=${TIMEOUT:-6h}       # s, m, h or d
+if ! [[ $TIMEOUT =~ ^[0-9]+[smhd]?$ ]]; then
+  echo "hf_jobs.sh: TIMEOUT=$TIMEOUT: give a whole number with s, m, h or d (e.g. 6h)" >&2
+  exit 2
+fi
 # The agent's own limit, 15 minutes short of TIMEOUT: the final upload and trainbox.json happen before the stop.
 case $TIMEOUT in
   *d) timeout_s=$((${TIMEOUT%d} * 86400)) ;;
@@ -34,7 +38,7 @@ case $TIMEOUT in
   *) timeout_s=$TIMEOUT ;;
 esac
 if [ "$timeout_s" -le 900 ]; then
-  echo "hf_jobs.sh: TIMEOUT=$TIMEOUT leaves no time to train: give more than 15m (whole numbers, e.g. 6h)" >&2
+  echo "hf_jobs.sh: TIMEOUT=$TIMEOUT leaves no time to train: give more than 15m (e.g. 6h)" >&2
   exit 2
 fi
 MAX_RUNTIME=${MAX_RUNTIME:-$(((timeout_s - 900) / 60))m}

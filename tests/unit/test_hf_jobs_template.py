@@ -179,7 +179,8 @@ def test_the_flavor_timeout_and_run_args_are_variables(jobs_api: JobsApi, tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("settings", "says"), [({"FLAVOR": "cpu-basic"}, "PRICE_PER_HOUR"), ({"TIMEOUT": "10m"}, "15m")]
+    ("settings", "says"),
+    [({"FLAVOR": "cpu-basic"}, "PRICE_PER_HOUR"), ({"TIMEOUT": "10m"}, "15m"), ({"TIMEOUT": "1.5h"}, "whole number")],
 )
 def test_a_launch_that_cannot_train_is_refused_before_a_job_exists(
     jobs_api: JobsApi, tmp_path: Path, settings: dict[str, str], says: str

@@ -84,3 +84,9 @@ def test_write_permissions_are_read_generously(permission: str) -> None:
 def test_other_permissions_do_not_write_repos(permission: str) -> None:
     found = token_write_grants(whoami(grant("org", "team", permission)))
     assert found == WriteGrants(frozenset(), frozenset())
+
+
+@pytest.mark.parametrize("kind", ["user", "org", "organization"])
+def test_a_namespace_is_a_user_or_an_organisation(kind: str) -> None:
+    found = token_write_grants(whoami(grant(kind, "team", "repo.write")))
+    assert found == WriteGrants(frozenset({"team"}), frozenset())
