@@ -59,6 +59,9 @@ class Job:
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: TrainingProcess | None = None
+        # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
+        # start next: a stop then ends the job at once, before any lookup, download or new trainer.
+        self._trainer_live = False
         self.uploader: Uploader | TwoPlaces | None = None
         self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
         self.hub: Hub | None = None
@@ -83,15 +86,16 @@ class Job:
         if self._stop is not None:
             if isinstance(error, PreemptedError) and not isinstance(self._stop, PreemptedError):
                 self._stop = error  # the machine is going away: that bound now rules the wrap-up
-            if self.trainer is None and not self._finishing:
+            if not self._trainer_live and not self._finishing:
                 raise self._stop  # the first one was swallowed somewhere: a later signal still stops the job
             return
         self._stop = error
         logger.warning("stopping: %s", error)
-        if self.trainer is not None:
+        if self._trainer_live:
+            assert self.trainer is not None
             self.trainer.child.send(signal.SIGINT)
         elif not self._finishing:
-            raise error
+            raise error  # no trainer to wait for (before training, or healing after one): stop now
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.clock.hold(signum):  # the trainer is starting: handled once the job holds it
@@ -171,6 +175,8 @@ class Job:
     def _preflight(self) -> GpuReport:
         """Step 2: the GPUs run kernels, the batch fits the workers, the provider and the Hub answer."""
         self.state.set_phase(Phase.PREFLIGHT)
+        # First: a trainer the previous attempt left running holds the GPUs and the disk the checks measure.
+        resume.stop_orphan(self.state.previous)
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
         self._nccl_env = preflight.nccl_env(gpus.details)
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
@@ -285,7 +291,6 @@ class Job:
         return scratch
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
-        resume.stop_orphan(self.state.previous)
         if self.settings.topology.leader:
             self.bucket, where = open_store(self.settings, self.hub)
             self.state.update(storage=where)
@@ -337,7 +342,9 @@ class Job:
         assert self.trainer is not None
         tail = self.trainer.error_tail()
         attempt = OomTry.judge(error, tail, self.settings, self.state.attempts, args, self._workers)
+        self._stop_check()
         point = self._locate_resume_point()
+        self._stop_check()  # the lookup may have taken long: a stop meanwhile wins over a new trainer
         if point is None:
             raise error
         logger.warning(
@@ -367,8 +374,10 @@ class Job:
             | ({"batch": int(batch)} if batch is not None and batch.isdigit() else {})
         )
         try:
+            self._stop_check()
             with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
                 self.trainer = TrainingProcess(command, env)
+                self._trainer_live = True
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
@@ -380,6 +389,8 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
+        self._trainer_live = False
+        self._stop_check()  # a stop that came just before the flag fell was only recorded
         error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or error_for_exit(code, self.trainer.error_tail())
         return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
@@ -449,6 +460,11 @@ class Job:
             now = time.monotonic()
             self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
         return max(self.trainer.last_activity, self._boundary[1])
+
+    def _stop_check(self) -> None:
+        """Raise the stop requested meanwhile, if any (a heal checks it between its steps)."""
+        if self._stop is not None:
+            raise self._stop
 
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
