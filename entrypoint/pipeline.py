@@ -16,7 +16,15 @@ from pathlib import Path
 from types import FrameType
 
 from . import dataset, preflight
-from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .errors import (
+    AgentError,
+    CostLimitError,
+    DeadlineError,
+    NodesOutOfMemoryError,
+    PreemptedError,
+    StallError,
+    UserInterruptError,
+)
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
@@ -37,8 +45,8 @@ from .sync import job as job_sync
 from .sync.places import Store, TwoPlaces, open_store
 from .sync.uploader import Uploader
 from .training import monitor, profiling, resume
-from .training.launch import Launch, log_size
-from .training.oom import OomTry
+from .training.launch import Launch, attempt_output, log_size
+from .training.oom import OomTry, end_of_set
 from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
@@ -53,7 +61,8 @@ class Job:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.clock = ShutdownClock()  # the deadlines between a stop and the exit
-        self.launch = Launch(settings.topology, settings.run_name)  # one machine or several: chosen once
+        # one machine or several: chosen once
+        self.launch = Launch(settings.topology, settings.run_name, settings.agent_dir / "peer-report.json")
         # Only reads here: the run folder is made inside ``run``'s try, so a full or read-only volume
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
@@ -77,6 +86,7 @@ class Job:
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
+        self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
 
     # -- the one shutdown path -------------------------------------------------------------
@@ -251,7 +261,8 @@ class Job:
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
         resume.check_same_run(remote, self.settings.run_name, repo, names)
-        self.state.adopt_history(remote)
+        # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
+        self.state.adopt_history(remote, authoritative=not self.settings.topology.leader)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.attempts)
 
@@ -341,6 +352,8 @@ class Job:
         """After a failed training: the arguments to resume with (out of GPU memory: half the batch), or raise."""
         assert self.trainer is not None
         tail = self.trainer.error_tail()
+        if self.settings.topology.multi:
+            raise self._end_of_set(error, args)
         attempt = OomTry.judge(error, tail, self.settings, self.state.attempts, args, self._workers)
         self._stop_check()
         point = self._locate_resume_point()
@@ -353,6 +366,12 @@ class Job:
         self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
+
+    def _end_of_set(self, error: AgentError, args: RunArgs) -> AgentError:
+        """Several machines never heal in place (oom.end_of_set); this node's and its peers' words decide."""
+        output = attempt_output(self.settings.run_dir, self._log_start)  # its workers' words, not only rank 0's
+        peer = self.launch.peer_out_of_memory()
+        return end_of_set(error, output, peer, self.settings, self.state.attempts, args, self._workers)
 
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
@@ -367,7 +386,8 @@ class Job:
         )
         command = self.launch.command(command, gpu_indices)
         env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices)
-        log_start = log_size(command.run_dir)
+        log_start = self._log_start = log_size(command.run_dir)
+        self.launch.clear_peer_report()
         batch = args.get("batch")
         self.state.update(
             training={"argv": list(command.argv[1:]), "started_at": time.time()}
@@ -489,7 +509,8 @@ class Job:
             self.state.update(sync=job_sync.report(self.uploader))
         # Billed time runs from when the agent started (≈ the container); dollars with a known price.
         self.state.update(cost=cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source))
-        self.state.finish(phase, code, reason, message)
+        record = outcome.record if isinstance(outcome, NodesOutOfMemoryError) else {}
+        self.state.finish(phase, code, reason, message, **record)
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
