@@ -7,7 +7,7 @@ a short machine-readable ``reason`` (written to trainbox.json) and a ``hint`` na
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 # The exit codes of a stop from outside, as a shell reports them (128 + the signal's number).
 EXIT_INTERRUPTED = 130  # SIGINT, Ctrl-C
@@ -193,6 +193,18 @@ class GpuMemoryError(TrainingError):
 
     exit_code = 65
     reason = "out_of_memory"
+
+
+class NodesOutOfMemoryError(TrainingError):
+    """Multi-node: a worker ran out of GPU memory. Every node ends with this code, node 0 records the halved
+    batch on the Hub, and the launcher starts the whole set again (the nodes never heal in place)."""
+
+    exit_code = 66
+    reason = "nodes_out_of_memory"
+
+    def __init__(self, message: str, fix: str, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message, fix)
+        self.record = record or {}  # the attempt's fields in trainbox.json (node 0: the next batch)
 
 
 class NodesUnreachableError(AgentError):

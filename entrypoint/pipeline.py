@@ -16,7 +16,15 @@ from pathlib import Path
 from types import FrameType
 
 from . import dataset, preflight
-from .errors import AgentError, CostLimitError, DeadlineError, PreemptedError, StallError, UserInterruptError
+from .errors import (
+    AgentError,
+    CostLimitError,
+    DeadlineError,
+    NodesOutOfMemoryError,
+    PreemptedError,
+    StallError,
+    UserInterruptError,
+)
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
@@ -37,8 +45,8 @@ from .sync import job as job_sync
 from .sync.places import Store, TwoPlaces, open_store
 from .sync.uploader import Uploader
 from .training import monitor, profiling, resume
-from .training.launch import Launch, log_size
-from .training.oom import OomTry
+from .training.launch import Launch, attempt_output, log_size
+from .training.oom import OomTry, end_of_set
 from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
@@ -53,12 +61,16 @@ class Job:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.clock = ShutdownClock()  # the deadlines between a stop and the exit
-        self.launch = Launch(settings.topology, settings.run_name)  # one machine or several: chosen once
+        # one machine or several: chosen once
+        self.launch = Launch(settings.topology, settings.run_name, settings.agent_dir / "peer-report.json")
         # Only reads here: the run folder is made inside ``run``'s try, so a full or read-only volume
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: TrainingProcess | None = None
+        # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
+        # start next: a stop then ends the job at once, before any lookup, download or new trainer.
+        self._trainer_live = False
         self.uploader: Uploader | TwoPlaces | None = None
         self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
         self.hub: Hub | None = None
@@ -74,6 +86,7 @@ class Job:
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
+        self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
 
     # -- the one shutdown path -------------------------------------------------------------
@@ -83,15 +96,16 @@ class Job:
         if self._stop is not None:
             if isinstance(error, PreemptedError) and not isinstance(self._stop, PreemptedError):
                 self._stop = error  # the machine is going away: that bound now rules the wrap-up
-            if self.trainer is None and not self._finishing:
+            if not self._trainer_live and not self._finishing:
                 raise self._stop  # the first one was swallowed somewhere: a later signal still stops the job
             return
         self._stop = error
         logger.warning("stopping: %s", error)
-        if self.trainer is not None:
+        if self._trainer_live:
+            assert self.trainer is not None
             self.trainer.child.send(signal.SIGINT)
         elif not self._finishing:
-            raise error
+            raise error  # no trainer to wait for (before training, or healing after one): stop now
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.clock.hold(signum):  # the trainer is starting: handled once the job holds it
@@ -171,6 +185,8 @@ class Job:
     def _preflight(self) -> GpuReport:
         """Step 2: the GPUs run kernels, the batch fits the workers, the provider and the Hub answer."""
         self.state.set_phase(Phase.PREFLIGHT)
+        # First: a trainer the previous attempt left running holds the GPUs and the disk the checks measure.
+        resume.stop_orphan(self.state.previous)
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
         self._nccl_env = preflight.nccl_env(gpus.details)
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
@@ -247,7 +263,8 @@ class Job:
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
         resume.check_same_run(remote, self.settings.run_name, repo, names)
-        self.state.adopt_history(remote)
+        # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
+        self.state.adopt_history(remote, authoritative=not self.settings.topology.leader)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.attempts)
 
@@ -287,7 +304,6 @@ class Job:
         return scratch
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
-        resume.stop_orphan(self.state.previous)
         if self.settings.topology.leader:
             self.bucket, where = open_store(self.settings, self.hub)
             self.state.update(storage=where)
@@ -338,8 +354,12 @@ class Job:
         """After a failed training: the arguments to resume with (out of GPU memory: half the batch), or raise."""
         assert self.trainer is not None
         tail = self.trainer.error_tail()
+        if self.settings.topology.multi:
+            raise self._end_of_set(error, args)
         attempt = OomTry.judge(error, tail, self.settings, self.state.attempts, args, self._workers)
+        self._stop_check()
         point = self._locate_resume_point()
+        self._stop_check()  # the lookup may have taken long: a stop meanwhile wins over a new trainer
         if point is None:
             raise error
         logger.warning(
@@ -348,6 +368,12 @@ class Job:
         self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
+
+    def _end_of_set(self, error: AgentError, args: RunArgs) -> AgentError:
+        """Several machines never heal in place (oom.end_of_set); this node's and its peers' words decide."""
+        output = attempt_output(self.settings.run_dir, self._log_start)  # its workers' words, not only rank 0's
+        peer = self.launch.peer_out_of_memory()
+        return end_of_set(error, output, peer, self.settings, self.state.attempts, args, self._workers)
 
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
@@ -362,15 +388,18 @@ class Job:
         )
         command = self.launch.command(command, gpu_indices)
         env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices)
-        log_start = log_size(command.run_dir)
+        log_start = self._log_start = log_size(command.run_dir)
+        self.launch.clear_peer_report()
         batch = args.get("batch")
         self.state.update(
             training={"argv": list(command.argv[1:]), "started_at": time.time()}
             | ({"batch": int(batch)} if batch is not None and batch.isdigit() else {})
         )
         try:
+            self._stop_check()
             with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
                 self.trainer = TrainingProcess(command, env)
+                self._trainer_live = True
             self.state.update(training={"pid": self.trainer.pid})
             code = self.trainer.wait(poll=self._watch_training)
             if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
@@ -382,6 +411,8 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
+        self._trainer_live = False
+        self._stop_check()  # a stop that came just before the flag fell was only recorded
         error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or error_for_exit(code, self.trainer.error_tail())
         return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
@@ -452,6 +483,11 @@ class Job:
             self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
         return max(self.trainer.last_activity, self._boundary[1])
 
+    def _stop_check(self) -> None:
+        """Raise the stop requested meanwhile, if any (a heal checks it between its steps)."""
+        if self._stop is not None:
+            raise self._stop
+
     def _stop_trainer(self) -> None:
         assert self.trainer is not None
         self.trainer.stop(signal.SIGINT, self.clock.child_grace())
@@ -475,7 +511,8 @@ class Job:
             self.state.update(sync=job_sync.report(self.uploader))
         # Billed time runs from when the agent started (≈ the container); dollars with a known price.
         self.state.update(cost=cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source))
-        self.state.finish(phase, code, reason, message)
+        record = outcome.record if isinstance(outcome, NodesOutOfMemoryError) else {}
+        self.state.finish(phase, code, reason, message, **record)
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()

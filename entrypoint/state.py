@@ -195,12 +195,13 @@ class RunState:
         with self._lock:
             return copy.deepcopy(self._data["attempts"])
 
-    def adopt_history(self, remote: dict[str, Any] | None) -> None:
-        """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk)."""
+    def adopt_history(self, remote: dict[str, Any] | None, *, authoritative: bool = False) -> None:
+        """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk), or
+        whenever it has one (``authoritative``: a node other than 0, whose own record is not the run's)."""
         # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
         attempts = _settled(_history(remote)) + _lost_attempt(remote)
         with self._lock:
-            if len(attempts) <= len(self._data["attempts"]):
+            if not attempts or (len(attempts) <= len(self._data["attempts"]) and not authoritative):
                 return
             self._data["attempts"] = attempts
             self._data["attempt"] = len(attempts) + 1
@@ -227,7 +228,8 @@ class RunState:
                     self._data[key] = value
         self.save()
 
-    def finish(self, phase: Phase, exit_code: int, reason: str, message: str | None = None) -> None:
+    def finish(self, phase: Phase, exit_code: int, reason: str, message: str | None = None, **fields: Any) -> None:
+        """The job's outcome; ``fields`` join its entry in ``attempts`` (a halved batch for the next start)."""
         with self._lock:
             self._close_phase()
             self._data["phase"] = phase.value
@@ -245,6 +247,7 @@ class RunState:
                     "reason": reason,
                     "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
                     **self._batch(),
+                    **fields,
                     "final": False,
                 }
             )

@@ -8,10 +8,13 @@ jobs, the Kubernetes Job) restarts the whole set, which resumes from OUTPUT_REPO
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import AgentError, PeerLostError
 from ..run_args import RunArgs
@@ -80,18 +83,23 @@ def log_size(run_dir: Path) -> int:
         return 0
 
 
+def attempt_output(run_dir: Path, since: int) -> str:
+    """The end of this attempt's output (console.log from ``since``): a worker's words may be far above
+    torchrun's own report."""
+    try:
+        with (run_dir / CONSOLE_LOG).open("rb") as log:
+            log.seek(max(since, log.seek(0, 2) - _SCAN_BYTES))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def peer_lost(code: int, run_dir: Path, since: int, topology: Topology) -> PeerLostError | None:
     """A failed multi-node training whose output (this attempt's, in console.log) says another node
     went away. torchrun ends with its own traceback: the worker's words are further up."""
     if code == 0:
         return None
-    try:
-        with (run_dir / CONSOLE_LOG).open("rb") as log:
-            log.seek(max(since, log.seek(0, 2) - _SCAN_BYTES))
-            text = log.read().decode(errors="replace")
-    except OSError:
-        return None
-    if not _PEER_LOST.search(text):
+    if not _PEER_LOST.search(attempt_output(run_dir, since)):
         return None
     return PeerLostError(
         f"another node of this {topology.nnodes}-node training went away (this is node {topology.node_rank})",
@@ -110,6 +118,8 @@ class Launch:
 
     topology: Topology
     run_name: str
+    # Several machines: where this node's first worker writes what another worker reported (ddp_worker).
+    peer_report: Path | None = None
 
     def workers(self, gpu_indices: tuple[int, ...] | None) -> int:
         """Training processes of the whole job: a fixed batch must divide by it."""
@@ -132,7 +142,27 @@ class Launch:
         return torchrun(command, self.topology, nproc_per_node(self.topology, gpu_indices), self.run_name)
 
     def env(self, gpu_indices: tuple[int, ...] | None) -> dict[str, str]:
-        return torch_env(self.topology, gpu_indices) if self.topology.multi else {}
+        if not self.topology.multi:
+            return {}
+        report = {ddp_worker.PEER_REPORT_VAR: str(self.peer_report)} if self.peer_report is not None else {}
+        return torch_env(self.topology, gpu_indices) | report
+
+    def clear_peer_report(self) -> None:
+        """Before a training starts: an earlier training's report says nothing of this one."""
+        if self.peer_report is not None:
+            with contextlib.suppress(OSError):
+                self.peer_report.unlink()
+            self.peer_report.parent.mkdir(parents=True, exist_ok=True)
+
+    def peer_out_of_memory(self) -> dict[str, Any] | None:
+        """What a worker of another node reported during the training that just ended: out of GPU memory."""
+        if self.peer_report is None:
+            return None
+        try:
+            found = json.loads(self.peer_report.read_text())
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
 
     def lost_peer(self, code: int, run_dir: Path, since: int) -> AgentError | None:
         """The failure a lost machine explains, read from this attempt's output (one machine: none)."""

@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import libreyolo
-from ..errors import AgentError, ConfigError, GpuMemoryError, TrainingError
+from ..errors import AgentError, ConfigError, GpuMemoryError, NodesOutOfMemoryError, TrainingError
 from ..run_args import RunArgs
 
 if TYPE_CHECKING:
     from ..settings import Settings
 
 REASON = GpuMemoryError.reason
+# Several machines: the set ends, node 0 records the halved batch, the launcher starts every node again.
+REASONS = frozenset({REASON, NodesOutOfMemoryError.reason})
 # libreyolo's words for it: its status.json error type, its CLI error code, torch's message.
 _TYPES = frozenset({"OutOfMemoryError"})
 _MARKERS = ("CUDA out of memory", "cuda_oom", "OutOfMemoryError")
@@ -98,7 +100,7 @@ class OomTry:
     @staticmethod
     def healing(attempts: Iterable[Mapping[str, Any]]) -> Healing:
         """The healing recorded in trainbox.json's attempts (carried to a new disk through the Hub)."""
-        healed = [a for a in attempts if a.get("reason") == REASON and isinstance(a.get("next_batch"), int)]
+        healed = [a for a in attempts if a.get("reason") in REASONS and isinstance(a.get("next_batch"), int)]
         return Healing(batch=healed[-1]["next_batch"] if healed else None, retries=len(healed))
 
     @classmethod
@@ -114,9 +116,22 @@ class OomTry:
         """The retry for a failed training, or raise: ``error`` itself when it is not out of memory (or
         before any epoch with AutoBatch's batch, or with OOM_RETRIES=0), a configuration error when an
         explicit batch ran out in the first step, ``GpuMemoryError`` when no smaller batch or retry is left."""
-        run_dir = settings.run_dir
-        if type(error) is not TrainingError or not ran_out(run_dir, tail):
+        if type(error) is not TrainingError or not ran_out(settings.run_dir, tail):
             raise error
+        return cls.plan(error, settings, attempts, args, workers)
+
+    @classmethod
+    def plan(
+        cls,
+        error: AgentError,
+        settings: Settings,
+        attempts: Iterable[Mapping[str, Any]],
+        args: RunArgs,
+        workers: int,
+    ) -> OomTry:
+        """The retry for a training known to have run out of GPU memory (here, or on another node: the
+        epochs are this run folder's, where global rank 0 writes them), or raise as ``judge`` says."""
+        run_dir = settings.run_dir
         done = libreyolo.epochs_done(run_dir) or 0
         batch = batch_in_use(run_dir, args)
         healed = cls.healing(attempts)
@@ -149,3 +164,35 @@ def exhausted_error(batch: int | None, epochs_done: int | None, retries: int, li
     if retries and retries >= limit:
         hint += f" (OOM_RETRIES={limit} allows more halvings)"
     return GpuMemoryError(f"training ran out of GPU memory{at}{size}{tried}", hint)
+
+
+def end_of_set(
+    error: AgentError,
+    output: str,
+    peer: Mapping[str, Any] | None,
+    settings: Settings,
+    attempts: Iterable[Mapping[str, Any]],
+    args: RunArgs,
+    workers: int,
+) -> AgentError:
+    """Several machines never heal in place (a node resuming alone would wait for peers that left, and roll the
+    Hub back to the epoch it started from): out of GPU memory on any node (this node's training ``output`` says
+    so, or ``peer``, what another node's worker reported) ends every node with one code; node 0 records the
+    halved batch in trainbox.json and the launcher starts the set again. Another failure is ``error`` itself.
+    Only node 0 judges: only its run folder holds the run's epochs (global rank 0 writes them)."""
+    own = isinstance(error, TrainingError) and ran_out(settings.run_dir, output)
+    if peer is None and not own:
+        return error
+    node = settings.topology.node_rank if own or peer is None else peer.get("node")
+    fix = "the launcher starts every node again (SkyPilot managed jobs, the Kubernetes Job, JobSet)"
+    if not settings.topology.leader:
+        return NodesOutOfMemoryError(
+            f"out of GPU memory on node {node}: every node ends, node 0 records a smaller batch", fix
+        )
+    attempt = OomTry.plan(error, settings, attempts, args, workers)
+    return NodesOutOfMemoryError(
+        f"out of GPU memory on node {node} at epoch {attempt.epochs_done + 1} with batch={attempt.batch}:"
+        f" every node ends, the next start trains with batch={attempt.next_batch}",
+        fix,
+        record=attempt.record(),
+    )
