@@ -237,7 +237,9 @@ def test_skypilot_relaunches_what_a_fresh_set_of_machines_fixes() -> None:
     ends the job unless its exit code is listed (and max_restarts_on_errors defaults to 0)."""
     recovery = yaml.safe_load((TEMPLATES / "skypilot.yaml").read_text())["resources"]["job_recovery"]
     codes = set(recovery["recover_on_exit_codes"])
-    assert {56, 63, 64, 143} <= codes, "a machine short of its datasheet, a lost node, nodes that never met, a SIGTERM"
+    assert {56, 63, 64, 66, 143} <= codes, (
+        "a machine short of its datasheet, a lost node, nodes that never met, a SIGTERM"
+    )
     assert codes <= set(exit_codes()), "every code is one the agent uses"
     # listed codes are retried without limit: never one a retry repeats, nor the crash-loop guard's own exit
     assert not {0, 2, 10, 11, 12, 20, *range(30, 42), 52, 53, 61, 62, 80, 82, 90} & codes
