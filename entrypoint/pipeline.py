@@ -28,7 +28,8 @@ from .log import logger
 from .release import cost, providers
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
-from .report import progress
+from .report import notify, progress
+from .report import status as remote_view
 from .report.nextsteps import summary
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
@@ -58,6 +59,8 @@ class Job:
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
+        self.notifier = notify.Notifier(settings, self.state)  # NOTIFY: the start, self-heals, the end
+        notify.install(self.notifier)
         self.trainer: TrainingProcess | None = None
         self.uploader: Uploader | TwoPlaces | None = None
         self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
@@ -138,6 +141,7 @@ class Job:
         try:
             self._record_settings()
             gpus = self._preflight()
+            self.notifier.started(self.price.per_hour, self.price.source)
             point = self._resume()
             if point is not None and point.complete:
                 logger.info(
@@ -166,6 +170,7 @@ class Job:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose."""
         self.state.update(settings=self.settings.record())
         self._make_run_dir()
+        self.notifier.check()
         resume.check_crash_loop(self.state.attempts)
 
     def _preflight(self) -> GpuReport:
@@ -343,6 +348,10 @@ class Job:
         logger.warning(
             "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
         )
+        notify.event(
+            "self-heal",
+            f"{attempt.describe()}: resumed after epoch {point.completed_epochs} with batch={attempt.next_batch}",
+        )
         self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
@@ -435,8 +444,9 @@ class Job:
             except (OSError, ValueError):
                 return
         done = epochs_done(self.settings.run_dir)
-        if done is not None:
-            self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})
+        if done is not None:  # with the pace and the mAP: trainbox.json alone is the remote view (status --repo)
+            fields = remote_view.progress_fields(self.settings.run_dir)
+            self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs"), **fields})
 
     def _last_progress(self) -> float:
         assert self.trainer is not None
@@ -480,11 +490,13 @@ class Job:
             )
         self.state.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
+        self.notifier.ended(self.clock)  # once the Hub's part is known; bounded, and none of it after SIGTERM
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         finally:
             if self.uploader is not None:
                 self.uploader.stop(timeout=min(5.0, self.clock.remaining()))
+            self.notifier.settle(self.clock)
         self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
 

@@ -70,6 +70,14 @@ class HostCheck(enum.StrEnum):
     STRICT = "strict"
 
 
+class NotifyOn(enum.StrEnum):
+    """``NOTIFY_ON``: which messages NOTIFY gets (a self-heal or a storage fallback only with ``all``)."""
+
+    START_END = "start,end"
+    END = "end"
+    ALL = "all"
+
+
 class DatasetKind(enum.StrEnum):
     DEMO = "demo"
     LOCAL_DIR = "local_dir"
@@ -140,6 +148,8 @@ class Settings:
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
     host_min_copy_gbps: float = DEFAULT_HOST_MIN_COPY_GBPS
     host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
+    notify: tuple[Secret, ...] = ()  # NOTIFY: apprise URLs (secrets: a webhook URL carries its channel's key)
+    notify_on: NotifyOn = NotifyOn.START_END
 
     @property
     def is_demo(self) -> bool:
@@ -196,6 +206,22 @@ def _dataset(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str |
     if not REPO_ID.match(value):
         raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
     return DatasetKind.HUB, value
+
+
+def _notify_urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
+    """NOTIFY: one or more apprise URLs, comma separated; each is a secret of its own (redacted wherever it
+    appears alone). Only the form is checked here; report/notify.py asks apprise at the job's start."""
+    urls = tuple(Secret(part.strip()) for part in value.split(",") if part.strip())
+    for index, url in enumerate(urls, 1):
+        scheme, found, rest = url.reveal().partition("://")
+        if not found or not scheme or not rest or any(ch.isspace() for ch in url.reveal()):
+            raise ConfigError(
+                f"{name}: target {index} is not a URL (its value is a secret: not shown)",
+                f"use apprise URLs, comma separated, e.g. {name}=ntfy://my-topic,json://host:8080/hook",
+            )
+    if not urls:
+        raise ConfigError(f"{name} names no URL", f"e.g. {name}=ntfy://my-topic, or leave it unset")
+    return urls
 
 
 class Vars:
@@ -311,6 +337,15 @@ class Vars:
     PET_NODE_RANK = elsewhere("set by PyTorchJob (torchrun's variables): the node rank")
     VAST_API_KEY = Variable("a Vast.ai API key (secret; redacted, never passed to training)", parse.text, None)
     HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
+    NOTIFY = Variable[tuple[Secret, ...]](
+        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", _notify_urls, ()
+    )
+    NOTIFY_ON = Variable(
+        "which messages NOTIFY gets: start,end; end; or all (adds self-heals and storage fallbacks)",
+        parse.choice(NotifyOn),
+        NotifyOn.START_END,
+        "start,end",
+    )
 
 
 VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values() if isinstance(row, Variable))
@@ -379,6 +414,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
         host_min_copy_gbps=Vars.HOST_MIN_COPY_GBPS.read(env),
         host_min_disk_mbps=Vars.HOST_MIN_DISK_MBPS.read(env),
+        notify=Vars.NOTIFY.read(env),
+        notify_on=Vars.NOTIFY_ON.read(env),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -415,6 +452,26 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
     return settings
+
+
+@dataclass(frozen=True)
+class Lookout:
+    """What `trainbox status` reads of the environment: looking at a run needs none of a job's settings."""
+
+    workdir: Path
+    run_name: str | None
+    hf_token: Secret | None = field(repr=False)
+    checkpoint_bucket: str | None  # with --repo: the bucket to look in when the repo's trainbox.json does not say
+
+
+def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> Lookout:
+    env = Declared(environ, _NAMES)
+    return Lookout(
+        workdir=Vars.WORKDIR.read(env),
+        run_name=Vars.RUN_NAME.read(env),
+        hf_token=Vars.HF_TOKEN.read(env),
+        checkpoint_bucket=_checkpoint_bucket(env, repo_id) if repo_id is not None else None,
+    )
 
 
 def _topology(env: Mapping[str, str]) -> topology.Topology:
