@@ -168,7 +168,10 @@ def test_notify_on_chooses_the_messages(tmp_path: Path) -> None:
             notifier.ended(clock)
             notifier.settle(clock)
             received = receiver.wait_for(len(expected), timeout=5.0)
-        kinds = ["start" if "started" in m["title"] else "end" if "exit" in m["title"] else "self-heal" for m in received]
+        kinds = [
+            "start" if "started" in message["title"] else "end" if "exit" in message["title"] else "self-heal"
+            for message in received
+        ]
         assert kinds == expected, on
     notify.install(notify.Notifier(make(tmp_path), job_state(make(tmp_path))))  # none left pointing at a receiver
 

@@ -21,7 +21,7 @@ def live(**extra: Any) -> dict[str, Any]:
         "updated_at": "2026-03-01T11:59:20Z",
         "settings": {"output_repo": "acme/yolo"},
         "storage": {"mode": "bucket", "bucket": "acme/yolo-checkpoints", "prefix": "cones-1a2b3c4d"},
-        "gpus": {"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}, {"index": 1, "name": "NVIDIA H100 80GB HBM3"}]},
+        "gpus": {"gpus": [{"index": index, "name": "NVIDIA H100 80GB HBM3"} for index in (0, 1)]},
         "timeline": {"agent_started_at": NOW - 3600, "price_per_hour": 2.5, "marks": {"training": NOW - 3000}},
         "progress": {
             "epochs_done": 12,
