@@ -490,7 +490,8 @@ class Job:
             )
         self.state.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
-        self.notifier.ended(self.clock)  # once the Hub's part is known; bounded, and none of it after SIGTERM
+        # Once the Hub's part is known; bounded, and none of it after SIGTERM.
+        self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         finally:

@@ -108,14 +108,16 @@ class Notifier:
                 title = f"trainbox: {self.settings.run_name}: {kind}"
                 self._send(EVENT, title, f"{text}\n{_follow(self.settings)}", tag=kind)
 
-    def ended(self, clock: ShutdownClock) -> None:
-        """The end message, once the final upload returned (it says what the Hub holds). Waited for at most
+    def ended(self, clock: ShutdownClock, sync: dict[str, Any] | None = None) -> None:
+        """The end message, once the final upload returned: ``sync`` is what the uploader reports now (what
+        the Hub holds; trainbox.json's ``sync`` was written before that upload). Waited for at most
         ``SEND_BOUND``, so trainbox.json records its outcome before it is published; after SIGTERM not at
         all: the release needs the time, and ``settle`` waits with what is left."""
         if not self.wants(END):
             return
         with _never_fails("end"):
-            title, body, level = end_message(self.settings, self.state.snapshot())
+            snapshot = self.state.snapshot()
+            title, body, level = end_message(self.settings, snapshot | ({"sync": sync} if sync else {}))
             message = self._send(END, title, body, level=level)
             if not clock.preempted:
                 self._wait(message, SEND_BOUND, until=lambda: clock.preempted)  # a SIGTERM now: stop waiting
