@@ -1,3 +1,4 @@
+# over 500 lines: the stages and the one shutdown path, read in the README's order; each feature hooks in a line
 """``trainbox run``: the README's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
@@ -29,8 +30,8 @@ from .release import cost, providers
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
 from .report import notify, progress
-from .report import status as remote_view
 from .report.nextsteps import summary
+from .report.status import progress_fields
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -59,8 +60,7 @@ class Job:
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
-        self.notifier = notify.Notifier(settings, self.state)  # NOTIFY: the start, self-heals, the end
-        notify.install(self.notifier)
+        self.notifier = notify.install(notify.Notifier(settings, self.state))  # NOTIFY: start, self-heals, end
         self.trainer: TrainingProcess | None = None
         self.uploader: Uploader | TwoPlaces | None = None
         self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
@@ -170,7 +170,6 @@ class Job:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose."""
         self.state.update(settings=self.settings.record())
         self._make_run_dir()
-        self.notifier.check()
         resume.check_crash_loop(self.state.attempts)
 
     def _preflight(self) -> GpuReport:
@@ -348,10 +347,7 @@ class Job:
         logger.warning(
             "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
         )
-        notify.event(
-            "self-heal",
-            f"{attempt.describe()}: resumed after epoch {point.completed_epochs} with batch={attempt.next_batch}",
-        )
+        notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
         self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
@@ -444,9 +440,8 @@ class Job:
             except (OSError, ValueError):
                 return
         done = epochs_done(self.settings.run_dir)
-        if done is not None:  # with the pace and the mAP: trainbox.json alone is the remote view (status --repo)
-            fields = remote_view.progress_fields(self.settings.run_dir)
-            self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs"), **fields})
+        if done is not None:  # with the pace and the mAP: trainbox.json alone is `status --repo`'s view
+            self.state.update(progress=progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
 
     def _last_progress(self) -> float:
         assert self.trainer is not None
@@ -490,7 +485,6 @@ class Job:
             )
         self.state.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
-        # Once the Hub's part is known; bounded, and none of it after SIGTERM.
         self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)

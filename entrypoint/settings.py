@@ -1,3 +1,4 @@
+# over 500 lines: the one table of variables (Vars), the typed Settings and their one reader belong together
 """Environment → one typed, validated, frozen ``Settings``. The only reader of the environment.
 
 ``Vars`` is the table of every variable the agent reads: its meaning, its parser, the value unset
@@ -16,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from . import libreyolo, log, run_args, topology
 from . import parsing as parse
@@ -70,12 +72,17 @@ class HostCheck(enum.StrEnum):
     STRICT = "strict"
 
 
-class NotifyOn(enum.StrEnum):
-    """``NOTIFY_ON``: which messages NOTIFY gets (a self-heal or a storage fallback only with ``all``)."""
-
+class NotifyOn(enum.StrEnum):  # which messages NOTIFY gets (a self-heal or a storage fallback only with all)
     START_END = "start,end"
     END = "end"
     ALL = "all"
+
+
+class Lookout(NamedTuple):  # what `trainbox status` reads: its run on this machine, or the Hub's token and bucket
+    workdir: Path
+    run_name: str | None
+    hf_token: Secret | None
+    checkpoint_bucket: str | None  # with --repo: where to look when the repo's trainbox.json does not say
 
 
 class DatasetKind(enum.StrEnum):
@@ -208,22 +215,6 @@ def _dataset(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str |
     return DatasetKind.HUB, value
 
 
-def _notify_urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
-    """NOTIFY: one or more apprise URLs, comma separated; each is a secret of its own (redacted wherever it
-    appears alone). Only the form is checked here; report/notify.py asks apprise at the job's start."""
-    urls = tuple(Secret(part.strip()) for part in value.split(",") if part.strip())
-    for index, url in enumerate(urls, 1):
-        scheme, found, rest = url.reveal().partition("://")
-        if not found or not scheme or not rest or any(ch.isspace() for ch in url.reveal()):
-            raise ConfigError(
-                f"{name}: target {index} is not a URL (its value is a secret: not shown)",
-                f"use apprise URLs, comma separated, e.g. {name}=ntfy://my-topic,json://host:8080/hook",
-            )
-    if not urls:
-        raise ConfigError(f"{name} names no URL", f"e.g. {name}=ntfy://my-topic, or leave it unset")
-    return urls
-
-
 class Vars:
     """Every variable the agent reads, in the order --help lists them: meaning, parser, unset value, default text.
     A row's ``read(env)`` is its typed value; rows built by ``elsewhere`` are read by topology.py or a library."""
@@ -338,7 +329,7 @@ class Vars:
     VAST_API_KEY = Variable("a Vast.ai API key (secret; redacted, never passed to training)", parse.text, None)
     HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
     NOTIFY = Variable[tuple[Secret, ...]](
-        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", _notify_urls, ()
+        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", parse.urls, ()
     )
     NOTIFY_ON = Variable(
         "which messages NOTIFY gets: start,end; end; or all (adds self-heals and storage fallbacks)",
@@ -454,24 +445,11 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
     return settings
 
 
-@dataclass(frozen=True)
-class Lookout:
-    """What `trainbox status` reads of the environment: looking at a run needs none of a job's settings."""
-
-    workdir: Path
-    run_name: str | None
-    hf_token: Secret | None = field(repr=False)
-    checkpoint_bucket: str | None  # with --repo: the bucket to look in when the repo's trainbox.json does not say
-
-
 def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> Lookout:
+    """What `trainbox status` reads (no job's settings): WORKDIR, RUN_NAME, HF_TOKEN, with --repo CHECKPOINT_BUCKET."""
     env = Declared(environ, _NAMES)
-    return Lookout(
-        workdir=Vars.WORKDIR.read(env),
-        run_name=Vars.RUN_NAME.read(env),
-        hf_token=Vars.HF_TOKEN.read(env),
-        checkpoint_bucket=_checkpoint_bucket(env, repo_id) if repo_id is not None else None,
-    )
+    bucket = _checkpoint_bucket(env, repo_id) if repo_id is not None else None
+    return Lookout(Vars.WORKDIR.read(env), Vars.RUN_NAME.read(env), Vars.HF_TOKEN.read(env), bucket)
 
 
 def _topology(env: Mapping[str, str]) -> topology.Topology:

@@ -57,8 +57,8 @@ class _Message:
 
 
 class Notifier:
-    """The job's messages. ``check`` at the start, ``started`` after preflight, ``event`` on a self-heal or
-    a fallback, ``ended`` once the final upload returned, ``settle`` after the release."""
+    """The job's messages: ``started`` after preflight (which checks the URLs first), ``event`` on a
+    self-heal or a fallback, ``ended`` once the final upload returned, ``settle`` after the release."""
 
     def __init__(self, settings: Settings, state: RunState) -> None:
         self.settings = settings
@@ -96,7 +96,9 @@ class Notifier:
         self.state.update(notify={"targets": schemes, "on": self.settings.notify_on.value})
 
     def started(self, price_per_hour: float | None, price_source: str | None) -> None:
-        """The start message (not waited for): host, GPU, price, where to follow the run."""
+        """After preflight: every URL is one apprise can use (``check``), then the start message (not waited
+        for): host, GPU, price, where to follow the run."""
+        self.check()
         if self.wants(START):
             with _never_fails("start"):
                 self._send(START, *start_message(self.settings, self.state.snapshot(), price_per_hour, price_source))
@@ -329,8 +331,9 @@ def _never_fails(what: str) -> Iterator[None]:
 _installed: list[Notifier] = []
 
 
-def install(notifier: Notifier) -> None:
+def install(notifier: Notifier) -> Notifier:
     _installed[:] = [notifier]
+    return notifier
 
 
 def event(kind: str, text: str) -> None:

@@ -95,11 +95,12 @@ def show_local(
 
 
 # -- what trainbox.json carries for a remote view ------------------------------------------------
-def progress_fields(run_dir: Path) -> dict[str, Any]:
-    """``progress``'s epoch line from metrics.jsonl: the pace, the last mAP50 and the best epoch (the one
-    best.pt holds), so trainbox.json alone tells a remote reader how the run goes."""
+def progress_fields(run_dir: Path, done: int, total: Any) -> dict[str, Any]:
+    """trainbox.json's ``progress`` at an epoch boundary: the epochs, and from metrics.jsonl the pace, the
+    last mAP50 and the best epoch (the one best.pt holds), so trainbox.json alone tells a remote reader
+    how the run goes."""
     rows = plot.read_rows(run_dir / libreyolo.METRICS_FILE)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {"epochs_done": done, "epochs_total": total}
     pace = seconds_per_epoch(rows)
     if pace is not None:
         fields["seconds_per_epoch"] = round(pace, 2)

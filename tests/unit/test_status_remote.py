@@ -77,10 +77,12 @@ def test_progress_fields_carry_the_epoch_line_in_trainbox_json(tmp_path: Path) -
         {"epoch": 4, "time": 42.0},  # not validated this epoch
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows) + '{"epoch": 5, "ti')
-    fields = status.progress_fields(tmp_path)
+    fields = status.progress_fields(tmp_path, 4, 10)
     assert fields == {
+        "epochs_done": 4,
+        "epochs_total": 10,
         "seconds_per_epoch": 42.0,
         "mAP50": 0.52,
         "best": {"epoch": 2, "mAP50": 0.5, "mAP50-95": 0.31},  # the epoch best.pt holds (LibreYOLO's is_best)
     }
-    assert status.progress_fields(tmp_path / "nothing-yet") == {}
+    assert status.progress_fields(tmp_path / "nothing-yet", 0, None) == {"epochs_done": 0, "epochs_total": None}
