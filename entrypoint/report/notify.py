@@ -8,13 +8,14 @@ the time the shutdown leaves); a hung send never holds the exit (daemon threads,
 with ``os._exit``). A message that fails or is late is one WARNING line and a line in trainbox.json
 (``notify``), never a failure of the job. The URLs are secrets (a webhook URL carries its channel's
 key): no line names one; a target is its number and its scheme, and apprise's own log is kept out of
-the console (it prints URLs), its reasons redacted before they are repeated.
+the console (it prints URLs and their parts) and its reasons put in words of our own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import threading
 import time
@@ -82,7 +83,13 @@ class Notifier:
         """Every NOTIFY URL is one apprise can use; else a ConfigError naming the target (never its URL)."""
         if not self.active:
             return
-        apprise = _apprise()
+        try:
+            apprise = _apprise()
+        except ImportError:
+            self._urls = ()
+            raise ConfigError(
+                "NOTIFY is set but apprise is not installed", "pip install apprise, or unset NOTIFY"
+            ) from None
         schemes = []
         for number, url in enumerate(self._urls, 1):
             scheme = _scheme(url)
@@ -156,8 +163,8 @@ class Notifier:
     def _deliver(self, message: _Message, number: int, url: Secret) -> None:
         try:
             outcome = _send_one(url.reveal(), message.title, message.body, message.level)
-        except Exception as error:  # a notifier's failure is never the job's
-            outcome = f"{type(error).__name__}: {error}"
+        except Exception as error:  # a notifier's failure is never the job's; its text may quote the URL
+            outcome = f"apprise failed ({type(error).__name__})"
         with self._lock:
             message.outcomes[number] = None if outcome is None else redact(outcome)[:200]
             done = not message.waiting()
@@ -278,7 +285,8 @@ def _scheme(url: Secret) -> str:
 
 # -- apprise ---------------------------------------------------------------------------------------
 class _Reasons(logging.Handler):
-    """apprise's log, kept from the console (it prints URLs): the last warning of each thread, why a send failed."""
+    """apprise's log, kept from the console (it prints URLs): the last warning of each thread, why a send failed
+    (read by ``_why``, never repeated)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -315,7 +323,21 @@ def _send_one(url: str, title: str, body: str, level: str) -> str | None:
         return "apprise cannot use this URL"
     if target.notify(body=body, title=title, notify_type=apprise.NotifyType(level)):
         return None
-    return _reasons.last.pop(threading.get_ident(), None) or "the service refused the message"
+    return _why(_reasons.last.pop(threading.get_ident(), ""))
+
+
+def _why(said: str) -> str:
+    """apprise's reason in words of our own: its lines may name a part of the URL (an ntfy topic, a
+    webhook's path), which is the secret, so they are never repeated."""
+    status = re.search(r"error=(\d{3})\b", said)
+    if status:
+        return f"the service answered HTTP {status.group(1)}"
+    lowered = said.lower()
+    if "timed out" in lowered or "timeout" in lowered:
+        return "the service did not answer in time"
+    if "connection" in lowered:
+        return "the service could not be reached"
+    return "the service refused the message"
 
 
 @contextlib.contextmanager
@@ -324,7 +346,9 @@ def _never_fails(what: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        logger.warning("NOTIFY: the %s message was not sent: %s: %s", what, type(error).__name__, redact(str(error)))
+        logger.warning(
+            "NOTIFY: the %s message was not sent (%s)", what, type(error).__name__
+        )  # its text may quote a URL
 
 
 # -- the one notifier of this process (for the stages that have no handle on the job) ---------------

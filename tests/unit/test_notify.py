@@ -245,3 +245,19 @@ def test_a_broken_message_is_one_warning_never_an_error(tmp_path: Path, caplog: 
 def test_without_a_job_an_event_is_nothing() -> None:
     notify._installed.clear()
     notify.event("fallback", "the bucket is unavailable")  # no notifier: returns, raises nothing
+
+
+def test_apprises_reasons_are_never_repeated_they_may_quote_the_secret(tmp_path: Path) -> None:
+    with Receiver("500") as receiver:
+        # ntfy's plugin names the topic in its failure line: the topic is the channel's key
+        url = receiver.url.replace("json://", "ntfy://").replace("/hook", "/secret-topic-4242")
+        settings = make(tmp_path, NOTIFY=url, NOTIFY_ON="end")
+        state = job_state(settings)
+        finish(state)
+        notifier = notify.Notifier(settings, state)
+        notifier.check()
+        notifier.ended(ShutdownClock())
+        assert receiver.wait_for(1) and receiver.messages[0]["topic"] == "secret-topic-4242"
+    (failed,) = state.snapshot()["notify"]["end"]["failed"]
+    assert failed == "target 1 (ntfy): the service answered HTTP 500"
+    assert "secret-topic-4242" not in (settings.run_dir / "trainbox.json").read_text()
