@@ -441,7 +441,7 @@ class Job:
                 return
         done = epochs_done(self.settings.run_dir)
         if done is not None:  # with the pace and the mAP: trainbox.json alone is `status --repo`'s view
-            self.state.update(progress=progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
+            self.state.update(**progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
 
     def _last_progress(self) -> float:
         assert self.trainer is not None

@@ -184,12 +184,12 @@ class Notifier:
             if message.settled or (message.waiting() and not late) or self._closed:
                 return
             message.settled = True
+            seconds = round(time.monotonic() - message.started, 2)
             failed = {
-                number: message.outcomes.get(number, f"no answer within {SEND_BOUND:g} s")
+                number: message.outcomes.get(number, f"no answer within {min(seconds, SEND_BOUND):.0f} s")
                 for number in range(1, message.targets + 1)
                 if message.outcomes.get(number) is not None or number not in message.outcomes
             }
-        seconds = round(time.monotonic() - message.started, 2)
         schemes = [_scheme(url) for url in self._urls]
         reasons = [f"target {number} ({schemes[number - 1]}): {why}" for number, why in failed.items()]
         record: dict[str, Any] = {"at": now_iso(), "delivered": message.targets - len(failed), "seconds": seconds}

@@ -3,7 +3,8 @@
 Both views render a trainbox.json, wherever it came from: the volume (``RUN_DIR``, else
 WORKDIR/runs/RUN_NAME, else the newest run), or the Hub (``fetch_remote_state``: the repo's copy, or
 the working store's when newer). The remote view needs nothing but trainbox.json: at every epoch
-boundary the agent writes there the epoch, the pace and the mAP (``progress_fields``), and the sync
+boundary the agent writes there the epoch (``progress``), the pace and the mAP (``metrics``: both from
+``progress_fields``), and the sync
 carries it with the boundary, so a laptop sees the run at most one boundary behind.
 """
 
@@ -96,11 +97,11 @@ def show_local(
 
 # -- what trainbox.json carries for a remote view ------------------------------------------------
 def progress_fields(run_dir: Path, done: int, total: Any) -> dict[str, Any]:
-    """trainbox.json's ``progress`` at an epoch boundary: the epochs, and from metrics.jsonl the pace, the
-    last mAP50 and the best epoch (the one best.pt holds), so trainbox.json alone tells a remote reader
-    how the run goes."""
+    """trainbox.json's ``progress`` (the epochs) and ``metrics`` at an epoch boundary: from metrics.jsonl
+    the pace, the last mAP50 and the best epoch (the one best.pt holds), so trainbox.json alone tells a
+    remote reader how the run goes."""
     rows = plot.read_rows(run_dir / libreyolo.METRICS_FILE)
-    fields: dict[str, Any] = {"epochs_done": done, "epochs_total": total}
+    fields: dict[str, Any] = {}
     pace = seconds_per_epoch(rows)
     if pace is not None:
         fields["seconds_per_epoch"] = round(pace, 2)
@@ -114,7 +115,7 @@ def progress_fields(run_dir: Path, done: int, total: Any) -> dict[str, Any]:
             "mAP50": round(float(best["metrics/mAP50"]), 4) if _number(best.get("metrics/mAP50")) else None,
             "mAP50-95": round(float(best["metrics/mAP50-95"]), 4),
         }
-    return fields
+    return {"progress": {"epochs_done": done, "epochs_total": total}, "metrics": fields}
 
 
 # -- the run as the Hub holds it ----------------------------------------------------------------
@@ -136,23 +137,23 @@ def render_remote(data: dict[str, Any], now: float, repo_id: str | None = None) 
 
 
 def epoch_line(data: dict[str, Any]) -> str:
-    """``12/100 · 41 s/epoch · ETA 1h02 · mAP50 0.61 (best 0.63 @ 9, mAP50-95 0.41)``, from ``progress``."""
-    progress = data.get("progress") or {}
+    """``12/100 · 41 s/epoch · ETA 1h02 · mAP50 0.61 (best 0.63 @ 9, mAP50-95 0.41)``: ``progress``, ``metrics``."""
+    progress, metrics = data.get("progress") or {}, data.get("metrics") or {}
     done, total = progress.get("epochs_done"), progress.get("epochs_total")
     parts = [f"{done if done is not None else 0}/{total or '?'}"]
-    pace = progress.get("seconds_per_epoch")
+    pace = metrics.get("seconds_per_epoch")
     if _number(pace):
         parts.append(f"{pace:.0f} s/epoch" if pace < 100 else f"{receipt.format_seconds(pace)}/epoch")
         if _number(total) and _number(done) and done < total and data.get("phase") not in TERMINAL_PHASES:
             parts.append(f"ETA {receipt.format_seconds(pace * (total - done))}")
-    best = progress.get("best") or {}
-    if _number(progress.get("mAP50")):
+    best = metrics.get("best") or {}
+    if _number(metrics.get("mAP50")):
         best_text = ""
         if best:
             best_text = (
                 f" (best {_fmt(best.get('mAP50'))} @ {best.get('epoch')}, mAP50-95 {_fmt(best.get('mAP50-95'))})"
             )
-        parts.append(f"mAP50 {progress['mAP50']:.3f}{best_text}")
+        parts.append(f"mAP50 {metrics['mAP50']:.3f}{best_text}")
     elif done:
         parts.append("mAP50 — (not validated yet)")
     return " · ".join(parts)
@@ -160,7 +161,7 @@ def epoch_line(data: dict[str, Any]) -> str:
 
 def best_text(data: dict[str, Any]) -> str:
     """``mAP50 0.634 · mAP50-95 0.412 (epoch 9)``: the epoch best.pt holds."""
-    best = (data.get("progress") or {}).get("best") or {}
+    best = (data.get("metrics") or {}).get("best") or {}
     if not best:
         return "no validated epoch"
     return f"mAP50 {_fmt(best.get('mAP50'))} · mAP50-95 {_fmt(best.get('mAP50-95'))} (epoch {best.get('epoch')})"

@@ -35,13 +35,8 @@ def job_state(settings: Settings, **fields: Any) -> RunState:
     state = RunState(settings.run_dir, settings.run_name)
     state.update(
         gpus={"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}, {"index": 1, "name": "NVIDIA H100 80GB HBM3"}]},
-        progress={
-            "epochs_done": 12,
-            "epochs_total": 12,
-            "seconds_per_epoch": 41.0,
-            "mAP50": 0.61,
-            "best": {"epoch": 9, "mAP50": 0.634, "mAP50-95": 0.412},
-        },
+        progress={"epochs_done": 12, "epochs_total": 12},
+        metrics={"seconds_per_epoch": 41.0, "mAP50": 0.61, "best": {"epoch": 9, "mAP50": 0.634, "mAP50-95": 0.412}},
         **fields,
     )
     return state

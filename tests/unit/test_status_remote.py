@@ -23,13 +23,8 @@ def live(**extra: Any) -> dict[str, Any]:
         "storage": {"mode": "bucket", "bucket": "acme/yolo-checkpoints", "prefix": "cones-1a2b3c4d"},
         "gpus": {"gpus": [{"index": index, "name": "NVIDIA H100 80GB HBM3"} for index in (0, 1)]},
         "timeline": {"agent_started_at": NOW - 3600, "price_per_hour": 2.5, "marks": {"training": NOW - 3000}},
-        "progress": {
-            "epochs_done": 12,
-            "epochs_total": 100,
-            "seconds_per_epoch": 41.0,
-            "mAP50": 0.61,
-            "best": {"epoch": 9, "mAP50": 0.634, "mAP50-95": 0.412},
-        },
+        "progress": {"epochs_done": 12, "epochs_total": 100},
+        "metrics": {"seconds_per_epoch": 41.0, "mAP50": 0.61, "best": {"epoch": 9, "mAP50": 0.634, "mAP50-95": 0.412}},
         **extra,
     }
 
@@ -63,7 +58,7 @@ def test_an_ended_run_shows_its_outcome_and_its_exit_code() -> None:
 
 
 def test_before_any_epoch_and_on_a_cpu() -> None:
-    early = live(phase="dataset", progress={}, gpus={"device": "cpu", "checked": False}, storage={})
+    early = live(phase="dataset", progress={}, metrics={}, gpus={"device": "cpu", "checked": False}, storage={})
     text = status.render_remote(early, NOW)
     assert "epoch     0/?" in text and "GPU       CPU" in text
     assert status.gpu_text(None) == "not checked yet"
@@ -78,11 +73,10 @@ def test_progress_fields_carry_the_epoch_line_in_trainbox_json(tmp_path: Path) -
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows) + '{"epoch": 5, "ti')
     fields = status.progress_fields(tmp_path, 4, 10)
-    assert fields == {
-        "epochs_done": 4,
-        "epochs_total": 10,
+    assert fields["progress"] == {"epochs_done": 4, "epochs_total": 10}  # as before: the epochs alone
+    assert fields["metrics"] == {
         "seconds_per_epoch": 42.0,
         "mAP50": 0.52,
         "best": {"epoch": 2, "mAP50": 0.5, "mAP50-95": 0.31},  # the epoch best.pt holds (LibreYOLO's is_best)
     }
-    assert status.progress_fields(tmp_path / "nothing-yet", 0, None) == {"epochs_done": 0, "epochs_total": None}
+    assert status.progress_fields(tmp_path / "nothing-yet", 0, None)["metrics"] == {}
