@@ -106,5 +106,7 @@ def test_notify_on_all_tells_of_a_self_heal(agent: Agent) -> None:
     assert titles[1] == "trainbox: order: self-heal"
     (heal,) = receiver.titled("self-heal")
     assert heal["type"] == "warning"
-    assert "out of GPU memory at epoch 2 with batch=16: resumed after epoch 1" in heal["message"]
+    assert (
+        "out of GPU memory at epoch 2 with batch=16" in heal["message"] and "resumed after epoch 1" in heal["message"]
+    )
     assert agent.state()["notify"]["self-heal"]["delivered"] == 1
