@@ -258,10 +258,11 @@ def status(
     from huggingface_hub import get_token
 
     from .hub import Hub
+    from .report import remote
 
     hub = Hub(token=look.hf_token.reveal() if look.hf_token else get_token())  # else `hf auth login`'s token
     code = view.show_remote(
-        lambda: view.fetch_remote_state(hub, repo, run_name, bucket=look.checkpoint_bucket),
+        lambda: remote.fetch_remote_state(hub, repo, run_name, bucket=look.checkpoint_bucket),
         repo,
         as_json=as_json,
         watch=watch,

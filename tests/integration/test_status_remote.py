@@ -21,7 +21,7 @@ import pytest
 
 from entrypoint.errors import RemoteReadError
 from entrypoint.hub import Hub
-from entrypoint.report import status
+from entrypoint.report import remote
 from entrypoint.sync.bucket import BucketTarget, Store
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
@@ -69,8 +69,8 @@ def test_repo_mode_reads_the_repos_trainbox_json(hub_ctx: HubContext, tmp_path: 
     data = state(storage={"mode": "repo"}, settings={"output_repo": repo})
     put_repo_state(hub_ctx, repo, data)
     hub = Hub(token=hub_ctx.read_token)
-    assert status.fetch_remote_state(hub, repo, bucket=f"{repo}-checkpoints") == data
-    assert status.fetch_remote_state(hub, repo, "another-run", bucket=None) is None
+    assert remote.fetch_remote_state(hub, repo, bucket=f"{repo}-checkpoints") == data
+    assert remote.fetch_remote_state(hub, repo, "another-run", bucket=None) is None
 
     shown = trainbox("status", "--repo", repo, "--json", env=laptop(hub_ctx, tmp_path))
     assert shown.returncode == 0, shown.stderr
@@ -86,11 +86,11 @@ def test_bucket_mode_reads_the_newer_boundary_through_the_manifest(hub_ctx: HubC
     put_repo_state(hub_ctx, repo, state(storage=where, progress={"epochs_done": 2}))  # a milestone, older
     put_bucket_state(hub_ctx, bucket, state(storage=where, updated="2026-03-01T11:05:00Z"), tmp_path)
     hub = Hub(token=hub_ctx.read_token)
-    found = status.fetch_remote_state(hub, repo)
+    found = remote.fetch_remote_state(hub, repo)
     assert found is not None and found["updated_at"] == "2026-03-01T11:05:00Z" and found["progress"]["epochs_done"] == 3
     # The repo's copy wins when it is the newer one (the run's final trainbox.json, say).
     put_repo_state(hub_ctx, repo, state(phase="done", storage=where, updated="2026-03-01T11:09:00Z"))
-    assert status.fetch_remote_state(hub, repo)["phase"] == "done"  # type: ignore[index]
+    assert remote.fetch_remote_state(hub, repo)["phase"] == "done"  # type: ignore[index]
 
 
 def test_without_a_run_name_the_buckets_newest_run(hub_ctx: HubContext, tmp_path: Path) -> None:
@@ -101,9 +101,9 @@ def test_without_a_run_name_the_buckets_newest_run(hub_ctx: HubContext, tmp_path
     time.sleep(1.1)  # the bucket's upload times are in seconds
     put_bucket_state(hub_ctx, bucket, state("newer"), tmp_path)
     hub = Hub(token=hub_ctx.read_token)
-    assert status.fetch_remote_state(hub, repo, bucket=bucket)["run_name"] == "newer"  # type: ignore[index]
-    assert status.fetch_remote_state(hub, repo, "older", bucket=bucket)["run_name"] == "older"  # type: ignore[index]
-    assert status.fetch_remote_state(hub, repo, bucket=None) is None  # CHECKPOINT_BUCKET=off: the repo alone
+    assert remote.fetch_remote_state(hub, repo, bucket=bucket)["run_name"] == "newer"  # type: ignore[index]
+    assert remote.fetch_remote_state(hub, repo, "older", bucket=bucket)["run_name"] == "older"  # type: ignore[index]
+    assert remote.fetch_remote_state(hub, repo, bucket=None) is None  # CHECKPOINT_BUCKET=off: the repo alone
     derived = laptop(hub_ctx, tmp_path, CHECKPOINT_BUCKET="")  # unset: <repo>-checkpoints, as the agent derives it
     shown = trainbox("status", "--repo", repo, "--run", "older", "--json", env=derived)
     assert shown.returncode == 0, shown.stderr
@@ -117,7 +117,7 @@ def test_a_token_that_cannot_read_is_one_line_and_its_own_code(hub_ctx: HubConte
     put_repo_state(hub_ctx, repo, state())
     _, stranger = hub_ctx.new_user()
     with pytest.raises(RemoteReadError):
-        status.fetch_remote_state(Hub(token=stranger), repo)
+        remote.fetch_remote_state(Hub(token=stranger), repo)
     for token in (stranger, "hf_not_a_token_at_all_0123456789"):
         shown = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path, token))
         assert shown.returncode == RemoteReadError.exit_code == 21, shown.stderr
