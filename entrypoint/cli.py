@@ -16,8 +16,7 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
-from .settings import DEFAULT_WORKDIR, Settings, variables
-from .state import STATE_FILE, read_state
+from .settings import Settings, variables
 
 _XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"  # read by hf_xet when its session starts
 _XET_BUFFER = {  # also read when hf_xet's session starts (see load_settings)
@@ -231,75 +230,45 @@ def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float
 
 @cli.command()
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--repo", metavar="ORG/NAME", help="The run as the Hub holds it, from any machine with a token that reads it."
+)
+@click.option("--run", "run_name", metavar="RUN_NAME", help="With --repo: which run (default: the repo's newest).")
 @click.option("--json", "as_json", is_flag=True, help="Print trainbox.json as it is.")
-@click.option("--watch", is_flag=True, help="Redraw every few seconds until the run ends (a run on this machine).")
-@click.option("--interval", default=2.0, show_default=True, help="Seconds between redraws with --watch.")
-def status(run_dir: Path | None, as_json: bool, watch: bool, interval: float) -> None:
-    """What the agent is doing, or did (reads trainbox.json)."""
-    import time
+@click.option("--watch", is_flag=True, help="Redraw until the run ends; with --repo, then exit with the run's code.")
+@click.option("--interval", type=float, help="Seconds between redraws with --watch (2; with --repo 10).")
+def status(
+    run_dir: Path | None, repo: str | None, run_name: str | None, as_json: bool, watch: bool, interval: float | None
+) -> None:
+    """What the agent is doing, or did (reads trainbox.json: the volume's, or the Hub's with --repo)."""
+    from .report import status as view
+    from .settings import lookout_from_env
 
-    from .report.progress import watch_view
-    from .state import TERMINAL_PHASES
-
-    while True:
-        path = _find_state(run_dir)
-        data = read_state(path) if path else None
-        if data is None:
-            raise ConfigError("no trainbox.json found", "pass the run folder, or set WORKDIR / RUN_NAME")
-        if as_json:
-            click.echo(json.dumps(data, indent=2))
-            return
-        assert path is not None
-        text = "\n".join([render_status(data), *watch_view(path.parent, data, path.parent.parent.parent, time.time())])
-        if not watch:
-            click.echo(text)
-            return
-        click.clear()
-        click.echo(text)
-        if data.get("phase") in TERMINAL_PHASES:
-            return
-        try:
-            time.sleep(interval)
-        except KeyboardInterrupt:
-            return
-
-
-def _find_state(run_dir: Path | None) -> Path | None:
+    if repo is None:
+        if run_name is not None:
+            raise ConfigError("--run needs --repo", "pass --repo ORG/NAME, or RUN_DIR for a run on this machine")
+        look = lookout_from_env(os.environ)
+        view.show_local(run_dir, look.workdir, look.run_name, as_json=as_json, watch=watch, interval=interval or 2.0)
+        return
     if run_dir is not None:
-        candidate = run_dir / STATE_FILE if run_dir.is_dir() else run_dir
-        return candidate if candidate.is_file() else None
-    workdir = Path(os.environ.get("WORKDIR") or DEFAULT_WORKDIR)
-    name = os.environ.get("RUN_NAME")
-    if name:
-        candidate = workdir / "runs" / name / STATE_FILE
-        return candidate if candidate.is_file() else None
-    found = sorted((workdir / "runs").glob(f"*/{STATE_FILE}"), key=lambda path: path.stat().st_mtime)
-    return found[-1] if found else None
+        raise ConfigError("RUN_DIR and --repo name two places", "pass one of them")
+    from .parsing import repo_id
 
+    look = lookout_from_env(os.environ, repo_id("--repo", repo, None))
+    from huggingface_hub import get_token
 
-def render_status(data: dict[str, Any]) -> str:
-    lines = [f"run       {data.get('run_name')}", f"phase     {data.get('phase')}"]
-    lines.append(
-        f"attempt   {data.get('attempt')}   started {data.get('started_at')}   updated {data.get('updated_at')}"
+    from .hub import Hub
+    from .report import remote
+
+    hub = Hub(token=look.hf_token.reveal() if look.hf_token else get_token())  # else `hf auth login`'s token
+    code = view.show_remote(
+        lambda: remote.fetch_remote_state(hub, repo, run_name, bucket=look.checkpoint_bucket),
+        repo,
+        as_json=as_json,
+        watch=watch,
+        interval=interval,
     )
-    progress = data.get("progress") or {}
-    if progress:
-        lines.append(f"epochs    {progress.get('epochs_done')}/{progress.get('epochs_total')}")
-    for name, phase in (data.get("phases") or {}).items():
-        seconds = phase.get("seconds")
-        lines.append(f"  {name:<10} {'running' if seconds is None else f'{seconds:.1f} s'}")
-    if data.get("cost"):
-        from .release.cost import describe_spend
-
-        lines.append(f"cost      {describe_spend(data['cost'])}")
-    if data.get("release"):
-        released = data["release"]
-        error = f": {released['error']}" if released.get("error") else ""
-        lines.append(f"release   {released.get('action')} {released.get('status')}{error}")
-    if data.get("exit"):
-        exit_info = data["exit"]
-        lines.append(f"exit      {exit_info.get('code')} ({exit_info.get('reason')}): {exit_info.get('message')}")
-    return "\n".join(lines)
+    sys.exit(code)
 
 
 _HARD_END: list[bool] = []  # set by the commands that upload beside the main thread

@@ -257,6 +257,15 @@ class PreemptedError(StopRequested):
     reason = "preempted"
 
 
+# -- looking from another machine ------------------------------------------------------------
+class RemoteReadError(AccessError):
+    """``trainbox status --repo``: the token cannot read the repo (or it does not exist). Never a run's
+    own exit, so a script watching a run tells "could not look" from how the run ended."""
+
+    exit_code = 21
+    reason = "remote_unreadable"
+
+
 def all_errors() -> list[type[AgentError]]:
     """Every error class with an exit code of its own, in table order (used by the README table test)."""
     seen: list[type[AgentError]] = []

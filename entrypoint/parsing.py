@@ -259,3 +259,19 @@ def dollars(example: str, *, zero_ok: bool) -> Parser[float]:
         return amount
 
     return parse
+
+
+def urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
+    """NOTIFY: URLs, comma separated, each a secret of its own (redacted wherever it shows alone). The form
+    only: whether apprise can use each is asked when the job starts (report/notify.py)."""
+    found = tuple(Secret(part.strip()) for part in value.split(",") if part.strip())
+    for index, url in enumerate(found, 1):
+        scheme, sep, rest = url.reveal().partition("://")
+        if not sep or not scheme or not rest or any(ch.isspace() for ch in url.reveal()):
+            raise ConfigError(
+                f"{name}: target {index} is not a URL (its value is a secret: not shown)",
+                f"use apprise URLs, comma separated, e.g. {name}=ntfy://my-topic,json://host:8080/hook",
+            )
+    if not found:
+        raise ConfigError(f"{name} names no URL", f"e.g. {name}=ntfy://my-topic, or leave it unset")
+    return found

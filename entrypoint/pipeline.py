@@ -1,3 +1,4 @@
+# over 500 lines: the stages and the one shutdown path, read in the README's order; each feature hooks in a line
 """``trainbox run``: the README's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
@@ -36,8 +37,9 @@ from .log import logger
 from .release import cost, providers
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
-from .report import progress
+from .report import notify, progress
 from .report.nextsteps import summary
+from .report.status import progress_fields
 from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -67,6 +69,7 @@ class Job:
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
+        self.notifier = notify.install(notify.Notifier(settings, self.state))  # NOTIFY: start, self-heals, end
         self.trainer: TrainingProcess | None = None
         # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
         # start next: a stop then ends the job at once, before any lookup, download or new trainer.
@@ -152,6 +155,7 @@ class Job:
         try:
             self._record_settings()
             gpus = self._preflight()
+            self.notifier.started(self.price.per_hour, self.price.source)
             point = self._resume()
             if point is not None and point.complete:
                 logger.info(
@@ -365,6 +369,7 @@ class Job:
         logger.warning(
             "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
         )
+        notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
         self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
@@ -468,8 +473,8 @@ class Job:
             except (OSError, ValueError):
                 return
         done = epochs_done(self.settings.run_dir)
-        if done is not None:
-            self.state.update(progress={"epochs_done": done, "epochs_total": status.get("total_epochs")})
+        if done is not None:  # with the pace and the mAP: trainbox.json alone is `status --repo`'s view
+            self.state.update(**progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
 
     def _last_progress(self) -> float:
         assert self.trainer is not None
@@ -519,11 +524,13 @@ class Job:
             )
         self.state.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
+        self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
         finally:
             if self.uploader is not None:
                 self.uploader.stop(timeout=min(5.0, self.clock.remaining()))
+            self.notifier.settle(self.clock)
         self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
 

@@ -1,3 +1,4 @@
+# over 500 lines: the one table of variables (Vars), the typed Settings and their one reader belong together
 """Environment → one typed, validated, frozen ``Settings``. The only reader of the environment.
 
 ``Vars`` is the table of every variable the agent reads: its meaning, its parser, the value unset
@@ -16,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from . import libreyolo, log, run_args, topology
 from . import parsing as parse
@@ -68,6 +70,19 @@ class HostCheck(enum.StrEnum):
     OFF = "off"
     WARN = "warn"
     STRICT = "strict"
+
+
+class NotifyOn(enum.StrEnum):  # which messages NOTIFY gets (a self-heal or a storage fallback only with all)
+    START_END = "start,end"
+    END = "end"
+    ALL = "all"
+
+
+class Lookout(NamedTuple):  # what `trainbox status` reads: its run on this machine, or the Hub's token and bucket
+    workdir: Path
+    run_name: str | None
+    hf_token: Secret | None
+    checkpoint_bucket: str | None  # with --repo: where to look when the repo's trainbox.json does not say
 
 
 class DatasetKind(enum.StrEnum):
@@ -140,6 +155,8 @@ class Settings:
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
     host_min_copy_gbps: float = DEFAULT_HOST_MIN_COPY_GBPS
     host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
+    notify: tuple[Secret, ...] = ()  # NOTIFY: apprise URLs (secrets: a webhook URL carries its channel's key)
+    notify_on: NotifyOn = NotifyOn.START_END
 
     @property
     def is_demo(self) -> bool:
@@ -311,6 +328,15 @@ class Vars:
     PET_NODE_RANK = elsewhere("set by PyTorchJob (torchrun's variables): the node rank")
     VAST_API_KEY = Variable("a Vast.ai API key (secret; redacted, never passed to training)", parse.text, None)
     HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
+    NOTIFY = Variable[tuple[Secret, ...]](
+        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", parse.urls, ()
+    )
+    NOTIFY_ON = Variable(
+        "which messages NOTIFY gets: start,end; end; or all (adds self-heals and storage fallbacks)",
+        parse.choice(NotifyOn),
+        NotifyOn.START_END,
+        "start,end",
+    )
 
 
 VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values() if isinstance(row, Variable))
@@ -379,6 +405,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
         host_min_copy_gbps=Vars.HOST_MIN_COPY_GBPS.read(env),
         host_min_disk_mbps=Vars.HOST_MIN_DISK_MBPS.read(env),
+        notify=Vars.NOTIFY.read(env),
+        notify_on=Vars.NOTIFY_ON.read(env),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -415,6 +443,13 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
     return settings
+
+
+def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> Lookout:
+    """What `trainbox status` reads (no job's settings): WORKDIR, RUN_NAME, HF_TOKEN, with --repo CHECKPOINT_BUCKET."""
+    env = Declared(environ, _NAMES)
+    bucket = _checkpoint_bucket(env, repo_id) if repo_id is not None else None
+    return Lookout(Vars.WORKDIR.read(env), Vars.RUN_NAME.read(env), Vars.HF_TOKEN.read(env), bucket)
 
 
 def _topology(env: Mapping[str, str]) -> topology.Topology:

@@ -159,8 +159,18 @@ def _state_line(info: CardInfo) -> str:
         message = (info.exit or {}).get("message")
         if info.phase != "done" and message:
             text += f": {message}"
-        return text + "."
-    return f"**State: running** ({info.phase}), {epochs} so far."
+        return text + "." + _freshness(info, live=False)
+    return f"**State: running** ({info.phase}), {epochs} so far." + _freshness(info, live=True)
+
+
+def _freshness(info: CardInfo, *, live: bool) -> str:
+    """How old the card's state is; while the run goes on, where to see it live (the card is published
+    at most every PUBLISH_EVERY, the run's trainbox.json at every epoch)."""
+    stamp = info.updated_at
+    when = f" As of {stamp.replace('T', ' ').removesuffix('Z')[:16]} UTC" if stamp else ""
+    if not live or info.repo_id is None:
+        return f"{when}." if when else ""
+    return f"{when or ' This card may be behind'}; live: `trainbox status --repo {info.repo_id} --watch`."
 
 
 def _metrics_table(info: CardInfo) -> list[str]:

@@ -191,3 +191,15 @@ def test_the_card_names_the_bucket_and_how_to_load_from_it() -> None:
     assert "`hf://buckets/acme/yolo-checkpoints/cones-1a2b3c4d/`" in text
     assert 'download_bucket_files("acme/yolo-checkpoints", [("cones-1a2b3c4d/weights/last.pt", "last.pt")])' in text
     assert "buckets" not in card.page(info(storage={"mode": "repo", "unavailable": "no buckets"}))
+
+
+def test_the_status_line_says_how_fresh_it_is_and_where_the_live_state_is(tmp_path: Path) -> None:
+    _, loaded = parse(card.render(info()), tmp_path)
+    assert (
+        "**State: running** (training), 3/10 epochs so far. As of 2026-01-01 00:00 UTC;"
+        " live: `trainbox status --repo acme/yolo --watch`." in loaded.text
+    )
+    done = info(phase="done", exit={"code": 0, "reason": "success", "message": "training finished"})
+    _, loaded = parse(card.render(done), tmp_path)
+    assert "**State: done** after 3/10 epochs. As of 2026-01-01 00:00 UTC." in loaded.text
+    assert "trainbox status" not in loaded.text  # nothing live to follow once it ended

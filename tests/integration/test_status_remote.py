@@ -1,0 +1,234 @@
+"""`trainbox status --repo`: the run as the Hub holds it, read from a machine without the run's volume.
+
+Against the local test Hub: a repo's trainbox.json (repo mode), a Storage Bucket laid out as the agent
+lays it out (``<bucket>/<run>/`` with its manifest, written by the agent's own ``BucketTarget``), a token
+that cannot read. The agent-running tests train with the stand-in libreyolo and look from another WORKDIR
+while the run trains: the epoch shown is within one boundary of the volume's, then the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint.errors import RemoteReadError
+from entrypoint.hub import Hub
+from entrypoint.report import remote
+from entrypoint.sync.bucket import BucketTarget, Store
+from tests.fakes import libreyolo as fake_libreyolo
+from tests.hubfixtures import HubContext
+
+AGENT_TIMEOUT = 120
+
+
+def state(run: str = "cones", phase: str = "training", updated: str = "2026-03-01T11:00:00Z", **extra: Any) -> dict:
+    return {"run_name": run, "phase": phase, "updated_at": updated, "progress": {"epochs_done": 3}, **extra}
+
+
+def put_repo_state(hub_ctx: HubContext, repo: str, data: dict[str, Any]) -> None:
+    api = hub_ctx.api()
+    api.create_repo(repo, private=True, exist_ok=True)
+    api.upload_file(path_or_fileobj=json.dumps(data).encode(), path_in_repo="trainbox.json", repo_id=repo)
+
+
+def put_bucket_state(hub_ctx: HubContext, bucket: str, data: dict[str, Any], tmp_path: Path) -> None:
+    """trainbox.json into ``<bucket>/<run>/`` as the agent's bucket uploader writes a boundary: files, then manifest."""
+    store = Store(Hub(token=hub_ctx.token), bucket, data["run_name"])
+    store.open()
+    local = tmp_path / f"{data['run_name']}-{time.monotonic_ns()}.json"
+    local.write_text(json.dumps(data))
+    target = BucketTarget(store)
+    target.head(bucket)
+    target.commit(bucket, [("trainbox.json", local)], "a boundary")
+
+
+def trainbox(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "entrypoint", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def laptop(hub_ctx: HubContext, tmp_path: Path, token: str | None = None, **extra: str) -> dict[str, str]:
+    """Another machine: its own empty WORKDIR, a token that can read (the read-only one by default)."""
+    env = hub_ctx.env(HF_TOKEN=token or hub_ctx.read_token, WORKDIR=str(tmp_path / "laptop"), **extra)
+    env.pop("RUN_NAME", None)
+    return env
+
+
+# -- reading what the Hub holds -----------------------------------------------------------------
+def test_repo_mode_reads_the_repos_trainbox_json(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    data = state(storage={"mode": "repo"}, settings={"output_repo": repo})
+    put_repo_state(hub_ctx, repo, data)
+    hub = Hub(token=hub_ctx.read_token)
+    assert remote.fetch_remote_state(hub, repo, bucket=f"{repo}-checkpoints") == data
+    assert remote.fetch_remote_state(hub, repo, "another-run", bucket=None) is None
+
+    shown = trainbox("status", "--repo", repo, "--json", env=laptop(hub_ctx, tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == data
+    human = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path))
+    assert human.returncode == 0 and "epoch     3/?" in human.stdout and f"working   repo {repo}" in human.stdout
+
+
+def test_bucket_mode_reads_the_newer_boundary_through_the_manifest(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    bucket = f"{repo}-checkpoints"
+    where = {"mode": "bucket", "bucket": bucket, "prefix": "cones"}
+    put_repo_state(hub_ctx, repo, state(storage=where, progress={"epochs_done": 2}))  # a milestone, older
+    put_bucket_state(hub_ctx, bucket, state(storage=where, updated="2026-03-01T11:05:00Z"), tmp_path)
+    hub = Hub(token=hub_ctx.read_token)
+    found = remote.fetch_remote_state(hub, repo)
+    assert found is not None and found["updated_at"] == "2026-03-01T11:05:00Z" and found["progress"]["epochs_done"] == 3
+    # The repo's copy wins when it is the newer one (the run's final trainbox.json, say).
+    put_repo_state(hub_ctx, repo, state(phase="done", storage=where, updated="2026-03-01T11:09:00Z"))
+    assert remote.fetch_remote_state(hub, repo)["phase"] == "done"  # type: ignore[index]
+
+
+def test_without_a_run_name_the_buckets_newest_run(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    bucket = f"{repo}-checkpoints"
+    Hub(token=hub_ctx.token).api.create_repo(repo, private=True)  # the repo holds no trainbox.json yet
+    put_bucket_state(hub_ctx, bucket, state("older"), tmp_path)
+    time.sleep(1.1)  # the bucket's upload times are in seconds
+    put_bucket_state(hub_ctx, bucket, state("newer"), tmp_path)
+    hub = Hub(token=hub_ctx.read_token)
+    assert remote.fetch_remote_state(hub, repo, bucket=bucket)["run_name"] == "newer"  # type: ignore[index]
+    assert remote.fetch_remote_state(hub, repo, "older", bucket=bucket)["run_name"] == "older"  # type: ignore[index]
+    assert remote.fetch_remote_state(hub, repo, bucket=None) is None  # CHECKPOINT_BUCKET=off: the repo alone
+    derived = laptop(hub_ctx, tmp_path, CHECKPOINT_BUCKET="")  # unset: <repo>-checkpoints, as the agent derives it
+    shown = trainbox("status", "--repo", repo, "--run", "older", "--json", env=derived)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["run_name"] == "older"
+    off = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path, CHECKPOINT_BUCKET="off"))
+    assert off.returncode == 10  # the repo alone holds no run
+
+
+def test_a_token_that_cannot_read_is_one_line_and_its_own_code(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    put_repo_state(hub_ctx, repo, state())
+    _, stranger = hub_ctx.new_user()
+    with pytest.raises(RemoteReadError):
+        remote.fetch_remote_state(Hub(token=stranger), repo)
+    for token in (stranger, "hf_not_a_token_at_all_0123456789"):
+        shown = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path, token))
+        assert shown.returncode == RemoteReadError.exit_code == 21, shown.stderr
+        (line,) = shown.stderr.strip().splitlines()
+        assert f"cannot read {repo}" in line and token not in line and shown.stdout == ""
+
+
+def test_a_repo_without_a_run_and_bad_arguments(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("empty")
+    hub_ctx.api().create_repo(repo, private=True)
+    env = laptop(hub_ctx, tmp_path, CHECKPOINT_BUCKET="off")
+    shown = trainbox("status", "--repo", repo, env=env)
+    assert shown.returncode == 10 and f"{repo} holds no run yet" in shown.stderr
+    assert trainbox("status", "--repo", "not a repo", env=env).returncode == 10
+    assert trainbox("status", "--run", "x", env=env).returncode == 10
+
+
+def test_watch_exits_with_the_runs_own_code(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    ended = state(phase="preempted", exit={"code": 143, "reason": "preempted", "message": "received SIGTERM"})
+    put_repo_state(hub_ctx, repo, ended)
+    shown = trainbox("status", "--repo", repo, "--watch", "--interval", "0.2", env=laptop(hub_ctx, tmp_path))
+    assert shown.returncode == 143 and "outcome   preempted" in shown.stdout
+
+
+# -- while an agent trains ----------------------------------------------------------------------
+def start_agent(hub_ctx: HubContext, tmp_path: Path, repo: str, **extra: str) -> subprocess.Popen[str]:
+    fake_libreyolo.install(tmp_path / "bin")
+    env = hub_ctx.env(
+        WORKDIR=str(tmp_path / "box"),
+        GPUS="cpu",
+        OUTPUT_REPO=repo,
+        RUN_NAME="follow",
+        RUN_ARGS="epochs=6",
+        FAKE_EPOCH_SECONDS="2",
+        TRAINBOX_LIBREYOLO=str(tmp_path / "bin" / "libreyolo"),
+        PROVIDER="none",
+        PRICE_PER_HOUR="1.5",
+        **extra,
+    )
+    for key in ("DATASET_REPO", "MAX_RUNTIME", "STALL_TIMEOUT", "ON_EXIT", "ON_FAILURE"):
+        env.pop(key, None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def volume_epochs(tmp_path: Path) -> int:
+    try:
+        return int(
+            json.loads((tmp_path / "box" / "runs" / "follow" / "trainbox.json").read_text())["progress"]["epochs_done"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def follow_while_training(hub_ctx: HubContext, tmp_path: Path, repo: str, process: subprocess.Popen[str]) -> list[int]:
+    """Look from the laptop while the box trains: the Hub's epoch never more than one boundary behind."""
+    seen = []
+    end = time.monotonic() + AGENT_TIMEOUT
+    try:
+        while process.poll() is None and time.monotonic() < end:
+            before = volume_epochs(tmp_path)
+            shown = trainbox("status", "--repo", repo, "--json", env=laptop(hub_ctx, tmp_path))
+            if shown.returncode == 0:
+                remote = json.loads(shown.stdout)
+                if remote.get("phase") == "training":
+                    epochs = int((remote.get("progress") or {}).get("epochs_done") or 0)
+                    assert epochs >= before - 1, (
+                        f"the Hub shows epoch {epochs}, the volume had {before} before the look"
+                    )
+                    seen.append(epochs)
+            time.sleep(0.5)
+        output, _ = process.communicate(timeout=AGENT_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 0, output[-3000:]
+    return seen
+
+
+@pytest.mark.slow
+def test_repo_mode_follows_the_run_then_shows_how_it_ended(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("follow")
+    seen = follow_while_training(hub_ctx, tmp_path, repo, start_agent(hub_ctx, tmp_path, repo))
+    assert len(set(seen)) >= 3, seen  # it moved, epoch by epoch
+    shown = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "epoch     6/6" in shown.stdout and "outcome   done" in shown.stdout and "exit      0 (success)" in shown.stdout
+    )
+    assert f"working   repo {repo}" in shown.stdout and "cost      " in shown.stdout and "GPU       CPU" in shown.stdout
+    watched = trainbox("status", "--repo", repo, "--watch", env=laptop(hub_ctx, tmp_path))
+    assert watched.returncode == 0
+
+
+@pytest.mark.slow
+def test_bucket_mode_follows_the_bucket_not_the_milestones(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("follow")
+    # The repo gets a milestone at most once an hour: only the bucket can keep the remote view current.
+    process = start_agent(hub_ctx, tmp_path, repo, CHECKPOINT_BUCKET="", PUBLISH_EVERY="1h")
+    seen = follow_while_training(hub_ctx, tmp_path, repo, process)
+    assert len(set(seen)) >= 3, seen
+    final = json.loads(trainbox("status", "--repo", repo, "--json", env=laptop(hub_ctx, tmp_path)).stdout)
+    assert final["phase"] == "done" and final["progress"]["epochs_done"] == 6
+    assert final["storage"] == {"mode": "bucket", "bucket": f"{repo}-checkpoints", "prefix": "follow"}
+    shown = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path))
+    assert f"working   bucket hf://buckets/{repo}-checkpoints/follow" in shown.stdout
