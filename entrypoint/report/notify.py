@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StopRequested
 from ..log import logger, redact
 from ..settings import NotifyOn, Provider, Settings
 from ..state import Phase, RunState, now_iso
@@ -345,6 +345,8 @@ def _never_fails(what: str) -> Iterator[None]:
     """A message is a courtesy: whatever breaks while making or sending it is one line, never the job's end."""
     try:
         yield
+    except StopRequested:
+        raise  # the job's stop is never a message's to swallow
     except Exception as error:
         logger.warning(
             "NOTIFY: the %s message was not sent (%s)", what, type(error).__name__
@@ -366,5 +368,7 @@ def event(kind: str, text: str) -> None:
     try:
         for notifier in _installed:
             notifier.event(kind, text)
+    except StopRequested:
+        raise
     except Exception as error:  # a message is never worth a failure
         logger.debug("notify: %s", error)

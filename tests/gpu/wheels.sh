@@ -20,12 +20,13 @@ PACKAGES=(
     libreyolo mss pycocotools
     huggingface_hub hf_xet httpx2 httpcore2 truststore anyio idna click
     watchdog
+    apprise requests-oauthlib oauthlib markdown
 )
 # What such a machine provides (tests/unit/test_gpu_scripts.py checks that every runtime requirement is in one of
 # the two lists, so a new dependency gets a decision here).
 PROVIDED=(
     torch torchvision opencv-python numpy pillow scipy matplotlib pyyaml requests tqdm typer safetensors
-    cloudpickle packaging filelock fsspec typing-extensions h11 pytest
+    cloudpickle packaging filelock fsspec typing-extensions h11 pytest urllib3 certifi
 )
 
 if [ ! -x "$PYTHON" ]; then
