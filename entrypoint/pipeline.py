@@ -1,4 +1,4 @@
-"""``trainbox run``: the README's steps in order, one shutdown path, and an honest final state.
+"""``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
@@ -36,7 +36,7 @@ from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
 from .sync.places import Store, TwoPlaces, open_store
 from .sync.uploader import Uploader
-from .training import monitor, profiling, resume
+from .training import extend, monitor, profiling, resume
 from .training.launch import Launch, log_size
 from .training.oom import OomTry
 from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
@@ -200,6 +200,7 @@ class Job:
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
+        self.progress.estimate(data.data_yaml)  # what the epochs should cost, until the first one is measured
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})
             logger.info("host: dataset download %.1f MB/s", data.download_mbps)
@@ -244,7 +245,7 @@ class Job:
             self.hub.ensure_writable_repo(repo)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
-        resume.check_same_run(remote, self.settings.run_name, repo, names)
+        resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record())
         self.state.adopt_history(remote)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.attempts)
@@ -313,6 +314,7 @@ class Job:
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
                 progress={"epochs_done": point.completed_epochs, "epochs_total": point.total_epochs},
             )
+            extend.note(self.state, point.checkpoint, point.completed_epochs, point.total_epochs)
         return point
 
     def _train(
