@@ -90,7 +90,8 @@ def cost_outlook(snapshot: dict[str, Any], rows: list[dict[str, Any]], total: in
     ahead = estimate.projected(rows, total, price)
     if ahead is not None:
         money = f"~${ahead['dollars']:.2f}" if ahead["dollars"] is not None else "dollars unknown (no price)"
-        images = (snapshot.get("estimate") or {}).get("images")
+        block = snapshot.get("estimate")
+        images = block.get("images") if isinstance(block, dict) else None
         per_image = f", {ahead['seconds_per_epoch'] / images:.3g} s/image" if isinstance(images, int) and images else ""
         return (
             f"Training all {total} epochs: {money} (~{estimate.hours_text(ahead['training_hours'] * 3600)}"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import libreyolo, procs
+from ..errors import StopRequested
 from ..log import logger
 from ..state import RunState, read_state, write_json_atomic
 from . import card, estimate, plot, provenance, receipt
@@ -152,6 +153,8 @@ class Progress:
         (the card shows it until the first epoch's measured pace replaces it)."""
         try:
             found = self._estimate(data_yaml)
+        except StopRequested:  # a signal during the count (SIGTERM): the job's stop, not the estimate's failure
+            raise
         except Exception as error:  # an estimate is a courtesy: never let it stop the run
             logger.debug("estimate: %s: %s", type(error).__name__, error)
             return
