@@ -63,6 +63,16 @@ def _env_epilog() -> str:
     return "\n".join(lines)
 
 
+def env_table(names: tuple[str, ...] | None = None) -> list[str]:
+    """The same rows as a Markdown table, for docs/configuration.md (every row) and README.md (``names``);
+    tests/unit/test_docs.py keeps both equal to it."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for var in variables():
+        if names is None or var.name in names:
+            rows.append(f"| `{var.name}` | {var.default if var.default is not None else 'unset'} | {var.meaning} |")
+    return rows
+
+
 class _EnvHelp(click.Command):
     """``--help`` ends with the environment variables and their defaults, from settings' table."""
 
@@ -197,23 +207,52 @@ def release_command(run_dir: Path | None, action: str | None, failed: bool, as_j
 
 
 @cli.command()
+@click.option("--gpu", help="The GPU to price, e.g. H100, A100-80GB, L40S, L4, T4, RTX 4090 (see docs/costs.md).")
+@click.option(
+    "--price", type=click.FloatRange(min=0), help="$/h of the instance (default: the table's, or PRICE_PER_HOUR)."
+)
+@click.option("--epochs", type=click.IntRange(min=1), help="Epochs to train (default: RUN_ARGS' epochs, else 300).")
+@click.option("--images", type=click.IntRange(min=1), help="Training images in the dataset (a local one is counted).")
+@click.option(
+    "--seconds-per-image",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Measured training seconds per image (a run's card gives it after its first epoch).",
+)
 @click.option("--disk-gb", type=click.FloatRange(min=0, min_open=True), help="Allocated disk in GB.")
 @click.option(
     "--storage-price", type=click.FloatRange(min=0, min_open=True), help="The provider's disk price in $/GB-month."
 )
 @click.option("--rebuild-cost", type=click.FloatRange(min=0), help="$ to rent, pull and stage the data again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
-def plan(disk_gb: float | None, storage_price: float | None, rebuild_cost: float | None, as_json: bool) -> None:
-    """Before renting: the disk a stopped instance bills, and when stopping beats destroying."""
+def plan(
+    gpu: str | None,
+    price: float | None,
+    epochs: int | None,
+    images: int | None,
+    seconds_per_image: float | None,
+    disk_gb: float | None,
+    storage_price: float | None,
+    rebuild_cost: float | None,
+    as_json: bool,
+) -> None:
+    """Before renting: the run's dollars on a GPU (an estimate), the disk it needs, when stopping beats destroying."""
     from .release import cost
+    from .report import estimate
 
     report: dict[str, Any] = {}
     lines: list[str] = []
+    wants_dollars = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
+    settings = load_settings() if wants_dollars or disk_gb is None or os.environ.get("DATASET_REPO") else None
+    if settings is not None:
+        found = estimate.for_plan(settings, gpu, price, epochs, images, seconds_per_image)
+        report["estimate"] = found.as_dict() if isinstance(found, estimate.Estimate) else {"missing": found}
+        lines += found.lines() if isinstance(found, estimate.Estimate) else [f"cost: {found}"]
     if disk_gb is None or os.environ.get("DATASET_REPO"):
         # The disk this job needs, from the dataset tar's size on the Hub (nothing is downloaded).
         from . import dataset
 
-        disk, disk_lines = dataset.disk_report(load_settings())
+        assert settings is not None
+        disk, disk_lines = dataset.disk_report(settings)
         report["disk"] = disk
         lines += disk_lines
         if disk_gb is None:

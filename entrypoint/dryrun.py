@@ -26,8 +26,13 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
         lines.append(f"  {var.name:<18} {shown}")
     lines += ["", f"run name   {settings.run_name}", f"run folder {settings.run_dir}"]
     lines.append(f"dataset    {_dataset(settings)}")
-    if settings.output_repo:
-        lines.append(f"output     {settings.output_repo} (created private if missing; every epoch is uploaded)")
+    if settings.output_repo and settings.checkpoint_bucket:
+        lines.append(
+            f"output     {settings.output_repo} (created private if missing): the weights, metrics and card at most"
+            f" every PUBLISH_EVERY; every epoch's working state to the bucket {settings.checkpoint_bucket}"
+        )
+    elif settings.output_repo:
+        lines.append(f"output     {settings.output_repo} (created private if missing): every epoch is a commit")
     else:
         lines.append("output     none: OUTPUT_REPO is unset, the weights stay in the run folder")
     if settings.topology.multi:
@@ -73,10 +78,16 @@ def _resume(settings: Settings) -> tuple[str, RunArgs]:
     done = info.completed_epochs or 0
     if done >= total:
         return f"{path.name} on this disk has all {total} epochs: nothing would be trained", args
-    point = resume.ResumePoint(
-        checkpoint=settings.run_dir / LAST_CHECKPOINT, completed_epochs=done, total_epochs=total, source="volume"
-    )
+    if info.total_epochs is not None and total > info.total_epochs:
+        text = f"extend the run from {info.total_epochs} to {total} epochs: continue from {path.name}, epoch {done}"
+        return text + hub, resume.resume_args(args, _point(settings, done, total))
+    point = _point(settings, done, total)
     return f"continue from {path.name} on this disk, epoch {done} of {total}{hub}", resume.resume_args(args, point)
+
+
+def _point(settings: Settings, done: int, total: int) -> resume.ResumePoint:
+    checkpoint = settings.run_dir / LAST_CHECKPOINT
+    return resume.ResumePoint(checkpoint=checkpoint, completed_epochs=done, total_epochs=total, source="volume")
 
 
 def _command(settings: Settings, args: RunArgs) -> list[str]:

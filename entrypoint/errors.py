@@ -267,7 +267,7 @@ class RemoteReadError(AccessError):
 
 
 def all_errors() -> list[type[AgentError]]:
-    """Every error class with an exit code of its own, in table order (used by the README table test)."""
+    """Every error class with an exit code of its own, in table order (docs/exit-codes.md's test reads it)."""
     seen: list[type[AgentError]] = []
     stack: list[type[AgentError]] = [AgentError]
     while stack:

@@ -89,7 +89,7 @@ class Declared(Mapping[str, str]):
 
 
 def elsewhere(meaning: str, default: str | None = None) -> Variable[None]:
-    """A row for a variable that another reader parses (listed for --help, --dry-run and the README)."""
+    """A row for a variable that another reader parses (listed for --help, --dry-run and docs/configuration.md)."""
     return Variable(meaning, None, None, default)
 
 
@@ -275,3 +275,78 @@ def urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
     if not found:
         raise ConfigError(f"{name} names no URL", f"e.g. {name}=ntfy://my-topic, or leave it unset")
     return found
+
+
+# -- the choices and the types of Settings' fields (settings.py re-exports them) -----------------
+class ExitAction(enum.StrEnum):
+    EXIT = "exit"
+    STOP = "stop"
+    DESTROY = "destroy"
+
+
+class Provider(enum.StrEnum):
+    NONE = "none"
+    VAST = "vast"
+    RUNPOD = "runpod"
+
+
+class HostCheck(enum.StrEnum):
+    OFF = "off"
+    WARN = "warn"
+    STRICT = "strict"
+
+
+# -- the dataset source and the GPUs: types of Settings' fields, and their parsers ------------
+class DatasetKind(enum.StrEnum):
+    DEMO = "demo"
+    LOCAL_DIR = "local_dir"
+    LOCAL_TAR = "local_tar"
+    HUB = "hub"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSelection:
+    """``GPUS``: every visible GPU, the listed indices, or the CPU."""
+
+    cpu: bool = False
+    indices: tuple[int, ...] | None = None  # None with cpu False means "all"
+
+    @property
+    def all(self) -> bool:
+        return not self.cpu and self.indices is None
+
+    def __str__(self) -> str:
+        if self.cpu:
+            return "cpu"
+        return "all" if self.indices is None else ",".join(map(str, self.indices))
+
+
+def parse_gpus(value: str) -> GpuSelection:
+    """``GPUS``: ``all``, ``cpu`` or a list of indices."""
+    text = value.strip().lower()
+    if text == "all":
+        return GpuSelection()
+    if text == "cpu":
+        return GpuSelection(cpu=True)
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
+        raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
+    return GpuSelection(indices=tuple(int(part) for part in parts))
+
+
+def dataset_source(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str | None]:
+    """``DATASET_REPO``: a local folder or tar, or a Hub repo id."""
+    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
+    if looks_local:
+        path = Path(value).expanduser().resolve()
+        if path.is_dir():
+            return DatasetKind.LOCAL_DIR, str(path)
+        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
+            return DatasetKind.LOCAL_TAR, str(path)
+        raise ConfigError(
+            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
+            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
+        )
+    if not REPO_ID.match(value):
+        raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
+    return DatasetKind.HUB, value

@@ -1,5 +1,5 @@
-# over 500 lines: the stages and the one shutdown path, read in the README's order; each feature hooks in a line
-"""``trainbox run``: the README's steps in order, one shutdown path, and an honest final state.
+# over 500 lines: the stages and the one shutdown path, read in the documented order; each feature hooks in a line
+"""``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
@@ -46,7 +46,7 @@ from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
 from .sync.places import Store, TwoPlaces, open_store
 from .sync.uploader import Uploader
-from .training import monitor, profiling, resume
+from .training import extend, monitor, profiling, resume
 from .training.launch import Launch, attempt_output, log_size
 from .training.oom import OomTry, end_of_set
 from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
@@ -220,6 +220,7 @@ class Job:
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
+        self.progress.estimate(data.data_yaml)  # what the epochs should cost, until the first one is measured
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})
             logger.info("host: dataset download %.1f MB/s", data.download_mbps)
@@ -266,7 +267,7 @@ class Job:
             self.hub.ensure_writable_repo(repo, bucket=bucket)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
-        resume.check_same_run(remote, self.settings.run_name, repo, names)
+        resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record())
         # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
         self.state.adopt_history(remote, authoritative=not self.settings.topology.leader)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
@@ -335,6 +336,7 @@ class Job:
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
                 progress={"epochs_done": point.completed_epochs, "epochs_total": point.total_epochs},
             )
+            extend.note(self.state, point.checkpoint, point.completed_epochs, point.total_epochs)
         return point
 
     def _train(

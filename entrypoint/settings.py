@@ -3,8 +3,8 @@
 
 ``Vars`` is the table of every variable the agent reads: its meaning, its parser, the value unset
 means and that default as text. ``from_env`` reads through it (a name without a row is refused as a
-bug), and ``trainbox --help``, ``trainbox run --dry-run`` and the README test list it. The parsers
-(and ``Secret``, whose repr is ``***`` and whose value is registered for redaction) are in parsing.py.
+bug); ``trainbox --help``, ``trainbox run --dry-run``, docs/configuration.md and README.md print its rows.
+The parsers (and ``Secret``, whose repr is ``***``) are in parsing.py.
 """
 
 from __future__ import annotations
@@ -22,29 +22,38 @@ from typing import NamedTuple
 from . import libreyolo, log, run_args, topology
 from . import parsing as parse
 from .errors import ConfigError
-from .parsing import REPO_ID, Declared, Secret, Variable, elsewhere, plain
+from .parsing import (
+    DatasetKind,
+    Declared,
+    ExitAction,
+    GpuSelection,
+    HostCheck,
+    Provider,
+    Secret,
+    Variable,
+    elsewhere,
+    parse_gpus,
+    plain,
+)
 from .procs import SECRET_PROVIDER_VARS, child_env
 from .run_args import RunArgs
 
+__all__ = ["DatasetKind", "ExitAction", "GpuSelection", "HostCheck", "Provider", "parse_gpus"]  # from parsing.py
 DEFAULT_WORKDIR = "/workspace"
 DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
 DEFAULT_PUBLISH_EVERY = 10 * 60
-# The host check's floors (README "Is this the machine I paid for?"). A healthy card reaches 60-80 % of
-# its dense datasheet matmul figure in a large GEMM; under half, it is throttled or power-capped.
+# The host check's floors, why each (docs/checks.md): a healthy card reaches 60-80 % of its datasheet matmul;
+# PCIe 3.0 x16 copies ~12 GB/s, an x4 link or x1 riser under 4; a local SSD 500+ MB/s, a cheap network volume 50-100.
 DEFAULT_HOST_MIN_GPU_FRACTION = 0.5
-# Pinned host→device copies: PCIe 3.0 x16 gives about 12 GB/s, 4.0 x16 about 25; x4 or an x1 riser under 4.
 DEFAULT_HOST_MIN_COPY_GBPS = 4.0
-# The dataset is extracted and every checkpoint written there: a local SSD does 500+, a cheap network
-# volume 50-100 MB/s, where a 20 GB dataset alone costs minutes.
 DEFAULT_HOST_MIN_DISK_MBPS = 100.0
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
-# RUN_ARGS defaults for the bundled demo dataset (dataset/demo.py draws its images at 128 px), chosen by
-# measurement (docs/benchmarks.md) so a CPU shows a model that learns within minutes: one warm-up epoch, no
-# mosaic (it shrinks 128 px objects; libreyolo turns it off for the last 15 epochs anyway), no PGI auxiliary
-# branch (training-only compute).
+# RUN_ARGS defaults for the bundled demo (dataset/demo.py draws 128 px images), measured (docs/benchmarks.md) so a CPU
+# shows a model that learns within minutes: one warm-up epoch, no mosaic (it shrinks 128 px objects; libreyolo turns it
+# off for the last 15 epochs anyway), no PGI auxiliary branch (training-only compute).
 DEMO_RUN_ARGS = (
     "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=12 warmup_epochs=1 mosaic=0 aux_weight=0 "
     "eval_interval=1 workers=0"
@@ -52,24 +61,6 @@ DEMO_RUN_ARGS = (
 # The demo on a CPU, without a batch in RUN_ARGS: batch=-1 keeps 16 there, and 8 gives the same images twice
 # the updates (on GPUs batch=-1 still sizes it, and 8 would not split across 3 of them).
 DEMO_CPU_BATCH = 8
-
-
-class ExitAction(enum.StrEnum):
-    EXIT = "exit"
-    STOP = "stop"
-    DESTROY = "destroy"
-
-
-class Provider(enum.StrEnum):
-    NONE = "none"
-    VAST = "vast"
-    RUNPOD = "runpod"
-
-
-class HostCheck(enum.StrEnum):
-    OFF = "off"
-    WARN = "warn"
-    STRICT = "strict"
 
 
 class NotifyOn(enum.StrEnum):  # which messages NOTIFY gets (a self-heal or a storage fallback only with all)
@@ -83,30 +74,6 @@ class Lookout(NamedTuple):  # what `trainbox status` reads: its run on this mach
     run_name: str | None
     hf_token: Secret | None
     checkpoint_bucket: str | None  # with --repo: where to look when the repo's trainbox.json does not say
-
-
-class DatasetKind(enum.StrEnum):
-    DEMO = "demo"
-    LOCAL_DIR = "local_dir"
-    LOCAL_TAR = "local_tar"
-    HUB = "hub"
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuSelection:
-    """``GPUS``: every visible GPU, the listed indices, or the CPU."""
-
-    cpu: bool = False
-    indices: tuple[int, ...] | None = None  # None with cpu False means "all"
-
-    @property
-    def all(self) -> bool:
-        return not self.cpu and self.indices is None
-
-    def __str__(self) -> str:
-        if self.cpu:
-            return "cpu"
-        return "all" if self.indices is None else ",".join(map(str, self.indices))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,13 +139,24 @@ class Settings:
         return self.workdir / ".trainbox" / self.run_name
 
     def record(self) -> dict[str, object]:
-        """What trainbox.json records of the choices (no secret among them)."""
+        """What trainbox.json records of the choices (no secret among them); ``identity``: what defines the run."""
         return {
             "dataset": self.dataset_repo or "demo",
             "output_repo": self.output_repo,
             "run_args": str(self.run_args),
             "gpus": str(self.gpus),
             "nodes": self.topology.describe(),
+            "identity": self.identity(),
+        }
+
+    def identity(self) -> dict[str, str | None]:
+        """What makes this run this run (the derived RUN_NAME's inputs): another value is another run."""
+        return {
+            "DATASET_REPO": self.dataset_repo,
+            "DATASET_FILE": self.dataset_file,
+            "DATA_YAML": self.data_yaml,
+            "OUTPUT_REPO": self.output_repo,
+            "RUN_ARGS": str(self.user_run_args.defining()),
         }
 
     def secrets(self) -> list[str]:
@@ -186,108 +164,129 @@ class Settings:
         return [secret.reveal() for secret in values if secret is not None]
 
 
-def parse_gpus(value: str) -> GpuSelection:
-    text = value.strip().lower()
-    if text == "all":
-        return GpuSelection()
-    if text == "cpu":
-        return GpuSelection(cpu=True)
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
-        raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
-    return GpuSelection(indices=tuple(int(part) for part in parts))
-
-
-def _dataset(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str | None]:
-    looks_local = value.startswith(("/", "./", "../", "~")) or Path(value).expanduser().exists()
-    if looks_local:
-        path = Path(value).expanduser().resolve()
-        if path.is_dir():
-            return DatasetKind.LOCAL_DIR, str(path)
-        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
-            return DatasetKind.LOCAL_TAR, str(path)
-        raise ConfigError(
-            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
-            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
-        )
-    if not REPO_ID.match(value):
-        raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")
-    return DatasetKind.HUB, value
-
-
 class Vars:
-    """Every variable the agent reads, in the order --help lists them: meaning, parser, unset value, default text.
-    A row's ``read(env)`` is its typed value; rows built by ``elsewhere`` are read by topology.py or a library."""
+    """Every variable the agent reads, in the order --help, --dry-run and docs/configuration.md list them (the
+    eight most people set first): meaning, parser, unset value, default text. A row's ``read(env)`` is its typed
+    value; rows built by ``elsewhere`` are read by topology.py or a library."""
 
-    HF_TOKEN = Variable("Hugging Face token (secret)", parse.secret, None)
-    HF_HOME = Variable("huggingface_hub's home (default: WORKDIR/.cache/huggingface)", plain(Path), None)
-    DATASET_REPO = Variable[tuple[DatasetKind, str | None]](
-        "org/name of an HF dataset repo, or a local folder / .tar (unset: the demo)", _dataset, (DatasetKind.DEMO, None)
+    HF_TOKEN = Variable(
+        "Hugging Face token that may write OUTPUT_REPO (secret: never printed or uploaded)", parse.secret, None
     )
-    DATASET_FILE = Variable("which tar in the dataset repo", parse.text, None)
-    DATASET_REVISION = Variable("branch, tag or commit of the dataset", parse.text, "main", "main")
-    DATA_YAML = Variable("which data.yaml, relative to the dataset root", parse.text, None)
-    OUTPUT_REPO = Variable("org/name of the HF model repo that receives every epoch", parse.repo_id, None)
-    RUN_ARGS = Variable("extra `libreyolo train` key=value arguments", plain(run_args.parse), RunArgs(), '""')
+    DATASET_REPO = Variable[tuple[DatasetKind, str | None]](
+        "org/name of an HF dataset repo holding the dataset as one tar, or a local folder / .tar (unset: the demo)",
+        parse.dataset_source,
+        (DatasetKind.DEMO, None),
+    )
+    OUTPUT_REPO = Variable(
+        "org/name of the HF model repo (created private) for the weights, metrics and card; every epoch's"
+        " working state goes to CHECKPOINT_BUCKET (unset: the weights stay in WORKDIR)",
+        parse.repo_id,
+        None,
+    )
+    RUN_ARGS = Variable(
+        "extra `libreyolo train` key=value arguments, e.g. model=LibreYOLO9s.pt epochs=100 imgsz=640",
+        plain(run_args.parse),
+        RunArgs(),
+        '""',
+    )
+    ON_EXIT = Variable(
+        "exit, stop or destroy the instance at the end (stop and destroy use the provider's API key)",
+        parse.choice(ExitAction),
+        ExitAction.EXIT,
+        "exit",
+    )
+    PRICE_PER_HOUR = Variable(
+        "the instance's $/h, for the cost line, the receipt and MAX_COST (default: Vast.ai's or RunPod's price)",
+        parse.dollars("2.49", zero_ok=True),
+        None,
+    )
+    MAX_COST = Variable(
+        "spending limit in dollars like 25: the run is wrapped up (exit 82) and released once the spend reaches it",
+        parse.dollars("25", zero_ok=False),
+        None,
+    )
+    MAX_RUNTIME = Variable(
+        "wall-clock limit like 90m or 6h: the run is wrapped up (exit 80) and released; run again to resume",
+        parse.optional_duration,
+        None,
+    )
+    HF_HOME = Variable("huggingface_hub's home (default: WORKDIR/.cache/huggingface)", plain(Path), None)
+    HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
+    DATASET_FILE = Variable("which tar in the dataset repo (default: the only one at its root)", parse.text, None)
+    DATASET_REVISION = Variable(
+        "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
+    )
+    DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
     GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")
-    WORKDIR = Variable("persistent volume root", parse.workdir, Path(DEFAULT_WORKDIR), DEFAULT_WORKDIR)
-    RUN_NAME = Variable("stable run id (default: derived from dataset, output repo and RUN_ARGS)", parse.run_name, None)
-    MAX_RUNTIME = Variable("wall-clock limit like 90m or 6h", parse.optional_duration, None)
+    WORKDIR = Variable(
+        "persistent volume root: data/, runs/RUN_NAME/ and the caches",
+        parse.workdir,
+        Path(DEFAULT_WORKDIR),
+        DEFAULT_WORKDIR,
+    )
+    RUN_NAME = Variable(
+        "the run's name on the volume and the Hub (default: derived from the dataset, OUTPUT_REPO and RUN_ARGS"
+        " but epochs, so raising epochs extends the run)",
+        parse.run_name,
+        None,
+    )
     STALL_TIMEOUT = Variable[float | None](
-        "no epoch or output for this long ends the run (off disables)",
+        "no sign of progress for this long ends the run as stalled, exit 81 (off disables)",
         parse.optional_duration,
         DEFAULT_STALL_TIMEOUT,
         "30m",
     )
-    ON_EXIT = Variable(
-        "exit, stop or destroy the instance at the end", parse.choice(ExitAction), ExitAction.EXIT, "exit"
+    ON_FAILURE = Variable("ON_EXIT for a failed run (default: ON_EXIT)", parse.choice(ExitAction), ExitAction.EXIT)
+    PROVIDER = Variable(
+        "auto, vast, runpod or none: whose API stops or destroys this instance", parse.provider, "auto", "auto"
     )
-    ON_FAILURE = Variable("the same for a failed run (default: ON_EXIT)", parse.choice(ExitAction), ExitAction.EXIT)
-    PROVIDER = Variable("auto, vast, runpod or none", parse.provider, "auto", "auto")
     CONTAINER_ID = Variable("Vast.ai instance id (set by Vast.ai)", parse.text, None)
-    CONTAINER_API_KEY = Variable("Vast.ai API key (secret; set by Vast.ai)", parse.text, None)
+    CONTAINER_API_KEY = Variable(
+        "Vast.ai instance API key, to stop or destroy it (secret; set by Vast.ai)", parse.text, None
+    )
     RUNPOD_POD_ID = Variable("RunPod pod id (set by RunPod)", parse.text, None)
-    RUNPOD_API_KEY = Variable("RunPod API key (secret)", plain(Secret), None)
+    RUNPOD_API_KEY = Variable(
+        "RunPod API key, to stop or terminate the pod (secret; set by RunPod)", plain(Secret), None
+    )
+    VAST_API_KEY = Variable("a Vast.ai account API key (secret: redacted, never passed to training)", parse.text, None)
     VAST_API_URL = Variable("Vast.ai API base URL", parse.api_url, VAST_API_URL, VAST_API_URL)
     RUNPOD_API_URL = Variable("RunPod API base URL", parse.api_url, RUNPOD_API_URL, RUNPOD_API_URL)
-    PRICE_PER_HOUR = Variable("instance price in $/h, for the cost receipt", parse.dollars("2.49", zero_ok=True), None)
-    MONITOR = Variable("1 starts `libreyolo monitor` beside training", parse.flag, False, "0")
-    MONITOR_HOST = Variable("address the dashboard binds", parse.text, "127.0.0.1", "127.0.0.1")
-    PROFILE = Variable("1 profiles a few steps first", parse.flag, False, "0")
-    NNODES = elsewhere("several machines: how many (default 1)")
-    NODE_RANK = elsewhere("several machines: this one's number, 0 … NNODES-1")
-    MASTER_ADDR = elsewhere("several machines: node 0's address")
-    MASTER_PORT = elsewhere("several machines: the rendezvous port (default 29500)")
-    HEADLESS_SERVICE = elsewhere("Kubernetes indexed Job: the Service naming pod 0")
-    DDP_TIMEOUT = Variable[float | None](
-        "several machines: a silent lost node ends the others after this",
-        parse.optional_duration,
-        topology.DEFAULT_PEER_TIMEOUT,
-        "600.0",
+    CHECKPOINT_BUCKET = Variable(
+        "Storage Bucket for every epoch's working state (default: OUTPUT_REPO + -checkpoints;"
+        " off: every epoch is a commit to OUTPUT_REPO)",
+        parse.bucket,
+        None,
     )
-    RENDEZVOUS_TIMEOUT = Variable[float | None](
-        "several machines: how long the nodes wait for each other at the start",
+    PUBLISH_EVERY = Variable[float | None](
+        "with a bucket: at most one milestone commit to OUTPUT_REPO per this long",
         parse.optional_duration,
-        topology.DEFAULT_JOIN_TIMEOUT,
-        "900.0",
+        DEFAULT_PUBLISH_EVERY,
+        "10m",
     )
-    SKYPILOT_NUM_NODES = elsewhere("set by SkyPilot")
-    SKYPILOT_NODE_RANK = elsewhere("set by SkyPilot")
-    SKYPILOT_NODE_IPS = elsewhere("set by SkyPilot", '""')
-    SKYPILOT_NUM_GPUS_PER_NODE = elsewhere("set by SkyPilot")
-    JOB_COMPLETION_INDEX = elsewhere("set by a Kubernetes indexed Job: the node rank")
-    HOSTNAME = elsewhere("set by Kubernetes: the pod's name", '""')
-    WORLD_SIZE = elsewhere("set by PyTorchJob (one pod per node): the number of nodes")
-    RANK = elsewhere("set by PyTorchJob (one pod per node): the node rank")
+    SQUASH_HISTORY = Variable(
+        "CHECKPOINT_BUCKET=off: 1 squashes OUTPUT_REPO's history once the run is done", parse.flag, False, "0"
+    )
+    NOTIFY = Variable[tuple[Secret, ...]](
+        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", parse.urls, ()
+    )
+    NOTIFY_ON = Variable(
+        "which messages NOTIFY gets: start,end; end; or all (adds self-heals and storage fallbacks)",
+        parse.choice(NotifyOn),
+        NotifyOn.START_END,
+        "start,end",
+    )
+    LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
     OOM_RETRIES = Variable(
-        "out of GPU memory after an epoch: resume with half the batch, at most this often",
+        "out of GPU memory after an epoch: resume with half the batch, at most this often (0: off)",
         parse.count,
         DEFAULT_OOM_RETRIES,
         "2",
     )
-    LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
+    MONITOR = Variable("1 starts `libreyolo monitor` beside training (port 8420)", parse.flag, False, "0")
+    MONITOR_HOST = Variable("address the dashboard binds (the image: 0.0.0.0)", parse.text, "127.0.0.1", "127.0.0.1")
+    PROFILE = Variable("1 profiles a few steps first and records the verdict", parse.flag, False, "0")
     HOST_CHECK = Variable(
-        "warn, strict or off: the host report's shortfalls are said, end the job, or are not measured",
+        "warn, strict or off: the host report's shortfalls are said, end the job (exit 56), or are not measured",
         parse.choice(HostCheck),
         HostCheck.WARN,
         "warn",
@@ -299,44 +298,41 @@ class Vars:
         "0.5",
     )
     HOST_MIN_COPY_GBPS = Variable(
-        "a host→device copy under this many GB/s is a shortfall", parse.positive, DEFAULT_HOST_MIN_COPY_GBPS, "4.0"
+        "a host→device copy under this many GB/s is a shortfall", parse.positive, DEFAULT_HOST_MIN_COPY_GBPS, "4"
     )
     HOST_MIN_DISK_MBPS = Variable(
         "a WORKDIR disk writing or reading under this many MB/s is a shortfall",
         parse.positive,
         DEFAULT_HOST_MIN_DISK_MBPS,
-        "100.0",
+        "100",
     )
-    CHECKPOINT_BUCKET = Variable(
-        "Storage Bucket for the working state (default: <OUTPUT_REPO>-checkpoints; off: commits)", parse.bucket, None
-    )
-    PUBLISH_EVERY = Variable[float | None](
-        "bucket mode: at most one milestone commit to OUTPUT_REPO per this long",
+    NNODES = elsewhere("several machines: how many", "1")
+    NODE_RANK = elsewhere("several machines: this one's number, 0 … NNODES-1")
+    MASTER_ADDR = elsewhere("several machines: node 0's address")
+    MASTER_PORT = elsewhere("several machines: the rendezvous port (the nodes check uses the next one)", "29500")
+    HEADLESS_SERVICE = elsewhere("Kubernetes indexed Job: the Service naming pod 0")
+    DDP_TIMEOUT = Variable[float | None](
+        "several machines: a silent lost node ends the others after this",
         parse.optional_duration,
-        DEFAULT_PUBLISH_EVERY,
+        topology.DEFAULT_PEER_TIMEOUT,
         "10m",
     )
-    SQUASH_HISTORY = Variable(
-        "CHECKPOINT_BUCKET=off: 1 squashes OUTPUT_REPO's history once the run is done", parse.flag, False, "0"
+    RENDEZVOUS_TIMEOUT = Variable[float | None](
+        "several machines: how long the nodes wait for each other at the start",
+        parse.optional_duration,
+        topology.DEFAULT_JOIN_TIMEOUT,
+        "15m",
     )
-    MAX_COST = Variable(
-        "spending limit in dollars like 25: the job is wrapped up once the spend reaches it",
-        parse.dollars("25", zero_ok=False),
-        None,
-    )
+    SKYPILOT_NUM_NODES = elsewhere("set by SkyPilot")
+    SKYPILOT_NODE_RANK = elsewhere("set by SkyPilot")
+    SKYPILOT_NODE_IPS = elsewhere("set by SkyPilot", '""')
+    SKYPILOT_NUM_GPUS_PER_NODE = elsewhere("set by SkyPilot")
+    JOB_COMPLETION_INDEX = elsewhere("set by a Kubernetes indexed Job: the node rank")
+    HOSTNAME = elsewhere("set by Kubernetes: the pod's name", '""')
+    WORLD_SIZE = elsewhere("set by PyTorchJob (one pod per node): the number of nodes")
+    RANK = elsewhere("set by PyTorchJob (one pod per node): the node rank")
     PET_NNODES = elsewhere("set by PyTorchJob (torchrun's variables): the number of nodes")
     PET_NODE_RANK = elsewhere("set by PyTorchJob (torchrun's variables): the node rank")
-    VAST_API_KEY = Variable("a Vast.ai API key (secret; redacted, never passed to training)", parse.text, None)
-    HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
-    NOTIFY = Variable[tuple[Secret, ...]](
-        "apprise URLs, comma separated, told of the start and the end (secret; e.g. ntfy://topic)", parse.urls, ()
-    )
-    NOTIFY_ON = Variable(
-        "which messages NOTIFY gets: start,end; end; or all (adds self-heals and storage fallbacks)",
-        parse.choice(NotifyOn),
-        NotifyOn.START_END,
-        "start,end",
-    )
 
 
 VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values() if isinstance(row, Variable))
@@ -344,7 +340,7 @@ _NAMES = frozenset(row.name for row in VARIABLES)
 
 
 def variables() -> tuple[Variable[object], ...]:
-    """The table's rows, in order (--help, --dry-run, the README test)."""
+    """The table's rows, in order (--help, --dry-run, docs/configuration.md)."""
     return VARIABLES
 
 
@@ -383,7 +379,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         gpus=Vars.GPUS.read(env),
         workdir=workdir,
         hf_home=hf_home,
-        run_name=Vars.RUN_NAME.read(env) or _run_name(dataset_repo, dataset_file, data_yaml, output_repo, user_args),
+        run_name=Vars.RUN_NAME.read(env)
+        or _derived_name(workdir, dataset_repo, dataset_file, data_yaml, output_repo, args=user_args),
         max_runtime=Vars.MAX_RUNTIME.read(env),
         stall_timeout=Vars.STALL_TIMEOUT.read(env),
         on_exit=on_exit,
@@ -455,8 +452,7 @@ def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> 
 def _topology(env: Mapping[str, str]) -> topology.Topology:
     """The nodes of this training (topology.py), with its timeouts."""
     found = topology.from_env(env)
-    peer = Vars.DDP_TIMEOUT.read(env)
-    join = Vars.RENDEZVOUS_TIMEOUT.read(env)
+    peer, join = Vars.DDP_TIMEOUT.read(env), Vars.RENDEZVOUS_TIMEOUT.read(env)
     return replace(found, peer_timeout=peer or topology.DEFAULT_PEER_TIMEOUT, join_timeout=join or found.join_timeout)
 
 
@@ -471,14 +467,25 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
     return value
 
 
-def _run_name(dataset: str | None, file: str | None, data_yaml: str | None, output: str | None, args: RunArgs) -> str:
-    """Same job → same name across restarts, so a restarted container finds its own run."""
-    identity = json.dumps(
+def _derived_name(workdir: Path, *identity: str | None, args: RunArgs) -> str:
+    """Same run → same name across restarts; ``epochs`` is left out (raising it extends the run). A volume holding
+    the run under the name that included ``epochs`` (Trainbox 0.1.0) keeps it: a newer image continues it there."""
+    name, legacy = _run_name(identity, args.defining()), _run_name(identity, args)
+    runs = workdir / "runs"
+    if legacy != name and not (runs / name).exists() and (runs / legacy / "trainbox.json").is_file():
+        log.logger.info("run %s: the name an older Trainbox derived for these settings, found on this volume", legacy)
+        return legacy
+    return name
+
+
+def _run_name(identity: tuple[str | None, ...], args: RunArgs) -> str:
+    dataset, file, data_yaml, output = identity
+    text = json.dumps(
         {"dataset": dataset, "file": file, "data_yaml": data_yaml, "output": output, "args": sorted(args.pairs)},
         sort_keys=True,
     )
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(dataset).name if dataset else "demo").strip("-.") or "run"
-    return f"{stem[:60]}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+    return f"{stem[:60]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 def _provider(env: Mapping[str, str]) -> ProviderAccess:

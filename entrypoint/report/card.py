@@ -65,6 +65,7 @@ class CardInfo:
     license: str | None = None  # a Hub license id: LICENSE, else the base model's
     base_model: str | None = None  # the Hub model the weights came from
     storage: dict[str, Any] | None = None  # trainbox.json's "storage": where the working state lives
+    cost_outlook: str | None = None  # all the epochs' dollars: estimated before the first epoch, then measured
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -139,8 +140,9 @@ def page(info: CardInfo) -> str:
     lines += ["### Training arguments", "", "```bash", " ".join(_quote(arg) for arg in info.argv) or "(not started)"]
     lines += ["```", "", f"`RUN_ARGS`: `{info.run_args or '(empty)'}`", ""]
     lines += [*(f"- {note}" for note in info.notes), ""] if info.notes else []
-    if info.receipt is not None:
-        lines += ["### Cost", "", info.receipt.markdown(), ""]
+    if info.receipt is not None or info.cost_outlook:
+        lines += ["### Cost", "", *([info.cost_outlook, ""] if info.cost_outlook else [])]
+        lines += [info.receipt.markdown(), ""] if info.receipt is not None else []
     lines += ["### Versions and hardware", "", "| | |", "|---|---|"]
     for name, version in info.versions.items():
         lines.append(f"| {name} | {version or '—'} |")

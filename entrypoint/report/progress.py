@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import libreyolo, procs
+from ..errors import StopRequested
 from ..log import logger
 from ..state import RunState, read_state, write_json_atomic
-from . import card, plot, provenance, receipt
+from . import card, estimate, plot, provenance, receipt
+from .card_facts import best_row, card_info
 
 if TYPE_CHECKING:
     from ..hub import Hub
@@ -49,7 +51,8 @@ def epoch_line(
     last_commit_at: float | None,
     prefix: str | None = None,
 ) -> str:
-    """``epoch 12/100 · 41 s/epoch · ETA 1h02 · mAP50 0.61 (best 0.63 @ 9) · $0.42 so far · on the Hub 3 s ago``."""
+    """``epoch 12/100 · 41 s/epoch · ETA 1h02 · mAP50 0.61 (best 0.63 @ 9) · $0.42 so far, ~$3.20 in all · on the Hub
+    3 s ago``: "in all" is the bill at the measured pace until the last epoch."""
     last = rows[-1]
     epoch = int(last["epoch"])
     parts = [prefix or f"epoch {epoch}/{total or '?'}"]
@@ -63,7 +66,10 @@ def epoch_line(
         spent = max(0.0, now - started_at)
         so_far = "" if prefix else " so far"
         if price_per_hour is not None:
-            parts.append(f"${spent / 3600 * price_per_hour:.2f}{so_far}")
+            # the first epoch's measured pace replaces the estimate made at start: the bill for all the epochs
+            ahead = pace * (total - epoch) if pace is not None and total and epoch < total and not prefix else None
+            in_all = f", ~${(spent + ahead) / 3600 * price_per_hour:.2f} in all" if ahead is not None else ""
+            parts.append(f"${spent / 3600 * price_per_hour:.2f}{so_far}{in_all}")
         else:
             parts.append(f"{receipt.format_seconds(spent)} billed{so_far}")
     parts.append(hub_text(hub, last_commit_at, now))
@@ -89,15 +95,6 @@ def hub_text(hub: str | None, last_commit_at: float | None, now: float) -> str:
     if last_commit_at is None:
         return "not on the Hub yet"
     return f"on the Hub {receipt.format_seconds(now - last_commit_at)} ago"
-
-
-def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The epoch LibreYOLO calls best (its watched metric, mAP50-95), else the highest mAP50-95."""
-    validated = [row for row in rows if isinstance(row.get("metrics/mAP50-95"), int | float)]
-    if not validated:
-        return None
-    marked = [row for row in validated if row.get("is_best")]
-    return marked[-1] if marked else max(validated, key=lambda row: row["metrics/mAP50-95"])
 
 
 def total_epochs(run_dir: Path, state: dict[str, Any]) -> int | None:
@@ -139,10 +136,53 @@ class Progress:
         self.state.update(
             timeline={
                 "agent_started_at": round(self.started_at, 3),
-                "price_per_hour": self.settings.price_per_hour,
+                "price_per_hour": self._price(),
                 "marks": dict(self._marks),
             }
         )
+
+    def _price(self) -> float | None:
+        """PRICE_PER_HOUR, else the provider's price once the preflight read it (trainbox.json's ``cost``)."""
+        if self.settings.price_per_hour is not None:
+            return self.settings.price_per_hour
+        found = (self.state.snapshot().get("cost") or {}).get("price_per_hour")
+        return float(found) if isinstance(found, int | float) else None
+
+    def estimate(self, data_yaml: Path) -> None:
+        """Once the dataset is ready: what training the epochs left should cost, logged and kept in trainbox.json
+        (the card shows it until the first epoch's measured pace replaces it)."""
+        try:
+            found = self._estimate(data_yaml)
+        except StopRequested:  # a signal during the count (SIGTERM): the job's stop, not the estimate's failure
+            raise
+        except Exception as error:  # an estimate is a courtesy: never let it stop the run
+            logger.debug("estimate: %s: %s", type(error).__name__, error)
+            return
+        if found is not None:
+            self.state.update(estimate=found)
+
+    def _estimate(self, data_yaml: Path) -> dict[str, Any] | None:
+        images = estimate.train_images(data_yaml)
+        if images is None:
+            return None
+        snapshot = self.state.snapshot()
+        done = (snapshot.get("progress") or {}).get("epochs_done") or 0
+        args = self.settings.run_args
+        total = (snapshot.get("progress") or {}).get("epochs_total") or int(args.get("epochs") or 300)
+        names = [str(gpu.get("name")) for gpu in (snapshot.get("gpus") or {}).get("gpus") or []]
+        gpu = estimate.find_gpu(names[0]) if names and not self.settings.gpus.cpu else None
+        if gpu is None or total <= done:
+            return {"images": images}
+        per_image, source = estimate.seconds_per_image(gpu, args.get("model"), int(args.get("imgsz") or 640))
+        workers = len(names) * self.settings.topology.nnodes
+        if workers > 1:  # data parallel: each GPU takes its share of every epoch
+            per_image, source = per_image / workers, f"{source}, ÷ {workers} GPUs"
+        cost = snapshot.get("cost") or {}
+        found = estimate.Estimate(
+            total - done, images, per_image, source, self._price(), cost.get("price_source") or "PRICE_PER_HOUR"
+        )
+        logger.info("%s", found.line())
+        return found.as_dict()
 
     def _mark(self, name: str) -> bool:
         if name in self._marks:
@@ -212,7 +252,7 @@ class Progress:
             total,
             started_at=self.started_at,
             now=time.time(),
-            price_per_hour=self.settings.price_per_hour,
+            price_per_hour=self._price(),
             hub=self.settings.output_repo,
             last_commit_at=self._last_commit_at,
             prefix=prefix,
@@ -394,78 +434,6 @@ class Progress:
         found = receipt.compute(snapshot, time.time())
         if found is not None:
             logger.info("%s", found.one_line())
-
-
-def card_info(
-    snapshot: dict[str, Any],
-    rows: list[dict[str, Any]],
-    *,
-    repo_id: str | None,
-    receipt: receipt.Receipt | None,
-    plot: bool,
-    total: int | None,
-    license: str | None = None,
-    base_model: str | None = None,
-) -> card.CardInfo:
-    validated = [row for row in rows if isinstance(row.get("metrics/mAP50"), int | float)]
-    dataset = dict(snapshot.get("dataset") or {})
-    settings = snapshot.get("settings") or {}
-    source = settings.get("dataset")
-    hub_dataset = source if isinstance(source, str) and "/" in source and not source.startswith(("/", ".")) else None
-    gpus_block = snapshot.get("gpus") or {}
-    gpus = [str(gpu.get("name") or f"GPU {gpu.get('index')}") for gpu in gpus_block.get("gpus") or []]
-    if gpus and gpus_block.get("driver"):
-        gpus.append(f"driver {gpus_block['driver']}")
-    training = snapshot.get("training") or {}
-    argv = list(training.get("argv") or [])
-    return card.CardInfo(
-        repo_id=repo_id,
-        run_name=str(snapshot.get("run_name")),
-        phase=str(snapshot.get("phase")),
-        exit=snapshot.get("exit"),
-        epochs_done=(snapshot.get("progress") or {}).get("epochs_done") or (rows[-1]["epoch"] if rows else None),
-        epochs_total=total,
-        best=best_row(rows),
-        last=validated[-1] if validated else None,
-        dataset=dataset,
-        dataset_repo=hub_dataset,
-        argv=["libreyolo", *argv] if argv else [],
-        run_args=str(settings.get("run_args") or ""),
-        versions=dict(snapshot.get("versions") or {}),
-        gpus=gpus,
-        receipt=receipt,
-        plot=plot,
-        updated_at=snapshot.get("updated_at"),
-        notes=tuple(
-            f"Out of GPU memory at epoch {a['epochs_done'] + 1} with batch={a['batch']}:"
-            f" resumed after epoch {a['epochs_done']} with batch={a['next_batch']}."
-            for a in snapshot.get("attempts") or []
-            if isinstance(a.get("next_batch"), int) and isinstance(a.get("epochs_done"), int)
-        )
-        + _nccl_notes(snapshot.get("gpus"))
-        + _host_notes(snapshot.get("host")),
-        license=license,
-        base_model=base_model,
-        storage=snapshot.get("storage"),
-    )
-
-
-def _nccl_notes(gpus: Any) -> tuple[str, ...]:
-    result = (gpus or {}).get("all_reduce") if isinstance(gpus, dict) else None
-    found = result.get("nccl_env") if isinstance(result, dict) else None
-    if not isinstance(found, dict) or not found:
-        return ()
-    words = " ".join(f"{name}={value}" for name, value in found.items())
-    return (f"NCCL: the all-reduce failed with the defaults; trained with {words}.",)
-
-
-def _host_notes(host: Any) -> tuple[str, ...]:
-    """The host report on the card: what this machine measured, and what fell short."""
-    if not isinstance(host, dict):
-        return ()
-    from ..host import judge
-
-    return tuple(f"{line[0].upper()}{line[1:]}" for line in judge.lines(host))
 
 
 def watch_view(run_dir: Path, state: dict[str, Any], workdir: Path | None, now: float) -> list[str]:

@@ -23,7 +23,8 @@ from .. import libreyolo
 from ..errors import EXIT_INTERRUPTED, ConfigError
 from ..state import STATE_FILE, TERMINAL_PHASES, read_state
 from . import plot, receipt
-from .progress import best_row, seconds_per_epoch, watch_view
+from .card_facts import best_row
+from .progress import seconds_per_epoch, watch_view
 
 # How a terminal phase reads in a line (the card, the status, the end message).
 OUTCOME_WORDS = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import libreyolo, procs
+from .. import libreyolo, procs, run_args
 from ..errors import ConfigError, CrashLoopError, PreemptedError, SyncError, UserInterruptError
 from ..hub import Hub
 from ..log import logger
@@ -87,15 +87,28 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
         return None
 
 
-def check_same_run(remote: dict[str, Any] | None, run_name: str, repo_id: str, names: set[str] | None = None) -> None:
+def check_same_run(
+    remote: dict[str, Any] | None,
+    run_name: str,
+    repo_id: str,
+    names: set[str] | None = None,
+    ours: dict[str, Any] | None = None,
+) -> None:
     """OUTPUT_REPO holds nothing yet, or this run: its trainbox.json names it. Anything else
     (another run, or files without a trainbox.json, e.g. mirrored by `trainbox sync`) would be
-    resumed, judged complete or overwritten as if it were ours."""
+    resumed, judged complete or overwritten as if it were ours. ``ours``: settings.record(), to name
+    what differs (a higher ``epochs`` does not: it extends the run under the same name)."""
     other = (remote or {}).get("run_name")
     if other and other != run_name:
+        differs = run_args.differences(ours or {}, (remote or {}).get("settings"))
+        if differs:
+            raise ConfigError(
+                f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r}: {'; '.join(differs)}",
+                "use a new OUTPUT_REPO for a new run, or that run's settings to continue it (more epochs extend it)",
+            )
         raise ConfigError(
-            f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r} (other dataset or RUN_ARGS)",
-            f"use a new OUTPUT_REPO, or RUN_NAME={other} to continue that run",
+            f"OUTPUT_REPO {repo_id} already holds run {other!r} with these settings, named {run_name!r} here",
+            f"set RUN_NAME={other} to continue (or extend) that run, or use a new OUTPUT_REPO",
         )
     foreign = sorted((names or set()) - _NOT_A_RUN)
     if not other and foreign:

@@ -8,7 +8,7 @@ from typing import Any
 from huggingface_hub import ModelCard, metadata_load
 
 from entrypoint.report import card
-from entrypoint.report.progress import card_info
+from entrypoint.report.card_facts import card_info
 
 ROWS = [
     {"epoch": 1, "time": 9.0, "train/loss": 0.9, "metrics/mAP50": 0.20, "metrics/mAP50-95": 0.10, "is_best": True},

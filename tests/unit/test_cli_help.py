@@ -11,17 +11,16 @@ from click.testing import CliRunner
 from entrypoint import settings
 from entrypoint.cli import cli
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECRET = "hf_dryRunSecretValue0123456789"
 
 
 def test_the_scan_finds_every_variable_with_its_default() -> None:
     found = {var.name: var.default for var in settings.variables()}
-    # every variable of the README's configuration table is read by settings.py, and found there
-    table = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"^\| `([A-Z_]+)`(?:, `([A-Z_]+)`)?", table, re.MULTILINE))
-    names = {name for pair in documented for name in pair if name}
-    assert names and names <= set(found)
+    # every variable of docs/configuration.md's table is read by settings.py, and found there
+    table = CONFIGURATION.read_text().split("\n## ", 1)[0]
+    names = set(re.findall(r"^\| `([A-Z_0-9]+)` \|", table, re.MULTILINE))
+    assert names and names == set(found)
     assert found["WORKDIR"] == "/workspace" and found["STALL_TIMEOUT"] == "30m" and found["ON_EXIT"] == "exit"
     assert found["DATASET_REVISION"] == "main" and found["GPUS"] == "all" and found["PROVIDER"] == "auto"
     assert found["HF_TOKEN"] is None and found["MONITOR"] == "0"
@@ -35,6 +34,8 @@ def test_help_lists_every_variable(args: list[str]) -> None:
     for var in settings.variables():
         assert re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
     assert "  STALL_TIMEOUT [30m]: " in shown.output and "  WORKDIR [/workspace]: " in shown.output
+    # durations as a person writes them, the same in --help, --dry-run and the docs
+    assert "  DDP_TIMEOUT [10m]: " in shown.output and "  RENDEZVOUS_TIMEOUT [15m]: " in shown.output
     if args[0] == "run":
         assert "--dry-run" in shown.output
 
@@ -71,6 +72,7 @@ def test_dry_run_spends_nothing_and_shows_no_secret(tmp_path: Path) -> None:
         "PROVIDER": "none",
         "RUN_NAME": "cones-exp1",
         "HF_HUB_OFFLINE": "1",  # any Hub call would fail loudly
+        "CHECKPOINT_BUCKET": "",  # unset: the default, a bucket (the test session sets it off)
     }
     result = CliRunner().invoke(cli, ["run", "--dry-run"], env=env)
     assert result.exit_code == 0, result.output
@@ -81,7 +83,12 @@ def test_dry_run_spends_nothing_and_shows_no_secret(tmp_path: Path) -> None:
     assert re.search(r"^  STALL_TIMEOUT\s+30m \(default\)$", out, re.MULTILINE)
     assert "run name   cones-exp1" in out
     assert "dataset    acme/cones @ v2 (pinned to a commit at start)" in out
-    assert "output     acme/yolo" in out
+    # by default every epoch goes to the bucket and the repo gets milestones: the dry run says so, as --help does
+    assert (
+        "output     acme/yolo (created private if missing): the weights, metrics and card at most every"
+        " PUBLISH_EVERY; every epoch's working state to the bucket acme/yolo-checkpoints"
+    ) in out
+    assert "every epoch is uploaded" not in out
     assert "resume     no checkpoint of cones-exp1 on this disk; acme/yolo's newest checkpoint is compared" in out
     command = next(line for line in out.splitlines() if line.startswith("command"))
     assert " train model=LibreYOLO9s.pt epochs=100 imgsz=640 batch=-1 " in command

@@ -36,8 +36,10 @@ def test_the_epoch_line() -> None:
         hub="acme/yolo",
         last_commit_at=NOW - 3,
     )
-    assert (
-        line == "epoch 12/100 · 41 s/epoch · ETA 1h00 · mAP50 0.60 (best 0.63 @ 9) · $0.42 so far · on the Hub 3 s ago"
+    # in all: $0.42 spent, then 88 epochs left at the measured 41 s each, 3608 s at $1/h
+    assert line == (
+        "epoch 12/100 · 41 s/epoch · ETA 1h00 · mAP50 0.60 (best 0.63 @ 9) · $0.42 so far, ~$1.42 in all"
+        " · on the Hub 3 s ago"
     )
 
 

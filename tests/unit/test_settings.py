@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -156,14 +158,40 @@ def test_token_never_in_repr_or_str() -> None:
         assert TOKEN not in text
 
 
-def test_run_name_is_stable_and_tracks_the_job() -> None:
-    first = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10")
-    again = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10")
-    other = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=20")
-    assert first.run_name == again.run_name
+def test_run_name_is_stable_and_tracks_the_job_but_not_its_length() -> None:
+    first = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10 imgsz=640")
+    again = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="imgsz=640 epochs=10")
+    longer = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=20 imgsz=640")
+    other = make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/out", RUN_ARGS="epochs=10 imgsz=320")
+    assert first.run_name == again.run_name == longer.run_name  # more epochs: the same run, extended
     assert first.run_name != other.run_name
+    assert first.run_name != make(DATASET_REPO="acme/cones", OUTPUT_REPO="acme/other", RUN_ARGS="epochs=10").run_name
     assert first.run_name.startswith("cones-")
     assert make(RUN_NAME="exp1").run_name == "exp1"
+    # a job without epochs keeps the name every earlier version derived for it
+    assert make(DATASET_REPO="acme/cones", RUN_ARGS="imgsz=640").run_name == "cones-56929b30"
+    assert first.identity() == {
+        "DATASET_REPO": "acme/cones",
+        "DATASET_FILE": None,
+        "DATA_YAML": None,
+        "OUTPUT_REPO": "acme/out",
+        "RUN_ARGS": "imgsz=640",
+    }
+
+
+def test_a_volume_holding_the_run_under_its_older_name_keeps_it(tmp_path: Path) -> None:
+    env = {"WORKDIR": str(tmp_path), "DATASET_REPO": "acme/cones", "RUN_ARGS": "epochs=3 imgsz=640"}
+    derived = make(**env).run_name
+    # the name Trainbox 0.1.0 derived: epochs hashed with the rest
+    identity = {"dataset": "acme/cones", "file": None, "data_yaml": None, "output": None}
+    text = json.dumps(identity | {"args": sorted([("epochs", "3"), ("imgsz", "640")])}, sort_keys=True)
+    old = f"cones-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    assert old != derived
+    (tmp_path / "runs" / old).mkdir(parents=True)
+    (tmp_path / "runs" / old / "trainbox.json").write_text("{}")
+    assert make(**env).run_name == old  # the run on this volume goes on under its own name
+    (tmp_path / "runs" / derived).mkdir()
+    assert make(**env).run_name == derived  # once the new name has a run, it is that one
 
 
 @pytest.mark.parametrize(

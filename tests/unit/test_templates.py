@@ -25,9 +25,9 @@ REQUIRED = {"DATASET_REPO", "OUTPUT_REPO", "RUN_ARGS"}
 
 
 def interface_variables() -> set[str]:
-    """The variables documented in README.md's configuration table (the public contract)."""
+    """The variables documented in docs/configuration.md's table (the public contract)."""
     names: set[str] = set()
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "configuration.md").read_text().splitlines():
         if line.startswith("| `"):
             names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
     assert {"HF_TOKEN", "DATASET_REPO", "OUTPUT_REPO", "RUN_ARGS", "ON_EXIT"} <= names
@@ -351,8 +351,8 @@ def test_kubernetes_jobset_restarts_every_node_together() -> None:
 
 
 def exit_codes() -> dict[int, str]:
-    """README's exit-code table."""
-    text = (REPO / "README.md").read_text().split("## Exit codes", 1)[1]
+    """docs/exit-codes.md's table."""
+    text = (REPO / "docs" / "exit-codes.md").read_text()
     return {int(code): meaning for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", text, re.M)}
 
 

@@ -26,7 +26,8 @@ def test_the_build_reads_the_version_from_the_package() -> None:
 
 
 def test_docs_and_compose_pin_the_current_release() -> None:
-    for name in ("README.md", "compose.yaml", "templates/README.md", "templates/kubernetes.yaml"):
+    docs = [str(path.relative_to(REPO)) for path in sorted((REPO / "docs").glob("*.md"))]
+    for name in ("README.md", *docs, "compose.yaml", "templates/README.md", "templates/kubernetes.yaml"):
         versions = set(PINNED_IMAGE.findall((REPO / name).read_text()))
         assert versions <= {entrypoint.__version__}, f"{name} pins {versions}, not {entrypoint.__version__}"
     assert PINNED_IMAGE.findall((REPO / "README.md").read_text()), "README.md shows no pinned image"
