@@ -104,11 +104,9 @@ def _feed_lines(feed: sizing.Feed) -> list[str]:
     threads = record["threads"]
     processes = record["processes"]
     each = f"each of {processes} training processes" if processes > 1 else "the training process"
-    if threads["source"] == "user":
-        shown = " ".join(f"{name}={value}" for name, value in threads["set"].items())
-        thread_text = f"{shown} as you set them, in {each}"
-    else:
-        thread_text = f"{'='.join(sizing.THREAD_VARS)}={threads['per_process']} in {each}"
+    chosen = threads["set"] if threads["source"] == "user" else feed.env
+    shown = " ".join(f"{name}={value}" for name, value in chosen.items())
+    thread_text = f"{shown} {'as you set them' if threads['source'] == 'user' else 'sized'}, in {each}"
     workers = record["workers"]
     why = workers.get("why") or f"set by {workers['source']}"
     cache = record["cache"]

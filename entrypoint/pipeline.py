@@ -374,8 +374,8 @@ class Job:
         if self._stop is not None:
             self._stop_trainer()
             raise self._stop
-        if self._rule.ended(code):
-            return None  # stopped by the rule at a boundary: finished
+        if self._rule.stopped:
+            return None  # stopped by the rule at a boundary (whatever the code the SIGINT left): finished
         error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or error_for_exit(code, self.trainer.error_tail())
         return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)

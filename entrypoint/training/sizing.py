@@ -4,7 +4,9 @@ container may use (``host.grant``), unless the user chose them.
 * Threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``; torch's intra-op pool reads
   the first two when it starts): the CPUs granted divided among the training processes of this node (one
   per GPU: libreyolo's own DDP launch or torchrun). torch would otherwise start one thread per core it
-  sees, quota or not. A user who set any of them keeps all of them as set.
+  sees, quota or not. OpenCV's pool (``OPENCV_FOR_THREADS_NUM``: its resizes while loading) the same where
+  the training process loads its own images, one per DataLoader worker where workers do (each worker is
+  a CPU's worth; torch already gives each one thread). A user who set any of them keeps all as set.
 * ``workers``: on GPUs, the CPUs per training process with one left for the agent, at most
   ``MAX_WORKERS`` (libreyolo 1.6.0 starts its DataLoader workers anew every epoch: each costs a fork
   and memory per epoch, and past a dozen they feed no faster); on the CPU none: the training's own
@@ -32,7 +34,7 @@ from ..settings import DEMO_CPU_BATCH
 if TYPE_CHECKING:
     from ..settings import Settings
 
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
 MAX_WORKERS = 16
 RAM_SHARE = 0.5  # the rest stays for the model, the optimizer, the page cache and the agent
 SAMPLE = 32  # images whose headers give the mean decoded size
@@ -176,6 +178,8 @@ def plan(
         added.append(("workers", str(count)))
         why = "the CPUs per GPU, one left for the agent" if on_gpu else "on the CPU, the threads use every CPU"
     record["workers"] = {"value": count, "source": source or "sized", **({} if source else {"why": why})}
+    if thread_env and count:  # the workers resize the images, one CPU's worth each
+        thread_env["OPENCV_FOR_THREADS_NUM"] = "1"
 
     source = given("cache")
     if source is not None:

@@ -10,8 +10,9 @@ libreyolo's ``eval_interval=10`` nine in ten are). Off by default.
 
 Stopping: libreyolo writes every checkpoint of an epoch, then its metrics.jsonl row, then renames
 status.json; the agent judges once the row is there, and sends SIGINT. libreyolo then leaves the next
-epoch without writing a checkpoint (KeyboardInterrupt, exit 130), so the last checkpoint is the
-boundary's; the job reads that exit as the rule's, not as an interruption.
+epoch without writing a checkpoint (KeyboardInterrupt, exit 130; under its multi-GPU launch or torchrun the
+launcher's own code), so the last checkpoint is the boundary's; whatever the code, the job reads that exit
+as the rule's, not as an interruption or a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..libreyolo import EXIT_INTERRUPTED, EXIT_OK, METRICS_FILE
+from ..libreyolo import METRICS_FILE
 from ..log import logger
 
 if TYPE_CHECKING:
@@ -175,10 +176,6 @@ class StopRule:
     def outcome(self) -> tuple[str, str]:
         """A finished training's exit reason and message."""
         return (REASON, self.message()) if self.stopped else ("success", "training finished")
-
-    def ended(self, code: int) -> bool:
-        """The training's exit is the rule's stop (SIGINT at the boundary, or the last epoch ended first)."""
-        return self.stopped and code in (EXIT_OK, EXIT_INTERRUPTED)
 
     def message(self) -> str:
         assert self.verdict is not None and self.flat_spend is not None

@@ -20,7 +20,7 @@ from tests.fakes import libreyolo as fake_libreyolo
 from tests.support import trainbox_env
 
 pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
-THREADS = "OMP_NUM_THREADS,MKL_NUM_THREADS,OPENBLAS_NUM_THREADS"
+THREADS = "OMP_NUM_THREADS,MKL_NUM_THREADS,OPENBLAS_NUM_THREADS,OPENCV_FOR_THREADS_NUM"
 
 
 def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:

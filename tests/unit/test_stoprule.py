@@ -91,7 +91,7 @@ def test_judged_once_per_boundary_and_recorded(tmp_path: Path) -> None:
         assert stops is (n == 3)
     assert [record["stopped"] for record in seen] == [False, False, True]
     assert seen[-1]["message"].startswith("STOP_FLAT_SPEND: the best mAP50-95 (0.3000) rose +0.0000")
-    assert rule.ended(130) and rule.ended(0) and not rule.ended(1)
+    assert rule.stopped
     assert rule.outcome() == (stoprule.REASON, rule.message())
     # the next start of this run: already stopped, nothing more to train
     again = stoprule.StopRule(tmp_path, PRICE, 2.0, 0.005)
@@ -99,7 +99,7 @@ def test_judged_once_per_boundary_and_recorded(tmp_path: Path) -> None:
 
 
 def test_off_by_default() -> None:
-    assert stoprule.OFF.check() is None and not stoprule.OFF.stopped_before() and not stoprule.OFF.ended(130)
+    assert stoprule.OFF.check() is None and not stoprule.OFF.stopped_before() and not stoprule.OFF.stopped
     assert stoprule.OFF.outcome() == ("success", "training finished")
 
 

@@ -3,6 +3,8 @@ and container engines lay them out, and the trainer's threads sized from them (t
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -113,7 +115,8 @@ def test_threads_are_the_cpus_granted_divided_among_the_training_processes(
     cpus: int, processes: int, per_process: int
 ) -> None:
     env, record = sizing.threads(grant.CpuGrant(64, float(cpus), "cpu.max"), processes, {})
-    assert env == {name: str(per_process) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
+    assert env == {name: str(per_process) for name in names}
     assert record == {"per_process": per_process, "source": "cgroup quota"}
 
 
@@ -122,7 +125,9 @@ def test_threads_without_a_quota_follow_the_affinity() -> None:
     assert env["OMP_NUM_THREADS"] == "3" and record["source"] == "affinity"
 
 
-@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"])
+@pytest.mark.parametrize(
+    "name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENCV_FOR_THREADS_NUM"]
+)
 def test_threads_the_user_set_are_kept_all_of_them(name: str) -> None:
     env, record = sizing.threads(grant.CpuGrant(64, 8.0), 1, {name: "3"})
     assert env == {}  # nothing added: the user's variable reaches the child as they set it
@@ -139,3 +144,31 @@ def test_memory_room_is_the_smallest_of_meminfo_and_the_cgroup_limits(tmp_path: 
     assert grant.memory_available(proc, meminfo) == 3 * 2**30
     write(memory / "job", memory__limit_in_bytes=str(64 * 2**30))
     assert grant.memory_available(proc, meminfo) == 16000000 * 1024
+
+
+def test_the_dry_run_shows_the_cpus_threads_and_workers(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from entrypoint.cli import cli
+
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cpu.max").write_text("100000 100000\n")
+    proc = proc_self(tmp_path, "0::/\n", "40 30 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+    env = {"WORKDIR": str(tmp_path / "w"), "PROVIDER": "none", "GPUS": "0,1", "DATASET_REPO": "acme/cones"}
+    env[grant.PROC_SELF_VAR] = str(proc)
+    out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
+    assert f"cpus       1 granted (affinity {len(os.sched_getaffinity(0))}, cgroup quota 1)" in out
+    assert (
+        "threads    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OPENCV_FOR_THREADS_NUM=1 sized,"
+        " in each of 2 training processes"
+    ) in out
+    assert "workers    1 (the CPUs per GPU, one left for the agent)" in out
+    assert "cache      off: DataLoader workers are restarted every epoch" in out
+    assert re.search(r"^command .* workers=1 .*device=0,1$", out, re.MULTILINE)
+    out = (
+        CliRunner()
+        .invoke(cli, ["run", "--dry-run"], env=env | {"OMP_NUM_THREADS": "6", "RUN_ARGS": "workers=2"})
+        .output
+    )
+    assert "threads    OMP_NUM_THREADS=6 as you set them, in each of 2 training processes" in out
+    assert "workers    2 (set by RUN_ARGS)" in out

@@ -89,7 +89,7 @@ def plan(tmp_path: Path, run_args: str = "", *, on_gpu: bool, processes: int = 1
 def test_plan_on_gpus_adds_workers_and_leaves_the_cache_to_libreyolo(tmp_path: Path) -> None:
     feed = plan(tmp_path, on_gpu=True, processes=2)
     assert feed.args.argv() == ["workers=4"]  # (9 - 1) // 2
-    assert feed.env["OMP_NUM_THREADS"] == "4"
+    assert feed.env["OMP_NUM_THREADS"] == "4" and feed.env["OPENCV_FOR_THREADS_NUM"] == "1"  # a CPU per worker
     assert feed.record["workers"] == {"value": 4, "source": "sized", "why": "the CPUs per GPU, one left for the agent"}
     assert feed.record["cache"]["value"] is None and "restarted every epoch" in feed.record["cache"]["why"]
     assert feed.record["cpus"] == {"cpus": 9, "affinity": 16, "quota": 9.0, "quota_at": "cpu.max"}
@@ -98,6 +98,7 @@ def test_plan_on_gpus_adds_workers_and_leaves_the_cache_to_libreyolo(tmp_path: P
 def test_plan_on_the_cpu_caches_a_dataset_that_fits(tmp_path: Path) -> None:
     feed = plan(tmp_path, "imgsz=64", on_gpu=False)
     assert feed.args.argv() == ["workers=0", "cache=ram"]
+    assert feed.env["OMP_NUM_THREADS"] == feed.env["OPENCV_FOR_THREADS_NUM"] == "9"  # it resizes its own images
     cache = feed.record["cache"]
     assert (cache["value"], cache["images"], cache["decoded_mb"], cache["available_mb"]) == ("ram", 12, 0.1, 10000)
     assert plan(tmp_path / "b", on_gpu=False, available=100_000).args.argv() == ["workers=0"]  # too little room
