@@ -3,10 +3,14 @@
 
 Each run is ``trainbox run`` exactly as README command 1 runs it (a fresh WORKDIR, no other variable: the
 bundled demo on the CPU), in a cgroup v1 ``cpu`` group of its own whose quota is one CPU per period, seen as
-a container sees it: a private mount namespace binds the group over ``/sys/fs/cgroup/cpu`` (``docker run
---cpus=1`` on cgroup v1 shows the container its own group there), so libreyolo's own cap on torch's threads,
-which reads that path, works as it does in a container. Two runs at a time, side by side, each in its own
-one-CPU group (on a 2-core machine they share nothing but the memory bus, and other jobs' load hits both):
+a container sees it (``--view container``, the default): a private mount namespace binds the group over
+``/sys/fs/cgroup/cpu`` (``docker run --cpus=1`` on cgroup v1 shows the container its own group there), so
+libreyolo's own cap on torch's threads and OpenCV's count of CPUs, which read that path, work as they do in
+a container. ``--view host``: the group joined as the host sees it (``systemd-run -p CPUQuota=100%``, a
+limit on a parent cgroup), where only a reader of /proc/self/cgroup finds the quota.
+
+Two runs at a time, side by side, each in its own one-CPU group (on a 2-core machine they share nothing but
+the memory bus, and other jobs' load hits both):
 
   sized ‖ omp1     this checkout, no thread variable  ‖  this checkout, OMP_NUM_THREADS=1 by hand
   before ‖ omp1    the older checkout (--before), no thread variable  ‖  the same OMP_NUM_THREADS=1 run
@@ -24,6 +28,8 @@ import json
 import os
 import platform
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,9 +45,12 @@ CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000
 # Bind the group over the cpu hierarchy (as a container sees its own), join it, then run the command.
 ENTER = 'mount --bind "$1" /sys/fs/cgroup/cpu && echo $$ > /sys/fs/cgroup/cpu/cgroup.procs && shift && exec "$@"'
+# Or join it as it is, seen from the host (systemd-run -p CPUQuota, a limit set on a parent cgroup).
+ENTER_HOST = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+VIEWS = {"container": ["unshare", "--mount", "sh", "-c", ENTER], "host": ["sh", "-c", ENTER_HOST]}
 
 
-def start(name: str, tree: Path, scratch: Path, extra: dict[str, str]) -> dict[str, Any]:
+def start(name: str, tree: Path, scratch: Path, extra: dict[str, str], view: str) -> dict[str, Any]:
     group = CPU_ROOT / f"trainbox-bench-{os.getpid()}-{name}"
     group.mkdir()
     (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
@@ -52,7 +61,7 @@ def start(name: str, tree: Path, scratch: Path, extra: dict[str, str]) -> dict[s
     for variable in sizing.THREAD_VARS:
         if variable not in extra:
             env.pop(variable, None)
-    argv = ["unshare", "--mount", "sh", "-c", ENTER, "sh", str(group), sys.executable, "-m", "entrypoint", "run"]
+    argv = [*VIEWS[view], "sh", str(group), sys.executable, "-m", "entrypoint", "run"]
     log = (workdir.parent / "agent.log").open("w")
     process = subprocess.Popen(argv, env=env, cwd=tree, stdout=log, stderr=subprocess.STDOUT)
     return {
@@ -65,44 +74,60 @@ def start(name: str, tree: Path, scratch: Path, extra: dict[str, str]) -> dict[s
     }
 
 
-def finish(run: dict[str, Any]) -> dict[str, Any]:
+def finish(run: dict[str, Any], deadline: float | None) -> dict[str, Any]:
+    """The run's figures once it ended; one still going at ``deadline`` (monotonic) is stopped with SIGTERM
+    (the agent wraps up) and recorded as stopped, with the epochs it had done."""
     process: subprocess.Popen[bytes] = run["process"]
-    _, status, usage = os.wait4(process.pid, 0)
+    group: Path = run["group"]
+    stopped = False
+    while True:
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if deadline is not None and time.monotonic() > deadline and not stopped:
+            stat_at_stop = (group / "cpu.stat").read_text()
+            process.send_signal(signal.SIGTERM)
+            stopped = True
+        time.sleep(0.5)
     wall = time.monotonic() - run["started"]
     run["log"].close()
     process.returncode = os.waitstatus_to_exitcode(status)
-    group: Path = run["group"]
-    stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    stat = dict(line.split() for line in (stat_at_stop if stopped else (group / "cpu.stat").read_text()).splitlines())
     for _ in range(50):
         try:
             group.rmdir()
             break
         except OSError:
             time.sleep(0.1)
-    if process.returncode != 0:
+    if process.returncode != 0 and not stopped:
         raise SystemExit(f"{run['name']}: trainbox run failed ({process.returncode}); see its log")
     (state_file,) = (run["workdir"] / "runs").glob("*/trainbox.json")
     state = json.loads(state_file.read_text())
     rows = [json.loads(line) for line in (state_file.parent / "metrics.jsonl").read_text().splitlines() if line]
     return {
         "name": run["name"],
+        "stopped_at_limit": stopped,
         "wall_s": round(wall, 1),
         "training_s": round(state["phases"]["training"]["seconds"], 1),
+        "epochs": len(rows),
+        "epoch_s": [round(row["time"], 1) for row in rows],
+        "median_epoch_s": round(statistics.median(row["time"] for row in rows), 1) if rows else None,
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "periods": int(stat["nr_periods"]),
         "throttled": int(stat["nr_throttled"]),
         "sizing": state.get("sizing"),
-        "final_map50": round(rows[-1].get("metrics/mAP50", 0.0), 3),
+        "final_map50": round(rows[-1].get("metrics/mAP50", 0.0), 3) if rows else None,
     }
 
 
 Config = tuple[str, Path, dict[str, str]]
 
 
-def pair(first: Config, second: Config, scratch: Path) -> list[dict[str, Any]]:
+def pair(first: Config, second: Config, scratch: Path, view: str, limit: float | None) -> list[dict[str, Any]]:
     load = os.getloadavg()[0]
-    runs = [start(name, tree, scratch, extra) for name, tree, extra in (first, second)]
-    done = [finish(run) for run in runs]
+    runs = [start(name, tree, scratch, extra, view) for name, tree, extra in (first, second)]
+    deadline = None if limit is None else time.monotonic() + limit
+    done = [finish(run, deadline) for run in runs]
     for result in done:
         result["load_before"] = round(load, 2)
     return done
@@ -110,19 +135,21 @@ def pair(first: Config, second: Config, scratch: Path) -> list[dict[str, Any]]:
 
 def table(report: dict[str, Any]) -> str:
     lines = [
-        "| pair | run | wall (s) | training (s) | CPU (s) | throttled periods | ratio to omp1 (wall, training) |",
-        "|---|---|---|---|---|---|---|",
+        "| pair | run | wall (s) | training (s) | median epoch (s) | CPU (s) | throttled periods | ratio to omp1 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for index, (a, b) in enumerate(report["pairs"], start=1):
         for run in (a, b):
-            ratio = (
-                ""
-                if run["name"].startswith("omp1")
-                else f"{run['wall_s'] / b['wall_s']:.2f}, {run['training_s'] / b['training_s']:.2f}"
-            )
+            if run["name"].startswith("omp1"):
+                ratio = ""
+            elif run["stopped_at_limit"] or b["stopped_at_limit"]:  # only the epochs compare
+                ratio = f"median epoch {run['median_epoch_s'] / b['median_epoch_s']:.2f}"
+            else:
+                ratio = f"wall {run['wall_s'] / b['wall_s']:.2f}, training {run['training_s'] / b['training_s']:.2f}"
+            stopped = f", stopped after epoch {run['epochs']}" if run["stopped_at_limit"] else ""
             lines.append(
-                f"| {index} | {run['name']} | {run['wall_s']:.0f} | {run['training_s']:.0f} | {run['cpu_s']:.0f} |"
-                f" {run['throttled']} of {run['periods']} | {ratio} |"
+                f"| {index} | {run['name']}{stopped} | {run['wall_s']:.0f} | {run['training_s']:.0f} |"
+                f" {run['median_epoch_s']} | {run['cpu_s']:.0f} | {run['throttled']} of {run['periods']} | {ratio} |"
             )
     return "\n".join(lines)
 
@@ -131,29 +158,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--before", type=Path, help="an older checkout's root, run as it was (no sizing)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--view", choices=tuple(VIEWS), default="container", help="how the runs see their group (default: container)"
+    )
+    parser.add_argument(
+        "--limit-s", type=float, help="stop a pair's runs still going after this long (recorded by their epochs)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "threads.json")
     args = parser.parse_args()
     if os.geteuid() != 0 or not (CPU_ROOT / "cpu.cfs_quota_us").is_file() or not shutil.which("unshare"):
         raise SystemExit("needs root, a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu and unshare(1)")
-    pairs = []
+    pairs: list[list[dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="trainbox-threads-") as tmp:
         for round_ in range(args.rounds):
             scratch = Path(tmp) / f"round{round_}"
             scratch.mkdir()
             omp1 = ("omp1", ROOT, {"OMP_NUM_THREADS": "1"})
-            pairs.append(pair(("sized", ROOT, {}), omp1, scratch))
+            pairs.append(pair(("sized", ROOT, {}), omp1, scratch, args.view, args.limit_s))
+            save(args, pairs)
             if args.before is not None:
-                pairs.append(pair(("before", args.before.resolve(), {}), omp1, scratch / "before"))
+                before = ("before", args.before.resolve(), {})
+                pairs.append(pair(before, omp1, scratch / "before", args.view, args.limit_s))
+                save(args, pairs)
+    print(table(save(args, pairs)))
+
+
+def save(args: argparse.Namespace, pairs: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """The report so far, written after each pair (a long run lost later keeps what was measured)."""
     report = {
         "benchmark": "threads",
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "quota_cpus": 1,
+        "view": args.view,
+        "load_average_after": round(os.getloadavg()[0], 2),
+        "limit_s": args.limit_s,
         "pairs": pairs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(table(report))
+    return report
 
 
 if __name__ == "__main__":
