@@ -74,25 +74,34 @@ def start(name: str, tree: Path, scratch: Path, extra: dict[str, str], view: str
     }
 
 
-def finish(run: dict[str, Any], deadline: float | None) -> dict[str, Any]:
-    """The run's figures once it ended; one still going at ``deadline`` (monotonic) is stopped with SIGTERM
-    (the agent wraps up) and recorded as stopped, with the epochs it had done."""
+def wait_all(runs: list[dict[str, Any]], deadline: float | None) -> None:
+    """Reap the runs as each ends (its wall time, CPU and the group's cpu.stat then); one still going at
+    ``deadline`` (monotonic) gets SIGTERM (the agent wraps up) and is recorded as stopped there."""
+    waiting = list(runs)
+    while waiting:
+        for run in list(waiting):
+            process: subprocess.Popen[bytes] = run["process"]
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                run |= {"wall": time.monotonic() - run["started"], "status": status, "usage": usage}
+                run.setdefault("stat", (run["group"] / "cpu.stat").read_text())
+                waiting.remove(run)
+            elif deadline is not None and time.monotonic() > deadline and not run.get("stopped"):
+                run["stat"] = (run["group"] / "cpu.stat").read_text()  # the quota's account when stopped
+                run["stopped"] = True
+                process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+
+
+def finish(run: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a reaped run (``wait_all``)."""
     process: subprocess.Popen[bytes] = run["process"]
     group: Path = run["group"]
-    stopped = False
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        if deadline is not None and time.monotonic() > deadline and not stopped:
-            stat_at_stop = (group / "cpu.stat").read_text()
-            process.send_signal(signal.SIGTERM)
-            stopped = True
-        time.sleep(0.5)
-    wall = time.monotonic() - run["started"]
+    wall, usage = run["wall"], run["usage"]
+    stopped = bool(run.get("stopped"))
     run["log"].close()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    stat = dict(line.split() for line in (stat_at_stop if stopped else (group / "cpu.stat").read_text()).splitlines())
+    process.returncode = os.waitstatus_to_exitcode(run["status"])
+    stat = dict(line.split() for line in run["stat"].splitlines())
     for _ in range(50):
         try:
             group.rmdir()
@@ -126,8 +135,8 @@ Config = tuple[str, Path, dict[str, str]]
 def pair(first: Config, second: Config, scratch: Path, view: str, limit: float | None) -> list[dict[str, Any]]:
     load = os.getloadavg()[0]
     runs = [start(name, tree, scratch, extra, view) for name, tree, extra in (first, second)]
-    deadline = None if limit is None else time.monotonic() + limit
-    done = [finish(run, deadline) for run in runs]
+    wait_all(runs, None if limit is None else time.monotonic() + limit)
+    done = [finish(run) for run in runs]
     for result in done:
         result["load_before"] = round(load, 2)
     return done
@@ -143,7 +152,8 @@ def table(report: dict[str, Any]) -> str:
             if run["name"].startswith("omp1"):
                 ratio = ""
             elif run["stopped_at_limit"] or b["stopped_at_limit"]:  # only the epochs compare
-                ratio = f"median epoch {run['median_epoch_s'] / b['median_epoch_s']:.2f}"
+                mine, theirs = run["median_epoch_s"], b["median_epoch_s"]
+                ratio = f"median epoch {mine / theirs:.2f}" if mine and theirs else "no epoch to compare"
             else:
                 ratio = f"wall {run['wall_s'] / b['wall_s']:.2f}, training {run['training_s'] / b['training_s']:.2f}"
             stopped = f", stopped after epoch {run['epochs']}" if run["stopped_at_limit"] else ""
