@@ -71,6 +71,7 @@ def measure() -> dict[str, Any]:
         "load_after": round(load_after, 2),
         "cpus": os.cpu_count(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),  # 1 keeps torch's threads from spinning on a busy CPU
+        "sizing": state.get("sizing"),  # what the agent gave the training: threads, workers, cache
         "machine": platform.machine(),
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d"),

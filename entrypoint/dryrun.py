@@ -6,12 +6,14 @@ no training, no release. Secrets show as set/unset.
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings, demo_cpu_batch, variables
-from .training import resume
+from .settings import DatasetKind, ExitAction, Settings, variables
+from .training import resume, sizing
 from .training.process import build_command, device_arg
 
 
@@ -39,7 +41,9 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
         lines.append(f"nodes      {_nodes(settings)}")
     point_text, args = _resume(settings)
     lines.append(f"resume     {point_text}")
-    lines.append(f"command    + {shlex.join(_command(settings, args))}")
+    feed = _feed(settings, args)
+    lines += _feed_lines(feed)
+    lines.append(f"command    + {shlex.join(_command(settings, args, feed.args))}")
     lines.append(f"release    {_release(settings)}")
     return lines
 
@@ -90,7 +94,49 @@ def _point(settings: Settings, done: int, total: int) -> resume.ResumePoint:
     return resume.ResumePoint(checkpoint=checkpoint, completed_epochs=done, total_epochs=total, source="volume")
 
 
-def _command(settings: Settings, args: RunArgs) -> list[str]:
+def _gpus_seen(settings: Settings) -> tuple[int, ...] | None:
+    """The GPUs the training would get, as far as a dry run can tell without CUDA: GPUS's list, else the
+    device nodes (``/dev/nvidiaN``); None: the CPU."""
+    if settings.gpus.cpu:
+        return None
+    if settings.gpus.indices is not None:
+        return settings.gpus.indices
+    found = sorted(int(m[1]) for p in Path("/dev").glob("nvidia*") if (m := re.fullmatch(r"nvidia(\d+)", p.name)))
+    return tuple(found) or None
+
+
+def _feed(settings: Settings, args: RunArgs) -> sizing.Feed:
+    """Threads and workers as the training would get them; the cache is weighed once the dataset is there."""
+    return sizing.for_job(settings, args, _gpus_seen(settings), None)
+
+
+def _feed_lines(feed: sizing.Feed) -> list[str]:
+    record = feed.record
+    threads = record["threads"]
+    processes = record["processes"]
+    each = f"each of {processes} training processes" if processes > 1 else "the training process"
+    chosen = threads["set"] if threads["source"] == "user" else feed.env
+    shown = " ".join(f"{name}={value}" for name, value in chosen.items())
+    thread_text = f"{shown} {'as you set them' if threads['source'] == 'user' else 'sized'}, in {each}"
+    workers = record["workers"]
+    why = workers.get("why") or f"set by {workers['source']}"
+    cache = record["cache"]
+    if cache["source"] != "sized":
+        cache_text = f"{cache['value']} (set by {cache['source']})"
+    elif workers["value"] == 0:
+        cache_text = "ram when the decoded images fit in memory (weighed once the dataset is in place), else off"
+    else:
+        cache_text = f"off: {cache['why']}"
+    return [
+        f"cpus       {record['cpus']['cpus']} granted (affinity {record['cpus']['affinity']}, "
+        + (f"cgroup quota {record['cpus']['quota']:g})" if record["cpus"]["quota"] is not None else "no CPU quota)"),
+        f"threads    {thread_text}",
+        f"workers    {workers['value']} ({why})",
+        f"cache      {cache_text}",
+    ]
+
+
+def _command(settings: Settings, args: RunArgs, extra: RunArgs) -> list[str]:
     if settings.gpus.cpu:
         device = "cpu"
     elif settings.gpus.indices is not None:
@@ -106,7 +152,7 @@ def _command(settings: Settings, args: RunArgs) -> list[str]:
         workdir=settings.workdir,
         run_name=settings.run_name,
         device=device,
-        extra=demo_cpu_batch(settings, None) if settings.gpus.cpu else None,
+        extra=extra,
     )
     return list(command.argv)
 

@@ -1,9 +1,11 @@
 """What the agent knows of LibreYOLO: its command, its ``train`` options, its exit codes, its run folder.
 
 The run folder is ``WORKDIR/runs/RUN_NAME``. LibreYOLO writes its checkpoints in place, then renames
-``status.json`` last; ``metrics.jsonl`` gets one row per epoch. The accepted ``train`` keys are read
-from the installed libreyolo's own command, not from a copied list: its versioned ``--help-json`` schema
-(kept per versions: starting libreyolo costs seconds), else its source, parsed with ``ast``.
+``status.json`` last; ``metrics.jsonl`` gets one row per epoch. The accepted ``train`` keys of the
+releases this agent supports ship with it (``RELEASE_OPTIONS``, checked against the installed release's
+source by the tests): asking libreyolo starts a child that imports torch, about 1 GB and seconds on every
+fresh volume. For a release it does not know, they are read from the installed libreyolo's own command:
+its versioned ``--help-json`` schema (kept per versions), else its source, parsed with ``ast``.
 """
 
 from __future__ import annotations
@@ -125,16 +127,51 @@ def executable() -> str:
 
 
 # -- the options of ``libreyolo train`` ----------------------------------------------------------------
+# Per release, ``name:type`` as its cli/commands/train.py declares them (the output flags left out).
+RELEASE_OPTIONS = {
+    "1.6.0": """
+        data:str model:str task:str epochs:int batch:int imgsz:str device:str workers:int cache:str min_samples:int
+        class_balanced:bool cls_pw:float class_weights:bool single_cls:bool classes:str average_best:int
+        export_check:bool precise_bn:int aux_weight:float seed:int resume:str amp:bool amp_dtype:str cuda_graph:bool
+        compile:str pretrained:bool lora:bool freeze:str distill_model:str dis:float distill_loss_type:str
+        optimizer:str lr0:float momentum:float weight_decay:float nesterov:bool scheduler:str warmup_epochs:int
+        warmup_lr_start:float min_lr_ratio:float lr_drop:int mosaic:float mixup:float hsv_prob:float flip_prob:float
+        fliplr:float flipud:float degrees:float translate:float shear:float mosaic_scale:str mixup_scale:str
+        no_aug_epochs:int auto_augment:str erasing:float cutmix:float scale:str crop_pct:float ema:bool
+        ema_decay:float val:bool eval_interval:int max_det:int eval_max_det:int faster_coco_eval:bool save_plots:bool
+        plot_samples:int patience:int project:str name:str exist_ok:bool save_period:int log_interval:int
+        allow_download_scripts:bool
+    """,
+}
+
+
+def installed_version() -> str | None:
+    """The installed libreyolo's version, from its package metadata (nothing is imported)."""
+    try:
+        return importlib.metadata.version("libreyolo")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def release_options(version: str | None) -> dict[str, str]:
+    """The shipped options of ``version`` ({} for a release this agent does not know)."""
+    text = RELEASE_OPTIONS.get(version or "", "")
+    return dict(pair.split(":", 1) for pair in text.split())
+
+
 @functools.cache
 def train_options(cache_dir: Path | None = None) -> dict[str, str]:
     """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str.
 
-    From libreyolo's own versioned schema (``train --help-json``) where it works; it crashes with some
-    typer releases (AttributeError on ``TyperOption.type`` with 0.29), and then the options are read
-    from its source, else from ``--help``."""
+    A supported release's options ship with the agent. Another's come from libreyolo's own versioned
+    schema (``train --help-json``) where it works; it crashes with some typer releases (AttributeError on
+    ``TyperOption.type`` with 0.29), and then the options are read from its source, else from ``--help``."""
     spec = importlib.util.find_spec("libreyolo")
     if spec is None or spec.origin is None:
         raise ConfigError("libreyolo is not installed", "install it: pip install libreyolo")
+    options = release_options(installed_version())
+    if options:
+        return options
     options = help_json_options(cache_dir)
     if options:
         return options

@@ -41,15 +41,15 @@ from .report import notify, progress
 from .report.nextsteps import summary
 from .report.status import progress_fields
 from .run_args import RunArgs
-from .settings import Settings, demo_cpu_batch
+from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
 from .sync.places import Store, TwoPlaces, open_store
 from .sync.uploader import Uploader
-from .training import extend, monitor, profiling, resume
+from .training import extend, monitor, profiling, resume, sizing, stoprule
 from .training.launch import Launch, attempt_output, log_size
 from .training.oom import OomTry, end_of_set
-from .training.process import TrainingProcess, blame_full_disk, build_command, device_arg, error_for_exit
+from .training.process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
 
 _TERMINAL_FOR: dict[type[AgentError], Phase] = {
     PreemptedError: Phase.PREEMPTED,
@@ -91,6 +91,7 @@ class Job:
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
         self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
+        self._rule = stoprule.OFF  # STOP_FLAT_SPEND's rule, once the price is known
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -243,6 +244,7 @@ class Job:
         """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
         on the MAX_RUNTIME timer, whichever comes first, so it ends the job the same way."""
         self.price = cost.choose_price(self.settings.price_per_hour, seen)
+        self._rule = stoprule.for_job(self.settings, self.price.per_hour)  # refused here without a price
         self.state.update(
             cost={
                 "price_per_hour": self.price.per_hour,
@@ -385,23 +387,15 @@ class Job:
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
     ) -> AgentError | None:
-        command = build_command(
-            args,
-            data_yaml=data.data_yaml,
-            workdir=self.settings.workdir,
-            run_name=self.settings.run_name,
-            device=device_arg(gpu_indices),
-            extra=demo_cpu_batch(self.settings, gpu_indices),
-        )
+        if self._rule.stopped_before():
+            return None  # a restart of a run the rule stopped: nothing more to train
+        feed = sizing.for_job(self.settings, args, gpu_indices, data.data_yaml)  # threads, workers, cache
+        command = job_command(self.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
         command = self.launch.command(command, gpu_indices)
-        env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices)
+        env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices) | feed.env
         log_start = self._log_start = log_size(command.run_dir)
         self.launch.clear_peer_report()
-        batch = args.get("batch")
-        self.state.update(
-            training={"argv": list(command.argv[1:]), "started_at": time.time()}
-            | ({"batch": int(batch)} if batch is not None and batch.isdigit() else {})
-        )
+        self.state.update(training=started(command, args), sizing=feed.record)
         try:
             self._stop_check()
             with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
@@ -420,6 +414,8 @@ class Job:
             raise self._stop
         self._trainer_live = False
         self._stop_check()  # a stop that came just before the flag fell was only recorded
+        if self._rule.stopped:
+            return None  # stopped by the rule at a boundary (whatever the code the SIGINT left): finished
         error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or error_for_exit(code, self.trainer.error_tail())
         return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
@@ -433,6 +429,8 @@ class Job:
         if self._dataset_check is not None and self._dataset_check.done():
             self._dataset_checked()
         self._report_progress()
+        if self._rule.at_boundary(lambda record: self.state.update(stop_rule=record)):
+            self.trainer.child.send(signal.SIGINT)  # libreyolo leaves the next epoch, writing nothing
         self.progress.tick(publish=self.uploader is None)
         if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / STATUS_FILE).exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
@@ -510,7 +508,7 @@ class Job:
         if outcome is None and self.already_complete:
             phase, code, reason, message = Phase.DONE, 0, "already_complete", "all epochs were already trained"
         elif outcome is None:
-            phase, code, reason, message = Phase.DONE, 0, "success", "training finished"
+            phase, code, reason, message = Phase.DONE, 0, *self._rule.outcome()
         else:
             phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
             code, reason, message = outcome.exit_code, outcome.reason, str(outcome)

@@ -49,6 +49,7 @@ DEFAULT_PUBLISH_EVERY = 10 * 60
 DEFAULT_HOST_MIN_GPU_FRACTION = 0.5
 DEFAULT_HOST_MIN_COPY_GBPS = 4.0
 DEFAULT_HOST_MIN_DISK_MBPS = 100.0
+DEFAULT_STOP_MIN_GAIN = 0.005  # mAP50-95: below the epoch-to-epoch noise of a converged YOLO training
 VAST_API_URL = "https://console.vast.ai"
 RUNPOD_API_URL = "https://api.runpod.io"  # REST v2; v1 (rest.runpod.io) is retired
 # RUN_ARGS defaults for the bundled demo (dataset/demo.py draws 128 px images), measured (docs/benchmarks.md) so a CPU
@@ -124,6 +125,8 @@ class Settings:
     host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
     notify: tuple[Secret, ...] = ()  # NOTIFY: apprise URLs (secrets: a webhook URL carries its channel's key)
     notify_on: NotifyOn = NotifyOn.START_END
+    stop_flat_spend: float | None = None  # dollars of training without STOP_MIN_GAIN in mAP50-95 end the run
+    stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
 
     @property
     def is_demo(self) -> bool:
@@ -333,6 +336,11 @@ class Vars:
     RANK = elsewhere("set by PyTorchJob (one pod per node): the node rank")
     PET_NNODES = elsewhere("set by PyTorchJob (torchrun's variables): the number of nodes")
     PET_NODE_RANK = elsewhere("set by PyTorchJob (torchrun's variables): the node rank")
+    STOP_FLAT_SPEND = Variable(
+        "$ like 5: done once best mAP50-95 rose < STOP_MIN_GAIN over that much", parse.dollars("5", zero_ok=False), None
+    )
+    STOP_MIN_GAIN = Variable("the mAP50-95 rise STOP_FLAT_SPEND waits for", parse.ratio, DEFAULT_STOP_MIN_GAIN, "0.005")
+    OMP_NUM_THREADS = elsewhere("threads per training process (default: CPUs granted ÷ processes; yours are kept)")
 
 
 VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values() if isinstance(row, Variable))
@@ -404,6 +412,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         host_min_disk_mbps=Vars.HOST_MIN_DISK_MBPS.read(env),
         notify=Vars.NOTIFY.read(env),
         notify_on=Vars.NOTIFY_ON.read(env),
+        stop_flat_spend=Vars.STOP_FLAT_SPEND.read(env),
+        stop_min_gain=Vars.STOP_MIN_GAIN.read(env),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -428,11 +438,12 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
             "use ON_EXIT=exit and ON_FAILURE=exit; the launcher ends the machines when the job ends",
         )
     unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
-    if settings.max_cost is not None and unpriced:  # with a provider, its price is read at start
-        raise ConfigError(
-            f"MAX_COST={env['MAX_COST']} needs the instance's price, and no provider here reports one",
-            "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
-        )
+    for name in ("MAX_COST", "STOP_FLAT_SPEND"):  # dollars; with a provider, its price is read at start
+        if name in env and unpriced:
+            raise ConfigError(
+                f"{name}={env[name]} needs the instance's price, and no provider here reports one",
+                "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
+            )
     for action in {settings.on_exit, settings.on_failure} - {ExitAction.EXIT}:
         if settings.provider.provider is Provider.NONE:
             raise ConfigError(
@@ -527,10 +538,3 @@ def _proc1_vast_env() -> dict[str, str]:
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     found = {key.decode(errors="replace"): value.decode(errors="replace") for key, _, value in pairs}
     return {k: found[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if found.get(k)}
-
-
-def demo_cpu_batch(settings: Settings, gpu_indices: tuple[int, ...] | None) -> RunArgs | None:
-    """The demo on a CPU trains at DEMO_CPU_BATCH, unless RUN_ARGS names a batch."""
-    if settings.is_demo and gpu_indices is None and "batch" not in settings.user_run_args:
-        return RunArgs((("batch", str(DEMO_CPU_BATCH)),))
-    return None

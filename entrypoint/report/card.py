@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..libreyolo import BEST_CHECKPOINT
+from ..training.stoprule import REASON as STOP_RULE
 from .receipt import Receipt
 
 if TYPE_CHECKING:
@@ -159,7 +160,10 @@ def _state_line(info: CardInfo) -> str:
     if info.phase in _STATE_WORDS:
         text = f"**State: {_STATE_WORDS[info.phase]}** after {epochs}"
         message = (info.exit or {}).get("message")
-        if info.phase != "done" and message:
+        early = (info.exit or {}).get("reason") == STOP_RULE  # finished, before its last epoch
+        if early:
+            text = f"**State: done, stopped early by the dollar rule** after {epochs}"
+        if message and (info.phase != "done" or early):
             text += f": {message}"
         return text + "." + _freshness(info, live=False)
     return f"**State: running** ({info.phase}), {epochs} so far." + _freshness(info, live=True)

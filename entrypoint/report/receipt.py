@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..training import sizing, stoprule
+
 # In the order they happen; labels as a person reads them.
 PARTS = (
     ("setup", "setup"),
@@ -30,6 +32,8 @@ class Receipt:
     price_per_hour: float | None
     final: bool  # the release has ended: nothing more is billed by this attempt
     host: str | None = None  # the host report in a phrase: what the money bought
+    feeding: str | None = None  # the training's CPUs, threads, workers and cache in a phrase
+    stopped: str | None = None  # why training ended before its last epoch (the STOP_FLAT_SPEND rule)
 
     def dollars(self, seconds: float) -> float | None:
         return None if self.price_per_hour is None else seconds / 3600 * self.price_per_hour
@@ -54,6 +58,8 @@ class Receipt:
             "billing_efficiency": None if self.efficiency is None else round(self.efficiency, 4),
             "final": self.final,
             **({"host": self.host} if self.host else {}),
+            **({"feeding": self.feeding} if self.feeding else {}),
+            **({"stopped": self.stopped} if self.stopped else {}),
         }
 
     def _money(self, seconds: float) -> str:
@@ -68,6 +74,10 @@ class Receipt:
             parts.append(f"billing efficiency {self.efficiency:.0%}")
         if self.host:
             parts.append(f"host: {self.host}")
+        if self.feeding:
+            parts.append(f"fed: {self.feeding}")
+        if self.stopped:
+            parts.append(f"stopped early: {self.stopped}")
         return "receipt: " + " · ".join(parts)
 
     def markdown(self) -> str:
@@ -87,6 +97,10 @@ class Receipt:
             tail += "\n\nSet `PRICE_PER_HOUR` to see dollars."
         if self.host:
             tail += f"\n\nHost: {self.host}."
+        if self.feeding:
+            tail += f"\n\nTraining fed with {self.feeding}."
+        if self.stopped:
+            tail += f"\n\nStopped early by the dollar rule: {self.stopped}."
         if not self.final:
             tail += "\n\nThe run is still billing; this is the receipt so far."
         return "\n".join(rows) + tail
@@ -146,4 +160,17 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
         summary: str | None = judge.brief(host)
     else:
         summary = None
-    return Receipt(seconds, max(0.0, end - started), price_per_hour, final=released is not None, host=summary)
+    return Receipt(
+        seconds,
+        max(0.0, end - started),
+        price_per_hour,
+        final=released is not None,
+        host=summary,
+        feeding=sizing.describe(state["sizing"]) if isinstance(state.get("sizing"), dict) else None,
+        stopped=_stopped(state),
+    )
+
+
+def _stopped(state: dict[str, Any]) -> str | None:
+    ended = state.get("exit") or {}
+    return str(ended.get("message")) if ended.get("reason") == stoprule.REASON else None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import errors, libreyolo
 from ..errors import AgentError, ConfigError
@@ -26,6 +26,9 @@ from ..procs import Child
 from ..run_args import RunArgs
 from ..state import STATE_FILE
 from .liveness import Liveness
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 CONSOLE_LOG = "console.log"
 # Files the agent itself writes in the run folder: not a sign that training progresses.
@@ -76,6 +79,28 @@ def build_command(
     argv = (libreyolo.executable(), "train", *merged.argv(), *owned)
     # cwd on the volume: libreyolo downloads bare weight names into ./weights/.
     return TrainCommand(argv=argv, cwd=workdir, run_dir=workdir / "runs" / run_name)
+
+
+def job_command(
+    settings: Settings, args: RunArgs, data_yaml: Path, gpu_indices: tuple[int, ...] | None, extra: RunArgs
+) -> TrainCommand:
+    """This job's ``libreyolo train`` on one machine: its run folder, its GPUs (``build_command``)."""
+    return build_command(
+        args,
+        data_yaml=data_yaml,
+        workdir=settings.workdir,
+        run_name=settings.run_name,
+        device=device_arg(gpu_indices),
+        extra=extra,
+    )
+
+
+def started(command: TrainCommand, args: RunArgs) -> dict[str, Any]:
+    """trainbox.json's ``training`` as a training starts: the arguments libreyolo got, when, its batch."""
+    batch = args.get("batch")
+    return {"argv": list(command.argv[1:]), "started_at": time.time()} | (
+        {"batch": int(batch)} if batch is not None and batch.isdigit() else {}
+    )
 
 
 def error_for_exit(code: int, tail: str) -> AgentError | None:

@@ -26,6 +26,10 @@ checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``
 16) is above N runs out of GPU memory during epoch ``FAKE_OOM_EPOCH`` (default 2) as libreyolo 1.6.0 does:
 ``status.json`` ``failed`` with ``error.type`` ``OutOfMemoryError``, its ``Error [cuda_oom]`` line, exit 1.
 
+``FAKE_MAP=0.1,0.2,0.2,...``: each epoch is validated, its metrics.jsonl row carrying libreyolo's columns
+(``metrics/mAP50-95`` from the list, the last value again past its end; ``metrics/mAP50``; ``validated``,
+``is_best``, ``best_metric``, ``best_epoch``) and ``time``: ``FAKE_EPOCH_SECONDS``, the epoch's seconds.
+
 ``--help-json`` fails as libreyolo 1.6.0's does with typer 0.29.2.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
@@ -103,6 +107,7 @@ def train(args: dict[str, str], mode: str) -> int:
     first = _epoch_of(args["model"]) + 1 if args.get("resume") == "true" else 1
     epoch = first
     chatter = int(os.environ.get("FAKE_OUTPUT_BYTES", "0"))
+    curve = [float(value) for value in os.environ.get("FAKE_MAP", "").split(",") if value.strip()]
     while mode == "forever" or epoch <= total:
         time.sleep(pause)
         for step in range(chatter // 100):
@@ -117,8 +122,11 @@ def train(args: dict[str, str], mode: str) -> int:
             torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"
             with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
                 f.write(b"" if torn else data)
+        row: dict[str, object] = {"epoch": epoch, "loss": 1.0 / epoch}
+        if curve:
+            row.update(_validated(run_dir, epoch, curve, pause))
         with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\n")
+            f.write(json.dumps(row) + "\n")
         if mode == "forever":
             status = {"state": "running", "completed_epochs": epoch, "pid": os.getpid()}
         else:
@@ -131,6 +139,32 @@ def train(args: dict[str, str], mode: str) -> int:
         print(f"epoch {epoch}/{'?' if mode == 'forever' else total} done", flush=True)
         epoch += 1
     return 0
+
+
+def _validated(run_dir: str, epoch: int, curve: list[float], seconds: float) -> dict[str, object]:
+    """libreyolo's columns of a validated epoch, with the scripted mAP50-95 (the best so far read back)."""
+    value = curve[min(epoch, len(curve)) - 1]
+    best, best_epoch = value, epoch
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                earlier = json.loads(line)
+                if earlier.get("epoch", epoch) < epoch and earlier.get("metrics/mAP50-95", -1.0) >= best:
+                    best, best_epoch = earlier["metrics/mAP50-95"], earlier["epoch"]
+    except (OSError, ValueError):
+        pass
+    return {
+        "time": seconds,
+        "validated": True,
+        "is_best": best_epoch == epoch,
+        "metrics/mAP50-95": value,
+        "metrics/mAP50": min(1.0, value * 1.5),
+        "current_metric": value,
+        "current_metric_name": "mAP50-95",
+        "best_metric": best,
+        "best_metric_name": "mAP50-95",
+        "best_epoch": best_epoch,
+    }
 
 
 def _out_of_memory(run_dir: str, epoch: int) -> int:

@@ -7,15 +7,16 @@
 # folder (the machine's torch, torchvision and CUDA are never touched), checks that every requirement of what it
 # installed is met, then runs `pytest -m gpu` with a time limit per test and for the whole run. Into OUTDIR (at
 # most a few files, one level deep): env.txt (machine, driver, versions), check.txt (`trainbox check`), pytest.log,
-# junit.xml, and logs.tar.gz (each test's trainbox.json and console.log). Exit: pytest's own code.
+# junit.xml, feeding-gpu.json (bench/feeding.py's figures) and logs.tar.gz (each test's trainbox.json and
+# console.log). Exit: pytest's own code.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
 OUT=${1:?usage: device.sh OUTDIR [WHEELS]}
 WHEELS=${2:-.gpu-wheels}
 PYTHON=${PYTHON:-python3}
-PER_TEST=${GPU_TEST_TIMEOUT:-240}   # seconds per test (pytest-timeout, where the machine has it)
-WHOLE=${GPU_RUN_TIMEOUT:-420}       # seconds for the whole pytest run
+PER_TEST=${GPU_TEST_TIMEOUT:-360}   # seconds per test (pytest-timeout, where the machine has it); feeding: ~4 min
+WHOLE=${GPU_RUN_TIMEOUT:-600}       # seconds for the whole pytest run
 SITE=${GPU_SITE:-/tmp/trainbox-site}
 SCRATCH=${GPU_SCRATCH:-/tmp/trainbox-gpu}
 mkdir -p "$OUT"
@@ -93,6 +94,7 @@ if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
 fi
 # Warnings stay visible but are not errors here: this run proves GPU behaviour, and the machine's own packages
 # (another torch, another numpy) warn about things CI never sees.
+export GPU_RESULTS_DIR="$OUT"  # tests/gpu/test_feeding.py writes its figures there (feeding-gpu.json)
 timeout -k 10 "$WHOLE" "$PYTHON" -m pytest tests/gpu -m gpu -s -v -W default -p no:cacheprovider \
     --basetemp "$SCRATCH/pytest" --junitxml "$OUT/junit.xml" "${limits[@]}" 2>&1 | tee "$OUT/pytest.log"
 code=${PIPESTATUS[0]}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from entrypoint import dryrun
-from entrypoint.settings import DEMO_CPU_BATCH, demo_cpu_batch, from_env
+from entrypoint.settings import DEMO_CPU_BATCH, from_env
+from entrypoint.training.sizing import demo_cpu_batch
 
 
 def make(**env: str):
