@@ -34,7 +34,7 @@ from .run_args import RunArgs
 from .settings import Settings, demo_cpu_batch
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
-from .sync.places import Store, TwoPlaces, open_store
+from .sync.bucket import RunFolder
 from .sync.uploader import Uploader
 from .training import monitor, profiling, resume
 from .training.launch import Launch, log_size
@@ -59,8 +59,8 @@ class Job:
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
         self.trainer: TrainingProcess | None = None
-        self.uploader: Uploader | TwoPlaces | None = None
-        self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
+        self.uploader: Uploader | None = None
+        self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
         self.hub: Hub | None = None
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
@@ -75,6 +75,7 @@ class Job:
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
+        self._new_run = False  # this start gave the run its id: it goes to the repo before training
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -258,24 +259,22 @@ class Job:
         )
 
     def _start_uploader(self, point: resume.ResumePoint | None) -> None:
-        """Mirror the run folder to OUTPUT_REPO, once resume has chosen between the volume and the
-        Hub: what the Hub holds newer than this volume is never overwritten by the older copy."""
+        """Mirror the run folder to OUTPUT_REPO (and its bucket), once resume has chosen between the
+        volume and the stores: what the Hub holds newer than this volume is never overwritten by the
+        older copy. A new run's id is on the repo before training, so a new volume learns it."""
         if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
-
-        def on_card(refused: str | None) -> None:  # trainbox.json says why the Hub refused the card, until one lands
-            self.state.update(card={"refused": refused})
-
         self.uploader = job_sync.start(
             self.settings,
             self.hub,
             self.bucket,
-            self.settings.agent_dir,
+            self.state,
             newer=newer,
             before_snapshot=self._before_snapshot,
             on_commit=self.progress.committed,
-            on_card=on_card,
+            stop=self.request_stop,
+            new_run=self._new_run,
         )
         self.state.on_phase(self.uploader.notify)
 
@@ -286,9 +285,8 @@ class Job:
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
         resume.stop_orphan(self.state.previous)
-        if self.settings.topology.leader:
-            self.bucket, where = open_store(self.settings, self.hub)
-            self.state.update(storage=where)
+        self.bucket, self._new_run = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
+        resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
         return self._locate_resume_point()
@@ -300,7 +298,7 @@ class Job:
             hub=self.hub,
             repo_id=self.settings.output_repo,
             work_dir=self._scratch(),
-            # several nodes: every node resumes from the Hub alone, at node 0's commit: the same epoch
+            # several nodes: every node resumes from the stores alone (the repo at node 0's commit): the same epoch
             volume=not self.settings.topology.multi,
             revision=self._nodes.revision if self._nodes is not None else None,
             bucket=self.bucket,
