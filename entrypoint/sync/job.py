@@ -127,7 +127,8 @@ def start(
         ) from None
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
-    if new_run and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
+    # With a bucket the repo otherwise gets trainbox.json only with a milestone; without one, at once anyway.
+    if new_run and store is not None and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
         logger.warning(
             "sync: run id %s is not on %s yet (%s); until it is, a new volume cannot tell this run's bucket"
             " state from another run's and starts over",

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from huggingface_hub.errors import EntryNotFoundError
+
 from .. import libreyolo
 from ..errors import StopRequested
 from ..hub import Hub
@@ -35,6 +37,8 @@ from .staging import sha256_of
 HISTORY = (*libreyolo.HISTORY_FILES, libreyolo.BEST_CHECKPOINT)
 # Files a new repo may hold before any run: they prove nothing and belong to no run.
 NOT_A_RUN = frozenset({".gitattributes", "README.md"})
+# Reads of the bucket begun again when a writer tidied away the boundary being read.
+_READS = 3
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,14 @@ class RepoSource:
 
 
 class BucketSource:
-    """One whole boundary of this run in its bucket (a manifest): every byte checked against it."""
+    """One whole boundary of this run in its bucket (a manifest): every byte checked against it. A writer
+    deletes a boundary's objects once a newer one landed, so what a reader needs of it is fetched in one
+    download (``prefetch``); one gone meanwhile is ``EntryNotFoundError``, and the reader reads again."""
 
     def __init__(self, folder: RunFolder, manifest: Manifest) -> None:
         self.folder, self.manifest = folder, manifest
         self.label = f"in {folder.label} (epoch {manifest.epoch})"
+        self._fetched: dict[str, Path | None] = {}
 
     def names(self) -> Sequence[str]:
         return list(self.manifest.files)
@@ -111,14 +118,21 @@ class BucketSource:
     def same_as(self, name: str, local: Path) -> bool:
         return local.is_file() and sha256_of(local) == self.manifest.files[name]["sha256"]
 
+    def prefetch(self, names: Sequence[str], scratch: Path) -> None:
+        """Download those of ``names`` this boundary holds, in one call, each checked against the manifest."""
+        todo = {n: scratch / "bucket" / n for n in names if n in self.manifest.files and n not in self._fetched}
+        self.folder.bucket.download({self.manifest.files[n]["key"]: local for n, local in todo.items()})
+        for name, local in todo.items():
+            entry = self.manifest.files[name]
+            whole = local.stat().st_size == entry["size"] and sha256_of(local) == entry["sha256"]
+            if not whole:
+                logger.warning("resume: %s %s does not match its manifest; not using it", name, self.label)
+            self._fetched[name] = local if whole else None
+
     def fetch(self, name: str, scratch: Path) -> Path | None:
-        entry = self.manifest.files[name]
-        local = scratch / "bucket" / name
-        self.folder.bucket.download({entry["key"]: local})
-        if local.stat().st_size != entry["size"] or sha256_of(local) != entry["sha256"]:
-            logger.warning("resume: %s %s does not match its manifest; not using it", name, self.label)
-            return None
-        return local
+        if name not in self._fetched:
+            self.prefetch([name], scratch)
+        return self._fetched.get(name)
 
 
 # -- the volume ---------------------------------------------------------------------------------
@@ -210,13 +224,13 @@ def restore_history(source: Source, run_dir: Path, scratch: Path, names: Sequenc
             os.replace(fetched, run_dir / name)
 
 
-def bucket_sources(folder: RunFolder) -> list[BucketSource]:
+def bucket_sources(folder: RunFolder, *, say_others: bool = True) -> list[BucketSource]:
     """This run's whole boundaries in its bucket, the most epochs first; none when the bucket cannot be
     read (it is one of three places: never a reason not to resume). Another run's folder under the same
-    RUN_NAME is said in one line and left alone."""
+    RUN_NAME is said in one line (``say_others``) and left alone."""
     try:
         manifests = folder.whole_manifests()
-        if not manifests:
+        if not manifests and say_others:
             others = folder.other_runs()
             if others:
                 logger.warning(
@@ -236,17 +250,26 @@ def bucket_sources(folder: RunFolder) -> list[BucketSource]:
 
 
 def _newest_in_bucket(
-    folder: RunFolder, scratch: Path, better_than: int, local_last: Path, local_counts: bool
+    folder: RunFolder, scratch: Path, better_than: int, local_last: Path, local_counts: bool, history: Sequence[str]
 ) -> tuple[Copy, BucketSource] | None:
-    try:
-        for source in bucket_sources(folder):
-            found = newest_in(source, scratch, better_than, local_last, local_counts=local_counts)
-            if found is not None:
-                return Copy(found[0], found[1], "bucket"), source
-    except StopRequested:
-        raise
-    except Exception as error:  # the bucket is one of three places: never a reason not to resume
-        logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
+    for _ in range(_READS):
+        try:
+            for source in bucket_sources(folder):
+                last = libreyolo.LAST_CHECKPOINT
+                if last in source.manifest.files and (source.epochs_hint(last) or 0) > better_than:
+                    wanted = [] if source.same_as(last, local_last) else [last]
+                    source.prefetch([*wanted, *history], scratch)  # the boundary's files together
+                found = newest_in(source, scratch, better_than, local_last, local_counts=local_counts)
+                if found is not None:
+                    return Copy(found[0], found[1], "bucket"), source
+            return None
+        except EntryNotFoundError:
+            logger.info("resume: %s moved on while it was read (a writer tidied up); reading it again", folder.label)
+        except StopRequested:
+            raise
+        except Exception as error:  # the bucket is one of three places: never a reason not to resume
+            logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
+            return None
     return None
 
 
@@ -272,7 +295,7 @@ def find_newest(
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
         if folder is not None:
-            in_bucket = _newest_in_bucket(folder, scratch, best.epochs if best else 0, local_last, not volume)
+            in_bucket = _newest_in_bucket(folder, scratch, best.epochs if best else 0, local_last, not volume, history)
             if in_bucket is not None:
                 best, winner = in_bucket
         if hub is not None and repo_id is not None and (revision or hub.head(repo_id)):
@@ -346,12 +369,21 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
 
 
 def bucket_state(folder: RunFolder, scratch: Path) -> dict[str, Any] | None:
-    """trainbox.json of this run's newest whole boundary in its bucket (None: none there)."""
-    for source in bucket_sources(folder):
-        if STATE_FILE in source.manifest.files:
-            fetched = source.fetch(STATE_FILE, scratch)
-            if fetched is not None:
-                return _state_of(fetched, folder.label)
+    """trainbox.json of this run's newest whole boundary in its bucket (None: none there, or unreadable)."""
+    for _ in range(_READS):
+        try:
+            for source in bucket_sources(folder, say_others=False):
+                fetched = source.fetch(STATE_FILE, scratch) if STATE_FILE in source.manifest.files else None
+                if fetched is not None:
+                    return _state_of(fetched, folder.label)
+            return None
+        except EntryNotFoundError:
+            continue  # a writer tidied that boundary away meanwhile: the newer one is there
+        except StopRequested:
+            raise
+        except Exception as error:
+            logger.warning("cannot read %s from %s (%s)", STATE_FILE, folder.label, describe(error))
+            return None
     return None
 
 

@@ -344,13 +344,15 @@ class Uploader:
     def _after_try(self, lane: Lane, ok: bool) -> None:
         lane.failures = 0 if ok else lane.failures + 1
         if not ok:
-            # Short retries while someone waits on a flush; longer ones beside training.
-            pause = min(1.0 if self._flush_deadline() is not None else 60.0, 2.0**lane.failures)
+            # Short retries while someone waits on a flush, or while the bucket counts its way to the
+            # fallback (each try carries the newest boundary); longer ones beside training.
+            counting = lane is self.bucket and self.fallback is None
+            pause = min(1.0 if self._flush_deadline() is not None or counting else 60.0, 2.0**lane.failures)
             lane.retry_at = time.monotonic() + pause
         if lane is not self.bucket:
             return
         if not ok and (lane.failures >= places.FALLBACK_AFTER or lane.denied_at):
-            self._fall_back((lane.last_error or "no answer").splitlines()[0])
+            self._fall_back(" ".join((lane.last_error or "no answer").split())[:200])
         elif ok and lane.commits and self.fallback is not None:
             self._bucket_back()
         if ok:
