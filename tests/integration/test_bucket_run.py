@@ -294,3 +294,38 @@ def test_a_crash_loop_known_only_to_the_bucket_is_still_refused(run: Run) -> Non
     run.hub.upload_bytes(run.repo, "trainbox.json", json.dumps(stale).encode())
     code, output = run.run("m2", FAKE_TRAIN_MODE="enospc")  # a new volume
     assert code == CrashLoopError.exit_code, output[-3000:]
+
+
+# Each step of a boundary stalled, then the agent stopped there: (what stalls, how).
+STALLS = {
+    "upload": ("slow", "POST", r"^/cas/v1/xorbs/"),  # the objects' bytes on their way to the CAS
+    "answer": ("apply-then-reset", "POST", r"^/api/buckets/.*/batch$"),  # the batch landed, its answer lost
+    "clean-up": ("slow", "GET", r"^/api/buckets/.*/tree"),  # listing the folder to delete the superseded
+}
+
+
+@pytest.mark.parametrize("stop", ["kill-9", "sigterm"])
+@pytest.mark.parametrize("step", list(STALLS))
+def test_a_boundary_torn_at_any_step_resumes_at_the_last_whole_one(run: Run, step: str, stop: str) -> None:
+    process = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
+    kind, method, path = STALLS[step]
+    fault = run.hub.inject(kind, method=method, path=path, **({"rate": 1} if kind == "slow" else {"times": 1}))
+    try:
+        wait_for(lambda: fault.fired >= 1, f"a boundary reaching the {step}", process)
+        time.sleep(0.3)  # the step under way (a stalled upload, a lost answer being checked, a listing)
+        whole_before = run.bucket_epoch()
+        if stop == "kill-9":
+            kill_9(process)
+        else:
+            process.send_signal(signal.SIGTERM)
+            code, output = finish(process, EXIT_BOUND)
+            assert code == PreemptedError.exit_code, output[-3000:]
+    finally:
+        fault.remove()
+    whole = run.bucket_epoch()
+    assert whole >= whole_before >= 2, "a whole boundary went missing"
+    code, output = run.run("m2")
+    assert code == 0, output[-3000:]
+    resumed = run.state("m2")["resume"]
+    assert resumed["epochs_done"] >= whole, f"resumed at {resumed}, the bucket held epoch {whole} whole"
