@@ -87,7 +87,8 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
     assert hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
     assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 3
     assert hub_json(hub, repo, "trainbox.json")["phase"] == "done"
-    assert hub_json(hub, repo, "trainbox.json")["run_id"] == json.loads((run_dir / "trainbox.json").read_text())["run_id"]
+    local_state = json.loads((run_dir / "trainbox.json").read_text())
+    assert hub_json(hub, repo, "trainbox.json")["run_id"] == local_state["run_id"]
     assert not hub.files(repo).keys() & {"data.yaml", ".trainbox"}
 
     # a commit per epoch boundary: each epoch's status.json was on the Hub at some commit
