@@ -31,9 +31,7 @@ class Delivered(Snapshotter):
 
     def __init__(self, run_dir: Path, staging: Path) -> None:
         self.pending: dict[str, StagedFile] = {}
-        super().__init__(
-            run_dir, staging, changed=threading.Condition(), deliver=self._keep, poll_interval=1.0
-        )
+        super().__init__(run_dir, staging, changed=threading.Condition(), deliver=self._keep, poll_interval=1.0)
 
     def _keep(self, staged: list[StagedFile]) -> None:
         self.pending.update((item.relative, item) for item in staged)
