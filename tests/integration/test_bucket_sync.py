@@ -324,3 +324,53 @@ def _staged(run_dir: Path, staging: Path) -> list[Any]:
     snapshots.prepare()
     snapshots.snapshot()
     return out
+
+
+def test_huggingface_hubs_own_retries_never_nest_inside_ours(hub_ctx: HubContext) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    folder = folder_of(hub_ctx)
+    with hub_ctx.hub.inject("503", path=r"^/api/buckets/.*/batch$") as refused:
+        began = time.monotonic()
+        with pytest.raises(HfHubHTTPError):
+            folder.bucket.batch([(b"x", f"{folder.prefix}/x")])
+        took = time.monotonic() - began
+    assert refused.fired == 2, "each of our two attempts is one request: the client's backoff ran inside ours"
+    assert took < 5.0, took
+    # Outside our retries (another module, a test) the client keeps its own.
+    with hub_ctx.hub.inject("503", path=r"^/api/buckets/.*/batch$", times=1) as once:
+        hub_ctx.api().batch_bucket_files(folder.bucket.bucket_id, add=[(b"y", f"{folder.prefix}/y")])
+    assert once.fired == 1
+
+
+_FAILING_CAS = """
+import sys, time
+from entrypoint.hub import Hub, bound_library_retries
+from entrypoint.sync.bucket import Bucket
+bound_library_retries()
+bucket = Bucket(Hub(token=sys.argv[1]), sys.argv[2])
+began = time.monotonic()
+try:
+    bucket.batch([(b"weights" * 1000, "run/x.pt")])
+except Exception as error:
+    print("failed", type(error).__name__, round(time.monotonic() - began, 1))
+"""
+
+
+@pytest.mark.slow  # a Python child, so that hf_xet reads its retry setting afresh
+def test_a_failing_cas_fails_a_bucket_write_in_seconds_not_minutes(hub_ctx: HubContext) -> None:
+    import subprocess
+    import sys
+
+    bucket = folder_of(hub_ctx).bucket.bucket_id
+    with hub_ctx.hub.inject("500", path=r"^/cas/"):  # hf_xet alone would retry for about four minutes
+        child = subprocess.run(
+            [sys.executable, "-c", _FAILING_CAS, hub_ctx.token, bucket],
+            env=hub_ctx.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    verdict = child.stdout.split()
+    assert verdict[:1] == ["failed"], child.stdout + child.stderr[-2000:]
+    assert float(verdict[-1]) < 15.0, child.stdout
