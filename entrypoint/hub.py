@@ -66,7 +66,8 @@ class CardRefusedError(Exception):
 
 T = TypeVar("T")
 
-MAX_ATTEMPTS = 6
+# The only retries a call gets (the client's own backoff is off inside them): 1+2+4+8+16+30+30 s of waits.
+MAX_ATTEMPTS = 8
 BASE_WAIT = 1.0
 MAX_WAIT = 30.0  # our own backoff; a server's Retry-After may ask for longer
 # The commit-id check reads one page of history (the newest commits), never the whole of it.

@@ -274,9 +274,10 @@ class Job:
             before_snapshot=self._before_snapshot,
             on_commit=self.progress.committed,
             stop=self.request_stop,
-            new_run=self._new_run,
         )
         self.state.on_phase(self.uploader.notify)
+        if self._new_run:
+            job_sync.publish_run_id(self.uploader, self.state, self.settings)
 
     def _scratch(self) -> Path:
         scratch = self.settings.agent_dir / "scratch"

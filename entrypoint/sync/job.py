@@ -82,12 +82,10 @@ def start(
     before_snapshot: Callable[[], None],
     on_commit: Callable[[str, list[str]], None],
     stop: Callable[[AgentError], None],
-    new_run: bool = False,
 ) -> Uploader:
     """Mirror the run folder to OUTPUT_REPO (and its bucket folder, when there is one). ``newer``: what
     the Hub holds newer than this volume, never overwritten by the older copy; ``stop``: how the job is
-    told that a newer attempt took the run over; ``new_run``: put trainbox.json (the run id) on the
-    repo now, before training."""
+    told that a newer attempt took the run over."""
     assert settings.output_repo is not None
     store = None
     if folder is not None:
@@ -97,6 +95,7 @@ def start(
             raise
         except Exception as error:  # listing the folder failed: the repo holds the working state instead
             logger.warning("bucket: cannot read %s (%s); every epoch goes to the repo", folder.label, describe(error))
+            state.update(storage={"mode": "repo", "unavailable": describe(error)})
 
     def taken_over(error: TakenOverError) -> None:  # from a committer thread: recorded, never raised there
         with contextlib.suppress(AgentError):  # raised before training: the training loop raises it again
@@ -127,8 +126,13 @@ def start(
         ) from None
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
-    # With a bucket the repo otherwise gets trainbox.json only with a milestone; without one, at once anyway.
-    if new_run and store is not None and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
+    return uploader
+
+
+def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> None:
+    """A new run: its trainbox.json (the run id) on the repo now, before training, so that a new volume
+    learns it. With a bucket the repo gets trainbox.json only with a milestone; without one, at once anyway."""
+    if uploader.bucket is not None and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
         logger.warning(
             "sync: run id %s is not on %s yet (%s); until it is, a new volume cannot tell this run's bucket"
             " state from another run's and starts over",
@@ -136,7 +140,6 @@ def start(
             settings.output_repo,
             uploader.last_error or "out of time",
         )
-    return uploader
 
 
 def final(

@@ -73,7 +73,8 @@ def test_boundaries_go_to_new_keys_and_the_superseded_ones_go_once_the_new_manif
 ) -> None:
     folder = folder_of(hub_ctx)
     run_dir = tmp_path / "run"
-    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work")
+    told: list[str] = []  # "on the Hub N s ago": durable working state only, never a milestone commit
+    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work", on_commit=lambda sha, _names: told.append(sha))
     up.start()
     seen: list[set[str]] = []
     try:
@@ -99,6 +100,8 @@ def test_boundaries_go_to_new_keys_and_the_superseded_ones_go_once_the_new_manif
         assert len(manifests) == 1, (epoch, manifests)
         assert len([k for k in present if k.endswith("/weights/last.pt")]) == 1
     assert keys(hub_ctx, folder) == newest.keys() | {newest.key}
+    assert len(told) >= 4 and all("/manifests/" in sha for sha in told), told
+    assert len(hub_ctx.hub.commits(up.repo_id)) >= 2  # the repo got a milestone, which told nobody
 
     # A new volume resumes from the bucket, with the run's history and best weights.
     found = resumed(folder, tmp_path, "fresh")
@@ -374,3 +377,29 @@ def test_a_failing_cas_fails_a_bucket_write_in_seconds_not_minutes(hub_ctx: HubC
     verdict = child.stdout.split()
     assert verdict[:1] == ["failed"], child.stdout + child.stderr[-2000:]
     assert float(verdict[-1]) < 15.0, child.stdout
+
+
+def test_several_machines_resume_from_the_bucket_at_the_same_boundary(hub_ctx: HubContext, tmp_path: Path) -> None:
+    """Node 0 writes the bucket; every node resumes from the stores alone (volume=False): the same epoch."""
+    folder = folder_of(hub_ctx)
+    run_dir = tmp_path / "node0"
+    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work0")
+    up.start()
+    try:
+        for epoch in (1, 2, 3):
+            boundary(run_dir, epoch)
+        assert up.flush(WAIT, final=False), up.last_error
+    finally:
+        up.stop()
+    hub = Hub(token=hub_ctx.token, endpoint=hub_ctx.url)
+    revision = hub.head(up.repo_id)  # node 0's commit of the repo: milestones, no last.pt
+    found = []
+    for node in (1, 2):
+        work = tmp_path / f"work{node}"
+        work.mkdir()
+        copy = read.find_newest(
+            tmp_path / f"node{node}", work, volume=False, folder=folder, hub=hub, repo_id=up.repo_id, revision=revision
+        )
+        assert copy is not None and copy.source == "bucket"
+        found.append((copy.epochs, sha256_of(copy.path)))
+    assert found[0] == found[1] == (3, sha256_of(run_dir / "weights" / "last.pt"))
