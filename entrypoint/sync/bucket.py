@@ -41,6 +41,9 @@ MANIFESTS = "manifests"
 OBJECTS = "objects"
 # Manifests read, newest first, when looking for the newest whole one (a torn boundary or two before it).
 _READ_MANIFESTS = 4
+# Tries of a bucket call: the bucket is one store of three, a failing one is worked around (the repo takes
+# the working state, resume reads the others), so it is not waited for as long as the Hub's other calls.
+BUCKET_ATTEMPTS = 3
 _ATTEMPT = re.compile(r"^(\d{13})-([0-9a-f]{6})$")
 _MANIFEST_NAME = re.compile(r"^(\d{13}-[0-9a-f]{6})-(\d{6})\.json$")
 
@@ -158,7 +161,9 @@ class Bucket:
             return found
 
         try:
-            return with_retries(read, f"listing the bucket {self.bucket_id}", deadline=deadline)
+            return with_retries(
+                read, f"listing the bucket {self.bucket_id}", deadline=deadline, attempts=BUCKET_ATTEMPTS
+            )
         except EntryNotFoundError:
             return {}
 
@@ -171,6 +176,7 @@ class Bucket:
             lambda: list(self.hub.api.get_bucket_paths_info(self.bucket_id, sorted(wanted))),
             f"reading the bucket {self.bucket_id}",
             deadline=deadline,
+            attempts=BUCKET_ATTEMPTS,
         )
         return {item.path: int(item.size) for item in found if item.path in wanted}
 
@@ -186,6 +192,7 @@ class Bucket:
             ),
             f"downloading from the bucket {self.bucket_id}",
             deadline=deadline,
+            attempts=BUCKET_ATTEMPTS,
         )
 
 

@@ -112,6 +112,7 @@ def test_boundaries_go_to_new_keys_and_the_superseded_ones_go_once_the_new_manif
     assert read.bucket_state(folder, tmp_path)["progress"] == {"epochs_done": 4}
 
 
+@pytest.mark.slow  # real retry pauses
 @pytest.mark.parametrize("refused", [r"/manifests/", r"/weights/last\.pt$"], ids=["manifest", "an-object"])
 def test_a_boundary_the_bucket_refuses_in_part_leaves_the_last_whole_one_loadable(
     hub_ctx: HubContext, tmp_path: Path, refused: str
@@ -160,6 +161,7 @@ def test_a_manifest_naming_a_missing_file_is_not_whole_and_the_one_before_is_use
     assert checkpoint.inspect(found.path).completed_epochs == 1
 
 
+@pytest.mark.slow  # real retry pauses
 def test_500s_resets_and_lost_answers_lose_nothing_and_land_nothing_twice(hub_ctx: HubContext, tmp_path: Path) -> None:
     folder = folder_of(hub_ctx)
     run_dir = tmp_path / "run"
@@ -253,6 +255,7 @@ def test_a_newer_attempt_fences_the_older_writer(hub_ctx: HubContext, tmp_path: 
     assert attempts == {newest.attempt}, "the older attempt's files were not tidied away"
 
 
+@pytest.mark.slow  # real retry pauses
 def test_a_failing_bucket_falls_back_to_repo_commits_and_comes_back(hub_ctx: HubContext, tmp_path: Path) -> None:
     folder = folder_of(hub_ctx)
     run_dir = tmp_path / "run"
@@ -403,3 +406,93 @@ def test_several_machines_resume_from_the_bucket_at_the_same_boundary(hub_ctx: H
         assert copy is not None and copy.source == "bucket"
         found.append((copy.epochs, sha256_of(copy.path)))
     assert found[0] == found[1] == (3, sha256_of(run_dir / "weights" / "last.pt"))
+
+
+BUCKET_CALLS = {
+    "batch": ("POST", r"^/api/buckets/.*/batch$"),  # the boundary's batch, the clean-up's deletes
+    "listing": ("GET", r"^/api/buckets/.*/tree"),  # the fence check and the clean-up
+    "paths-info": ("POST", r"^/api/buckets/.*/paths-info$"),  # a lost answer's check
+    "token": ("GET", r"^/api/buckets/.*/xet-write-token$"),  # the Xet upload session
+}
+
+
+@pytest.mark.slow  # real retry pauses
+@pytest.mark.parametrize("call", list(BUCKET_CALLS))
+def test_a_5xx_on_any_bucket_call_loses_nothing_and_leaves_one_whole_boundary(
+    hub_ctx: HubContext, tmp_path: Path, call: str
+) -> None:
+    folder = folder_of(hub_ctx)
+    run_dir = tmp_path / "run"
+    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work")
+    method, path = BUCKET_CALLS[call]
+    up.start()
+    try:
+        boundary(run_dir, 1)
+        assert up.flush(WAIT, final=False)
+        # The next landing's answer lost too, so that its check (paths-info) runs under the fault.
+        lost = hub_ctx.hub.inject("apply-then-reset", method="POST", path=r"/batch$", times=2)  # both tries
+        with hub_ctx.hub.inject("503", method=method, path=path, times=2) as fault:
+            for epoch in (2, 3):
+                boundary(run_dir, epoch)
+                up.flush(10, final=False)
+        lost.remove()
+        assert fault.fired, f"no {call} call met the fault"
+        assert up.flush(WAIT, final=False), up.last_error
+        boundary(run_dir, 4)  # one more boundary: its clean-up takes whatever an earlier one left
+        assert up.flush(WAIT, final=False), up.last_error
+    finally:
+        up.stop()
+    (newest,) = folder.whole_manifests()
+    assert newest.epoch == 4 and keys(hub_ctx, folder) == newest.keys() | {newest.key}
+    found = resumed(folder, tmp_path, "fresh")
+    assert found is not None and found.epochs == 4
+
+
+@pytest.mark.slow  # real retry pauses
+@pytest.mark.parametrize("call", ["listing", "paths-info", "download"])
+def test_a_bucket_that_cannot_be_read_at_resume_is_said_and_the_other_stores_serve(
+    hub_ctx: HubContext, tmp_path: Path, call: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = folder_of(hub_ctx)
+    store = BucketStore.begin(folder)
+    run_dir = tmp_path / "run"
+    boundary(run_dir, 1)
+    store.commit(_staged(run_dir, tmp_path / "staged"), "boundary", deadline=None, commit_id="c1")
+    method, path = {
+        "listing": ("GET", r"/tree"),
+        "paths-info": ("POST", r"/paths-info$"),
+        "download": ("HEAD", r"^/buckets/.*/resolve/"),
+    }[call]
+    with hub_ctx.hub.inject("500", method=method, path=path), caplog.at_level("WARNING", logger="trainbox"):
+        found = resumed(folder, tmp_path, "fresh")
+    assert found is None  # the volume is empty and there is no repo: nothing, and no crash
+    assert f"cannot read {folder.label}" in caplog.text
+
+
+def test_a_full_disk_while_staging_keeps_the_bucket_at_the_last_whole_boundary(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    folder = folder_of(hub_ctx)
+    run_dir = tmp_path / "run"
+    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work")
+    up.start()
+    try:
+        boundary(run_dir, 1)
+        assert up.flush(WAIT, final=False)
+        staging = up.snapshots.staging  # every copy refused from now on, as on a full disk
+        for item in staging.iterdir():
+            item.unlink()
+        staging.rmdir()
+        staging.write_text("not a folder")
+        boundary(run_dir, 2)
+        assert not up.flush(3, final=False)
+        assert "weights/last.pt" in up.pending and "weights/last.pt" in up.snapshots.failed
+        (newest,) = folder.whole_manifests()
+        assert newest.epoch == 1, "a boundary staged in part was taken for a whole one"
+        staging.unlink()
+        staging.mkdir()
+        assert up.flush(WAIT, final=False), up.last_error
+    finally:
+        up.stop()
+    (newest,) = folder.whole_manifests()
+    assert newest.epoch == 2
