@@ -6,11 +6,11 @@ then the call fails at once instead of hammering a server that asked for quiet).
 retries too (``http_backoff``: 5 retries, up to 23 s of sleeps, on preupload, the bucket batch,
 listings, paths-info) and so does hf_xet (its CAS client: minutes on a failing CAS); nested inside
 ours, one refused bucket batch held the uploader for minutes. So a call made inside ``with_retries``
-runs huggingface_hub's backoff with no retry of its own (``_one_try``), and the agent's hf_xet is
-told to make one attempt (``bound_library_retries``). A commit the Hub rate-limits is not
-retried here: ``RateLimitedError`` tells the uploader how long to hold all commits. A commit is
-resent only after checking the remote history, so a commit that landed before its response was
-lost is never made twice.
+runs huggingface_hub's backoff with no retry of its own (``_install_one_try``), and the agent's hf_xet
+retries a CAS request twice, 0.1 s apart: a blip, never a minute (``bound_library_retries``). A commit
+the Hub rate-limits is not retried here: ``RateLimitedError`` tells the uploader how long to hold all
+commits. A commit is resent only after checking the remote history, so a commit that landed before its
+response was lost is never made twice.
 """
 
 from __future__ import annotations
@@ -79,8 +79,9 @@ _COMMIT_ID_PREFIX = "trainbox-commit-id: "
 
 # True while a call runs inside ``with_retries``: huggingface_hub's own backoff then makes one try only.
 _INSIDE_OURS: contextvars.ContextVar[bool] = contextvars.ContextVar("trainbox_retries", default=False)
-# hf_xet's CAS client retries each request up to 5 times over minutes; read once per process, at its first use.
-_XET_RETRIES = "HF_XET_CLIENT_RETRY_MAX_ATTEMPTS"
+# hf_xet's CAS client retries each request up to 5 times, 3 s apart and growing: minutes on a failing CAS.
+# Read once per process, at its first use: two quick retries ride out a blip, the rest is ours.
+_XET_RETRIES = {"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "2", "HF_XET_CLIENT_RETRY_BASE_DELAY": "100ms"}
 
 
 def _install_one_try() -> None:
@@ -105,9 +106,10 @@ _install_one_try()
 
 
 def bound_library_retries() -> None:
-    """hf_xet makes one attempt per request in this process and its children (ours retries the whole
-    call). Called by the agent before its first Hub call; a value the user set wins."""
-    os.environ.setdefault(_XET_RETRIES, "0")
+    """hf_xet retries a CAS request twice, quickly, in this process and its children (ours retries the
+    whole call). Called by the agent before its first Hub call; a value the user set wins."""
+    for name, value in _XET_RETRIES.items():
+        os.environ.setdefault(name, value)
 
 
 def _ours(call: Callable[[], T]) -> Callable[[], T]:
