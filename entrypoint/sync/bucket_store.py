@@ -113,7 +113,10 @@ class BucketStore:
                 "leave the newer one running; to continue here instead, stop it, then start this one again",
             )
         keep = self.current.keys() | {self.current.key}
-        garbage = sorted(key for key in found if key not in keep and self.folder.attempt_of(key) is not None)
+        # Ours and older attempts' only: a newer attempt's objects whose manifest is still on its way stay.
+        garbage = sorted(
+            key for key in found if key not in keep and (self.folder.attempt_of(key) or "~") <= self.attempt
+        )
         if garbage:
             self.folder.bucket.batch(delete=garbage, deadline=deadline)
             self._present -= set(garbage)

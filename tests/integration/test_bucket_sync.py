@@ -496,3 +496,20 @@ def test_a_full_disk_while_staging_keeps_the_bucket_at_the_last_whole_boundary(
         up.stop()
     (newest,) = folder.whole_manifests()
     assert newest.epoch == 2
+
+
+def test_the_clean_up_never_deletes_a_newer_attempts_objects_nor_a_file_it_does_not_know(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    folder = folder_of(hub_ctx)
+    store = BucketStore.begin(folder)
+    older = folder.object_key("0000000000001-aaaaaa", "ab" * 32, "weights/last.pt")  # a killed attempt's leftover
+    newer = folder.object_key(new_attempt(after=store.attempt), "cd" * 32, "weights/last.pt")  # manifest on its way
+    unknown = f"{folder.prefix}/notes.txt"  # put there by hand
+    folder.bucket.batch([(b"old", older), (b"new", newer), (b"mine", unknown)])
+    run_dir = tmp_path / "run"
+    boundary(run_dir, 1)
+    store.commit(_staged(run_dir, tmp_path / "staged"), "boundary", deadline=None, commit_id="c1")
+    store.tidy(deadline=None)
+    left = keys(hub_ctx, folder)
+    assert older not in left and {newer, unknown} <= left

@@ -57,15 +57,16 @@ def agent_env(ctx: HubContext, workdir: Path, repo: str, **extra: str) -> dict[s
         OUTPUT_REPO=repo,
         GPUS="cpu",
         TRAINBOX_LIBREYOLO=str(stand_in),
-        FAKE_EPOCH_SECONDS="0.6",
-        **extra,
+        **({"FAKE_EPOCH_SECONDS": "0.6"} | extra),
     )
 
 
 def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("yolo")
     workdir = tmp_path / "work"
-    result = run_trainbox("run", env=agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3"))
+    # Epochs slower than a commit, as real ones are: each boundary gets a commit of its own.
+    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_SECONDS="2")
+    result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
     hub = hub_ctx.hub
 
