@@ -1,17 +1,19 @@
 """Benchmark: what a run leaves on the Hub, with and without a Storage Bucket, against its epochs.
 
-The agent's own uploaders (``sync.Uploader`` for ``CHECKPOINT_BUCKET=off``, ``places.TwoPlaces`` for the
-bucket) mirror a run folder that this script rewrites like libreyolo does at each epoch boundary: a
+The agent's own uploader (``sync.uploader.Uploader``: the model repo alone for ``CHECKPOINT_BUCKET=off``,
+with a ``BucketStore`` for the bucket) mirrors a run folder that this script rewrites like libreyolo does at
+each epoch boundary: a
 ``last.pt`` of ``--size-mb`` (a real torch checkpoint, new weights every epoch), ``best.pt`` when the
 metric improves (epochs 1, 2, 3, 5, 8, 13, 21, 34: fewer and fewer improvements, as in training),
 ``metrics.jsonl`` and ``status.json`` last. The local Hub (tests/fakes/hub/, Xet, loopback) runs in this
 process. After each epoch the script waits for the boundary to land, then records:
 
   bytes stored   the Hub's storage for the run: every distinct file version any commit of the model
-                 repo references (the Hub keeps them all), plus the bucket's files (one version each)
+                 repo references (the Hub keeps them all), plus the bucket's files (each key counted)
   commits        commits in the model repo (its creation's included)
-  latency        status.json replaced → that boundary's manifest in the bucket (bucket mode), or its
-                 commit in the repo (off): ``Uploader.latencies``; p50 and p95
+  latency        status.json replaced → that boundary durable: its whole batch (objects and manifest, one
+                 Xet session, one batch call) landed in the bucket (bucket mode), or its commit in the repo
+                 (off): ``Uploader.latencies``; p50 and p95
 
 Epochs are ``--epoch-s`` apart and ``PUBLISH_EVERY`` is ``--publish-epochs`` epochs, so the figures for
 50 epochs are those of a run of 50 epochs whatever their length. Writes bench/results/bucket_storage.json
@@ -66,34 +68,40 @@ def _stored(hub: Any, repo: str, bucket_id: str | None) -> int:
 
 def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     from entrypoint.hub import Hub
-    from entrypoint.sync import places
-    from entrypoint.sync import uploader as sync
-    from entrypoint.sync.bucket import Store
+    from entrypoint.sync.bucket import Bucket, RunFolder
+    from entrypoint.sync.bucket_store import BucketStore
     from entrypoint.sync.ledger import CommitBudget
+    from entrypoint.sync.uploader import Uploader
     from tests.fakes.hub import HubServer
 
     hub_server = HubServer(root / f"hub-{mode}").start()
     try:
         hub_server.add_token("hf_bench", "bench", "write")
+        hub_server.set_cas_over_http(True)  # the CAS over HTTP, as the Hub serves it
         os.environ["HF_ENDPOINT"] = hub_server.url
         repo = "bench/run"
         hub = Hub(token="hf_bench", endpoint=hub_server.url)
         hub.ensure_writable_repo(repo)
         run_dir, work = root / f"run-{mode}", root / f"work-{mode}"
         bucket_id = None
-        uploader: sync.Uploader | places.TwoPlaces
         if mode == "bucket":
-            store = Store(hub, "bench/run-checkpoints", "run")
-            store.open()
-            bucket_id = store.bucket_id
-            uploader = places.TwoPlaces(
-                store, hub, repo, run_dir, work, publish_every=args.publish_epochs * args.epoch_s
+            folder = RunFolder(Bucket(hub, "bench/run-checkpoints"), "run", "0123456789abcdef")
+            folder.bucket.open(write=True)
+            bucket_id = folder.bucket.bucket_id
+            uploader = Uploader(
+                hub,
+                repo,
+                run_dir,
+                work,
+                bucket=BucketStore.begin(folder),
+                publish_every=args.publish_epochs * args.epoch_s,
             )
+            assert uploader.bucket is not None
             boundaries = uploader.bucket
         else:
             # Every boundary a commit, as with epochs of a minute or more (the budget allows 100 an hour).
-            uploader = sync.Uploader(hub, repo, run_dir, work, budget=CommitBudget(per_hour=10**9, burst=10**9))
-            boundaries = uploader
+            uploader = Uploader(hub, repo, run_dir, work, budget=CommitBudget(per_hour=10**9, burst=10**9))
+            boundaries = uploader.repo
         uploader.start()
         rows = []
         began = time.monotonic()
@@ -104,11 +112,16 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 deadline = time.monotonic() + 120
                 while not boundaries.ledger.has("status.json", [status]) and time.monotonic() < deadline:
                     time.sleep(0.05)
+                while boundaries.busy and time.monotonic() < deadline:  # the superseded keys deleted too
+                    time.sleep(0.05)
             if epoch in REPORT_AT or epoch == args.epochs:
                 rows.append(
                     {
                         "epoch": epoch,
                         "bytes": _stored(hub_server, repo, bucket_id),
+                        "bucket_bytes": sum(f.size for f in hub_server.bucket_files(bucket_id).values())
+                        if bucket_id
+                        else 0,
                         "commits": len(hub_server.commits(repo)),
                     }
                 )
@@ -116,6 +129,8 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
         final_ok = uploader.flush(300)
         uploader.stop()
         end = {"bytes": _stored(hub_server, repo, bucket_id), "commits": len(hub_server.commits(repo))}
+        if bucket_id is not None:
+            end["bucket_bytes"] = sum(f.size for f in hub_server.bucket_files(bucket_id).values())
         latencies = sorted(boundaries.latencies)
         return {
             "mode": mode,
@@ -154,12 +169,13 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     mb = 1024 * 1024
-    print("| epochs | off: stored | off: commits | bucket: stored | bucket: commits |")
+    print("| epochs | off: stored | off: commits | bucket: stored (of it in the bucket) | bucket: commits |")
     print("|---:|---:|---:|---:|---:|")
     off, bucket = results
     for a, b in zip(off["rows"], bucket["rows"], strict=True):
         print(
-            f"| {a['epoch']} | {a['bytes'] / mb:.0f} MB | {a['commits']} | {b['bytes'] / mb:.0f} MB | {b['commits']} |"
+            f"| {a['epoch']} | {a['bytes'] / mb:.0f} MB | {a['commits']} | {b['bytes'] / mb:.0f} MB"
+            f" ({b['bucket_bytes'] / mb:.0f} MB) | {b['commits']} |"
         )
     for r in results:
         print(

@@ -220,6 +220,14 @@ class SyncError(AgentError):
     reason = "sync_failed"
 
 
+class TakenOverError(AgentError):
+    """A newer attempt of this run writes its working state now (a second container on the same run):
+    this one stops writing anything, stops training and ends, so two agents never alternate."""
+
+    exit_code = 71
+    reason = "taken_over"
+
+
 class DeadlineError(StopRequested):
     exit_code = 80
     reason = "deadline"

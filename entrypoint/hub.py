@@ -1,21 +1,26 @@
 """Every Hugging Face Hub call of the agent, and the one retry policy they share.
 
-huggingface_hub already retries its transfer requests (preupload, LFS, downloads); it does not
-retry the calls around them (repo info, create_repo, the commit POST). ``with_retries`` covers
-those: the Hub's retryable status codes and network errors, capped exponential backoff, and the
-server's ``Retry-After`` honoured in full (only a deadline cuts it short: then the call fails at
-once instead of hammering a server that asked for quiet). A commit the Hub rate-limits is not
-retried here: ``RateLimitedError`` tells the uploader how long to hold all commits. A commit is
-resent only after checking the remote history, so a commit that landed before its response was
-lost is never made twice.
+``with_retries`` is the one retry policy: the Hub's retryable status codes and network errors, capped
+exponential backoff, and the server's ``Retry-After`` honoured in full (only a deadline cuts it short:
+then the call fails at once instead of hammering a server that asked for quiet). huggingface_hub
+retries too (``http_backoff``: 5 retries, up to 23 s of sleeps, on preupload, the bucket batch,
+listings, paths-info) and so does hf_xet (its CAS client: minutes on a failing CAS); nested inside
+ours, one refused bucket batch held the uploader for minutes. So a call made inside ``with_retries``
+runs huggingface_hub's backoff with no retry of its own (``_install_one_try``), and the agent's hf_xet
+retries a CAS request twice, 0.1 s apart: a blip, never a minute (``bound_library_retries``). A commit
+the Hub rate-limits is not retried here: ``RateLimitedError`` tells the uploader how long to hold all
+commits. A commit is resent only after checking the remote history, so a commit that landed before its
+response was lost is never made twice.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -62,7 +67,8 @@ class CardRefusedError(Exception):
 
 T = TypeVar("T")
 
-MAX_ATTEMPTS = 6
+# The only retries a call gets (the client's own backoff is off inside them): 1+2+4+8+16+30+30 s of waits.
+MAX_ATTEMPTS = 8
 BASE_WAIT = 1.0
 MAX_WAIT = 30.0  # our own backoff; a server's Retry-After may ask for longer
 # The commit-id check reads one page of history (the newest commits), never the whole of it.
@@ -70,6 +76,52 @@ HISTORY_PAGE = 20
 HISTORY_TIMEOUT = 10.0
 # Marks each commit with an id so a resent commit can tell whether the first one landed.
 _COMMIT_ID_PREFIX = "trainbox-commit-id: "
+
+
+# True while a call runs inside ``with_retries``: huggingface_hub's own backoff then makes one try only.
+_INSIDE_OURS: contextvars.ContextVar[bool] = contextvars.ContextVar("trainbox_retries", default=False)
+# hf_xet's CAS client retries each request up to 5 times, 3 s apart and growing: minutes on a failing CAS.
+# Read once per process, at its first use: two quick retries ride out a blip, the rest is ours.
+_XET_RETRIES = {"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "2", "HF_XET_CLIENT_RETRY_BASE_DELAY": "100ms"}
+
+
+def _install_one_try() -> None:
+    """Wrap huggingface_hub's ``_http_backoff_base`` (which ``http_backoff`` and ``http_stream_backoff``
+    call by name) so that inside ``with_retries`` it never retries: one retry policy, ours."""
+    from huggingface_hub.utils import _http
+
+    original = _http._http_backoff_base
+    if getattr(original, "trainbox_one_try", False):
+        return
+
+    def one_try(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        if _INSIDE_OURS.get():
+            kwargs["max_retries"] = 0
+        return original(*args, **kwargs)
+
+    one_try.trainbox_one_try = True  # type: ignore[attr-defined]
+    _http._http_backoff_base = one_try  # type: ignore[assignment]
+
+
+_install_one_try()
+
+
+def bound_library_retries() -> None:
+    """hf_xet retries a CAS request twice, quickly, in this process and its children (ours retries the
+    whole call). Called by the agent before its first Hub call; a value the user set wins."""
+    for name, value in _XET_RETRIES.items():
+        os.environ.setdefault(name, value)
+
+
+def _ours(call: Callable[[], T]) -> Callable[[], T]:
+    def inside() -> T:
+        token = _INSIDE_OURS.set(True)
+        try:
+            return call()
+        finally:
+            _INSIDE_OURS.reset(token)
+
+    return inside
 
 
 def with_retries(
@@ -89,7 +141,7 @@ def with_retries(
     """
     policy = RetryPolicy(attempts=attempts, first_wait=BASE_WAIT, max_wait=MAX_WAIT, deadline=deadline, sleep=sleep)
     return call_with_retries(
-        call,
+        _ours(call),
         policy,
         retryable=lambda error: is_retryable(error, retry_status),
         describe=lambda error: f"{what}: {describe(error)}",
@@ -111,6 +163,7 @@ class Hub:
     @classmethod
     def for_settings(cls, settings: Settings) -> Hub:
         """The client of this job's HF_TOKEN: the one way the agent builds one."""
+        bound_library_retries()
         return cls(token=settings.hf_token.reveal() if settings.hf_token else None)
 
     @property
@@ -180,10 +233,12 @@ class Hub:
             _raise_mapped(error, Where(Area.REPO_CREATE, repo_id=target))
         return True
 
-    def head(self, repo_id: str) -> str | None:
+    def head(self, repo_id: str, *, deadline: float | None = None) -> str | None:
         """The commit sha of ``main``, or None when the repo does not exist."""
         try:
-            info = with_retries(lambda: self.api.repo_info(repo_id, repo_type="model"), f"reading {repo_id}")
+            info = with_retries(
+                lambda: self.api.repo_info(repo_id, repo_type="model"), f"reading {repo_id}", deadline=deadline
+            )
         except RepositoryNotFoundError:
             return None
         return info.sha
@@ -261,24 +316,33 @@ class Hub:
                 return None if landed is None else str(landed)
         return None
 
-    def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
+    def download(
+        self,
+        repo_id: str,
+        filename: str,
+        target_dir: Path,
+        revision: str | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> Path:
         """One file of a model repo into ``target_dir`` (used to resume from the Hub)."""
         path = with_retries(
             lambda: self.api.hf_hub_download(
                 repo_id, filename, repo_type="model", revision=revision, local_dir=str(target_dir)
             ),
             f"downloading {filename} from {repo_id}",
+            deadline=deadline,
         )
         return Path(path)
 
-    def remote_ids(self, repo_id: str) -> dict[str, str]:
+    def remote_ids(self, repo_id: str, *, deadline: float | None = None) -> dict[str, str]:
         """``path → id`` of a model repo's files: sha256 for LFS files, the git blob id for others."""
         return {
             entry.path: entry.lfs.sha256 if getattr(entry, "lfs", None) else entry.blob_id
-            for entry in self.list_files(repo_id)
+            for entry in self.list_files(repo_id, deadline=deadline)
         }
 
-    def list_files(self, repo_id: str, revision: str | None = None) -> list[Any]:
+    def list_files(self, repo_id: str, revision: str | None = None, *, deadline: float | None = None) -> list[Any]:
         """The files of a model repo (``RepoFile`` entries with size and LFS sha256)."""
         return with_retries(
             lambda: [
@@ -287,6 +351,7 @@ class Hub:
                 if getattr(entry, "size", None) is not None
             ],
             f"listing {repo_id}",
+            deadline=deadline,
         )
 
 

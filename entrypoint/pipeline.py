@@ -44,7 +44,7 @@ from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
-from .sync.places import Store, TwoPlaces, open_store
+from .sync.bucket import RunFolder
 from .sync.uploader import Uploader
 from .training import extend, monitor, profiling, resume, sizing, stoprule
 from .training.launch import Launch, attempt_output, log_size
@@ -74,8 +74,8 @@ class Job:
         # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
         # start next: a stop then ends the job at once, before any lookup, download or new trainer.
         self._trainer_live = False
-        self.uploader: Uploader | TwoPlaces | None = None
-        self.bucket: Store | None = None  # the working state's Storage Bucket (places.py)
+        self.uploader: Uploader | None = None
+        self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
         self.hub: Hub | None = None
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
@@ -92,6 +92,7 @@ class Job:
         self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
         self._rule = stoprule.OFF  # STOP_FLAT_SPEND's rule, once the price is known
+        self._new_run = False  # this start gave the run its id: it goes to the repo before training
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -284,26 +285,26 @@ class Job:
         )
 
     def _start_uploader(self, point: resume.ResumePoint | None) -> None:
-        """Mirror the run folder to OUTPUT_REPO, once resume has chosen between the volume and the
-        Hub: what the Hub holds newer than this volume is never overwritten by the older copy."""
+        """Mirror the run folder to OUTPUT_REPO (and its bucket), once resume has chosen between the
+        volume and the stores: what the Hub holds newer than this volume is never overwritten by the
+        older copy. A new run's id is on the repo before training, so a new volume learns it."""
         if self.hub is None or self.settings.output_repo is None or not self.settings.topology.leader:
             return
         newer = (point.hub_files if point is not None else frozenset()) - {STATE_FILE}
-
-        def on_card(refused: str | None) -> None:  # trainbox.json says why the Hub refused the card, until one lands
-            self.state.update(card={"refused": refused})
-
         self.uploader = job_sync.start(
             self.settings,
             self.hub,
             self.bucket,
-            self.settings.agent_dir,
+            self.state,
             newer=newer,
             before_snapshot=self._before_snapshot,
             on_commit=self.progress.committed,
-            on_card=on_card,
+            stop=self.request_stop,
+            on_fallback=lambda line: notify.event("storage fallback", line),
         )
         self.state.on_phase(self.uploader.notify)
+        if self._new_run:
+            job_sync.publish_run_id(self.uploader, self.state, self.settings)
 
     def _scratch(self) -> Path:
         scratch = self.settings.agent_dir / "scratch"
@@ -311,9 +312,8 @@ class Job:
         return scratch
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
-        if self.settings.topology.leader:
-            self.bucket, where = open_store(self.settings, self.hub)
-            self.state.update(storage=where)
+        self.bucket, self._new_run = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
+        resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
         return self._locate_resume_point()
@@ -325,7 +325,7 @@ class Job:
             hub=self.hub,
             repo_id=self.settings.output_repo,
             work_dir=self._scratch(),
-            # several nodes: every node resumes from the Hub alone, at node 0's commit: the same epoch
+            # several nodes: every node resumes from the stores alone (the repo at node 0's commit): the same epoch
             volume=not self.settings.topology.multi,
             revision=self._nodes.revision if self._nodes is not None else None,
             bucket=self.bucket,

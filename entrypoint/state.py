@@ -14,6 +14,7 @@ import datetime as dt
 import enum
 import json
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -27,6 +28,7 @@ from .log import logger, redact
 
 STATE_FILE = "trainbox.json"
 SCHEMA_VERSION = 1
+_RUN_ID_BYTES = 8  # 16 hex digits: a run's identity in its stores (the bucket's manifests and folder)
 
 
 class Phase(enum.StrEnum):
@@ -136,6 +138,11 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     ]
 
 
+def _run_id(data: dict[str, Any] | None) -> str | None:
+    value = (data or {}).get("run_id")
+    return value if isinstance(value, str) and value.isalnum() and 8 <= len(value) <= 64 else None
+
+
 def _settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An attempt whose outcome was still provisional (``final: false``: killed during its final
     upload, before the outcome was known) is recorded as lost, not as what it hoped for."""
@@ -161,6 +168,8 @@ class RunState:
         self._data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_name": run_name,
+            # Minted at the run's first start (ensure_run_id) and kept: the volume's, else the repo's (adopt_history).
+            "run_id": _run_id(previous),
             "phase": Phase.STARTING.value,
             "started_at": now_iso(),
             "updated_at": now_iso(),
@@ -191,17 +200,48 @@ class RunState:
         self._listeners.append(listener)
 
     @property
+    def run_id(self) -> str | None:
+        with self._lock:
+            value: str | None = self._data["run_id"]
+            return value
+
+    def ensure_run_id(self) -> bool:
+        """Give the run its id if neither the volume nor the repo knew one: True when minted now (the
+        run's first start, or its repo made again), so the caller puts it on the repo before training."""
+        with self._lock:
+            if self._data["run_id"] is not None:
+                return False
+            self._data["run_id"] = secrets.token_hex(_RUN_ID_BYTES)
+        self.save()
+        return True
+
+    def follow_run_id(self, leader: dict[str, Any] | None) -> None:
+        """A node other than 0 takes node 0's run id (from its trainbox.json on the repo), if it names one."""
+        run_id = _run_id(leader)
+        with self._lock:
+            if run_id is None or run_id == self._data["run_id"]:
+                return
+            self._data["run_id"] = run_id
+        self.save()
+
+    @property
     def attempts(self) -> list[dict[str, Any]]:
         with self._lock:
             return copy.deepcopy(self._data["attempts"])
 
     def adopt_history(self, remote: dict[str, Any] | None, *, authoritative: bool = False) -> None:
-        """Continue the attempt count of OUTPUT_REPO's trainbox.json when it knows more (a new disk), or
-        whenever it has one (``authoritative``: a node other than 0, whose own record is not the run's)."""
+        """Continue the attempt count of a store's trainbox.json of this run (OUTPUT_REPO's, the bucket's)
+        when it knows more (a new disk), or whenever it has one (``authoritative``: a node other than 0, whose
+        own record is not the run's); take its run id when this volume had none."""
         # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
         attempts = _settled(_history(remote)) + _lost_attempt(remote)
         with self._lock:
+            adopted = self._data["run_id"] is None and _run_id(remote) is not None
+            if adopted:
+                self._data["run_id"] = _run_id(remote)
             if not attempts or (len(attempts) <= len(self._data["attempts"]) and not authoritative):
+                if adopted:
+                    self._save_locked()
                 return
             self._data["attempts"] = attempts
             self._data["attempt"] = len(attempts) + 1
@@ -307,15 +347,16 @@ class RunState:
 
     def save(self) -> None:
         with self._lock:
-            self._data["updated_at"] = now_iso()
-            try:
-                write_json_atomic(self.path, self._data)
-            except OSError as error:
-                # A full or failing disk must not stop the job short of its final upload and
-                # release: the state stays whole in memory and the next save that can writes it.
-                logger.warning(
-                    "cannot write %s: %s; trying again at the next change", self.path, error.strerror or error
-                )
+            self._save_locked()
+
+    def _save_locked(self) -> None:
+        self._data["updated_at"] = now_iso()
+        try:
+            write_json_atomic(self.path, self._data)
+        except OSError as error:
+            # A full or failing disk must not stop the job short of its final upload and
+            # release: the state stays whole in memory and the next save that can writes it.
+            logger.warning("cannot write %s: %s; trying again at the next change", self.path, error.strerror or error)
 
     def _phase_changed(self) -> None:
         for listener in self._listeners:

@@ -218,12 +218,18 @@ def _bucket_lines(info: CardInfo) -> list[str]:
     bucket, prefix = storage.get("bucket"), storage.get("prefix")
     return [
         f"During training this repo gets milestones; every epoch's `last.pt`, the `epoch_N.pt` snapshots and"
-        f" `metrics.jsonl` are in the Storage Bucket `hf://buckets/{bucket}/{prefix}/` (overwritten in place;"
-        f" `manifest.json` lists each file's sha256):",
+        f" `metrics.jsonl` are in the Storage Bucket `hf://buckets/{bucket}/{prefix}/`, one whole epoch"
+        " boundary at a time (each boundary's files under new keys, named by a manifest):",
         "",
         "```python",
-        "from huggingface_hub import download_bucket_files",
-        f'download_bucket_files("{bucket}", [("{prefix}/weights/last.pt", "last.pt")])',
+        "import json",
+        "from huggingface_hub import HfApi",
+        "",
+        f'api, bucket, prefix = HfApi(), "{bucket}", "{prefix}"',
+        'newest = max(f.path for f in api.list_bucket_tree(bucket, prefix=f"{prefix}/manifests"))',
+        'api.download_bucket_files(bucket, [(newest, "manifest.json")])',
+        'key = json.load(open("manifest.json"))["files"]["weights/last.pt"]["key"]',
+        'api.download_bucket_files(bucket, [(key, "last.pt")])',
         "```",
         "",
     ]

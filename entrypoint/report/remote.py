@@ -1,14 +1,14 @@
 """`trainbox status --repo`'s one read of the Hub: the run's newest trainbox.json, from the repo or its
 working store. Everything shown is rendered from that file alone (report/status.py), so where it came
-from can change without the view: today the repo's copy and, in bucket mode, the bucket as the agent lays
-it out (``<bucket>/<run name>/``, found through its manifest).
+from can change without the view: the repo's copy and, in bucket mode, the bucket's newest whole boundary
+(``<bucket>/<RUN_NAME>/<run id>/``, read through sync/read.py).
 
 Kept apart from status.py so that a stage with news (``notify.event``) never depends on the sync's modules.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,9 @@ def fetch_remote_state(
         bucket, prefix = None, None  # the repo is the working store
     else:
         prefix = run_name or (in_repo or {}).get("run_name")
+    run_id = (in_repo or {}).get("run_id")
+    if prefix and "/" not in prefix and run_id:
+        prefix = f"{prefix}/{run_id}"  # this run's folder, never another run id's (a repo made again)
     in_bucket = _bucket_state(hub, str(bucket), prefix) if bucket else None
     if in_repo is None or in_bucket is None:
         return in_bucket or in_repo
@@ -84,41 +87,38 @@ def _unreadable(repo_id: str, why: str) -> RemoteReadError:
 
 
 def _bucket_state(hub: Hub, bucket_id: str, prefix: str | None) -> dict[str, Any] | None:
-    """trainbox.json as the bucket's manifest describes it (today's layout: ``<bucket>/<run name>/``)."""
+    """trainbox.json of the run's newest whole boundary in the bucket (``<RUN_NAME>/<run id>/``, the
+    agent's layout, sync/bucket.py). ``prefix``: that folder, or a run name alone (its newest run id), or
+    None (the run whose manifest was written last)."""
     from huggingface_hub.errors import HfHubHTTPError
 
-    from ..sync.bucket import Store
+    from ..sync.bucket import Bucket, RunFolder
+    from ..sync.read import bucket_state
 
+    bucket = Bucket(hub, bucket_id)
     try:
-        prefix = prefix or _newest_prefix(hub, bucket_id)
-        if prefix is None:
-            return None
-        store = Store(hub, bucket_id, prefix)
-        manifest = store.manifest()
-        if manifest is None or STATE_FILE not in manifest["files"]:
-            return None
-        with tempfile.TemporaryDirectory(prefix="trainbox-status-") as scratch:
-            path = Path(scratch) / STATE_FILE
-            if not store.download({STATE_FILE: path}):
+        run_name, _, run_id = (prefix or "").partition("/")
+        if not run_id:
+            found = _newest_folder(bucket, run_name or None)
+            if found is None:
                 return None
-            return read_state(path)
+            run_name, run_id = found
+        with tempfile.TemporaryDirectory(prefix="trainbox-status-") as scratch:
+            return bucket_state(RunFolder(bucket, run_name, run_id), Path(scratch))
     except HfHubHTTPError as error:  # no such bucket, or one this token may not read: the repo's copy stands
         logger.debug("status: bucket %s not read (%s)", bucket_id, type(error).__name__)
         return None
 
 
-def _newest_prefix(hub: Hub, bucket_id: str) -> str | None:
-    """The run folder whose manifest was written last."""
-    from ..hub import with_retries
-    from ..sync.bucket import MANIFEST
+# <RUN_NAME>/<run id>/manifests/<attempt>-<sequence>.json; an attempt begins with its start in milliseconds
+_MANIFEST_KEY = re.compile(r"^([^/]+)/([^/]+)/manifests/(\d{13}-[0-9a-f]{6}-\d{6})\.json$")
 
-    entries = with_retries(lambda: list(hub.api.list_bucket_tree(bucket_id, recursive=True)), "listing the bucket")
-    manifests = [
-        entry
-        for entry in entries
-        if getattr(entry, "type", None) == "file" and entry.path.count("/") == 1 and entry.path.endswith(f"/{MANIFEST}")
-    ]
-    if not manifests:
+
+def _newest_folder(bucket: Any, run_name: str | None) -> tuple[str, str] | None:
+    """The run folder (of ``run_name``, else any) whose newest manifest was written last."""
+    listing = bucket.listing(run_name or "", recursive=True)
+    found = [(m.group(3), m.group(1), m.group(2)) for key in listing if (m := _MANIFEST_KEY.match(key))]
+    if not found:
         return None
-    newest = max(manifests, key=lambda entry: entry.uploaded_at or dt.datetime.min.replace(tzinfo=dt.UTC))
-    return str(newest.path.split("/", 1)[0])
+    _, name, run_id = max(found)
+    return name, run_id

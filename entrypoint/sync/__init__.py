@@ -1,10 +1,12 @@
-"""Sync: every epoch boundary of the run folder on the Hub, never torn, never lost.
+"""Sync: every epoch boundary of the run folder in its stores, never torn, never lost; and where the newest copy is.
 
-``uploader`` (``Uploader``: start, flush, stop; its docstring states the threads, the lock and what each
-call promises) is the committer over ``snapshot``, which stages each boundary's changed files through
-``staging`` (private copies, hashed, scrubbed of secrets) and ``checkpoint`` (each ``.pt`` checked
-before it goes); ``ledger`` remembers what the Hub holds and the commit budget; ``watcher`` wakes the
-snapshots and tells when training has ended; ``mirror`` is the loop ``trainbox sync`` runs. ``bucket``
-and ``places`` keep the working state in a Storage Bucket beside the model repo; ``job`` is what the
-job asks of the sync (start it after resume, the final upload, whether the Hub holds everything).
+``uploader`` (``Uploader``: start, flush, stop) holds one ``snapshot.Snapshotter`` (each boundary's changed
+files staged once through ``staging`` and ``checkpoint``) and one ``lane.Lane`` per store, writing through
+the ``stores.Store`` protocol: the model repo (``stores.RepoStore``) and the Storage Bucket
+(``bucket_store.BucketStore`` over ``bucket``'s layout and manifests); ``places`` says which store takes
+which file, and when the repo takes the working state of a failing bucket; ``ledger`` remembers what each
+store holds and the commit budget; ``watcher`` wakes the snapshots and tells when training has ended.
+``read`` is the one read side: the newest valid copy of the run across the volume, the bucket and the
+repo, and the newest trainbox.json. ``job`` is what the job asks of the sync; ``mirror`` is the loop
+``trainbox sync`` runs. Nothing here imports the training wing.
 """

@@ -1,64 +1,51 @@
-"""The run's working state in a Hugging Face Storage Bucket: overwritten in place, no history.
+"""A run's working state in a Hugging Face Storage Bucket: where its files go, and the manifests that name them.
 
-Every epoch boundary's files (``weights/last.pt``, ``epoch_N.pt``, ``status.json``, ``metrics.jsonl``
-…) go to ``<bucket>/<run name>/``, replacing the previous version: a bucket keeps no history, so a
-300-epoch run stores one ``last.pt``, not 300. A bucket batch is not transactional, so each boundary
-is two batches: the files first, then ``manifest.json`` (per file: sha256, size, epoch). Resume
-trusts a bucket file only when its bytes match the manifest: an agent killed between the two
-batches leaves files the manifest does not describe, and they are never loaded.
+Layout, in the bucket ``CHECKPOINT_BUCKET``, under ``<RUN_NAME>/<run id>/`` (``RunFolder.prefix``)::
 
-``BucketTarget`` gives the uploader of sync.py the four calls it makes on the Hub (commit, landed,
-head, remote_ids), so the same snapshotter, committer, ledger and flush deadlines serve the bucket.
+    objects/<attempt>/<sha256[:16]>/<relative path>   a file's bytes, one key per content: never overwritten
+    manifests/<attempt>-<seq>.json                    one per boundary: every file of it (key, sha256, size,
+                                                      epoch), the run id, the attempt that wrote it
+
+A bucket batch is not transactional and a bucket keeps no history, so nothing consistent is ever replaced:
+a boundary's objects and its manifest go in one batch to keys no earlier boundary used, and what the new
+manifest no longer names is deleted only once it has landed. A manifest counts only when it is *whole*
+(every key it names is there, with its size); readers take the newest whole one. A kill, a refusal or a
+5xx at any step leaves the previous whole boundary in place. ``<attempt>`` (``new_attempt``) orders the
+agents that wrote the run, the newest last: a writer that finds a newer attempt's manifest stops.
+The run id in the path keeps another run of the same RUN_NAME (a repo made again) apart: its files are
+never read as ours, and never deleted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import secrets
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
+from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from .. import libreyolo
-from ..errors import AccessError, StopRequested
+from ..errors import AccessError
 from ..hub import Hub, with_retries
 from ..log import logger
-from ..retry import describe, status_of
-from . import checkpoint
+from ..retry import status_of
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
-# Restored with a checkpoint from the bucket, so the run keeps its history and its best weights.
-_HISTORY = (*libreyolo.HISTORY_FILES, libreyolo.BEST_CHECKPOINT)
-_EPOCH_NAME = re.compile(r"(?:^|/)epoch_(\d+)\.pt$")
-
-
-class CommitTarget(Protocol):
-    """What the uploader (sync.py) needs of the place it writes to: the Hub's model repo or a bucket."""
-
-    def commit(
-        self,
-        repo_id: str,
-        files: Sequence[tuple[str, Path]],
-        message: str,
-        *,
-        deadline: float | None = None,
-        commit_id: str | None = None,
-    ) -> str: ...
-
-    def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None: ...
-
-    def head(self, repo_id: str) -> str | None: ...
-
-    def remote_ids(self, repo_id: str) -> dict[str, str]: ...
+MANIFEST_FORMAT = 2
+MANIFESTS = "manifests"
+OBJECTS = "objects"
+# Manifests read, newest first, when looking for the newest whole one (a torn boundary or two before it).
+_READ_MANIFESTS = 4
+# Tries of a bucket call: the bucket is one store of three, a failing one is worked around (the repo takes
+# the working state, resume reads the others), so it is not waited for as long as the Hub's other calls.
+BUCKET_ATTEMPTS = 3
+_ATTEMPT = re.compile(r"^(\d{13})-([0-9a-f]{6})$")
+_MANIFEST_NAME = re.compile(r"^(\d{13}-[0-9a-f]{6})-(\d{6})\.json$")
 
 
 class BucketUnavailable(Exception):
@@ -77,28 +64,25 @@ def default_bucket_id(output_repo: str) -> str:
     return f"{output_repo}-checkpoints"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(4 * 1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
+def new_attempt(after: str | None = None) -> str:
+    """An attempt's id: its start in ms, zero-padded, then random; later than ``after`` (the newest
+    attempt seen in the bucket) even on a machine whose clock is behind the last writer's."""
+    millis = int(time.time() * 1000)
+    if after is not None and (match := _ATTEMPT.match(after)):
+        millis = max(millis, int(match.group(1)) + 1)
+    return f"{millis:013d}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
-class Store:
-    """One run's folder in one bucket: ``bucket_id`` and ``prefix`` (the run name)."""
+class Bucket:
+    """One Storage Bucket and the few calls the agent makes on it, each under the one retry policy."""
 
     hub: Hub
     bucket_id: str
-    prefix: str
 
-    def key(self, relative: str) -> str:
-        return f"{self.prefix}/{relative}"
-
-    def open(self) -> None:
-        """Create the bucket (private) if missing and prove it can be written; raise
-        ``BucketUnavailable`` when this Hub or this token cannot have one."""
+    def open(self, *, write: bool) -> None:
+        """Prove the bucket can be used: created (private) if missing and writable (``write``), else
+        readable. Raise ``BucketUnavailable`` when this Hub or this token cannot have one."""
         from huggingface_hub import constants
 
         if constants.HF_HUB_DISABLE_XET:
@@ -107,12 +91,17 @@ class Store:
             )
         api = self.hub.api
         try:
-            with_retries(lambda: api.create_bucket(self.bucket_id, private=True, exist_ok=True), "creating the bucket")
+            if write:
+                with_retries(
+                    lambda: api.create_bucket(self.bucket_id, private=True, exist_ok=True), "creating the bucket"
+                )
             with_retries(lambda: api.bucket_info(self.bucket_id), "reading the bucket")
-            # A fine-grained token may read a bucket it cannot write: ask for what a write needs.
-            url = f"{api.endpoint}/api/buckets/{self.bucket_id}/xet-write-token"
-            headers = build_hf_headers(token=self.hub.token or False)
-            with_retries(lambda: hf_raise_for_status(get_session().get(url, headers=headers)), "checking the bucket")
+            if write:  # a fine-grained token may read a bucket it cannot write: ask for what a write needs
+                url = f"{api.endpoint}/api/buckets/{self.bucket_id}/xet-write-token"
+                headers = build_hf_headers(token=self.hub.token or False)
+                with_retries(
+                    lambda: hf_raise_for_status(get_session().get(url, headers=headers)), "checking the bucket"
+                )
         except BucketNotFoundError:
             raise BucketUnavailable(
                 f"HF_TOKEN may not create or read the bucket {self.bucket_id}",
@@ -134,15 +123,25 @@ class Store:
                 f"the bucket {self.bucket_id} cannot be used: {error}", "set CHECKPOINT_BUCKET=off"
             ) from None
 
-    def upload(self, files: Sequence[tuple[str, Path | bytes]], deadline: float | None = None) -> None:
+    def batch(
+        self,
+        add: Sequence[tuple[Path | bytes, str]] = (),
+        delete: Sequence[str] = (),
+        *,
+        deadline: float | None = None,
+        attempts: int = 2,
+    ) -> None:
+        """One batch: ``(source, key)`` adds in one Xet upload session, in order, then deletes. Not
+        transactional: on an error some may have been applied."""
         adds: list[tuple[str | Path | bytes, str]] = [
-            (str(source) if isinstance(source, Path) else source, self.key(rel)) for rel, source in files
+            (str(source) if isinstance(source, Path) else source, key) for source, key in add
         ]
         try:
             with_retries(
-                lambda: self.hub.api.batch_bucket_files(self.bucket_id, add=adds),
-                f"uploading to the bucket {self.bucket_id}",
+                lambda: self.hub.api.batch_bucket_files(self.bucket_id, add=adds or None, delete=list(delete) or None),
+                f"writing to the bucket {self.bucket_id}",
                 deadline=deadline,
+                attempts=attempts,
             )
         except HfHubHTTPError as error:
             if status_of(error) in (401, 403):
@@ -152,163 +151,195 @@ class Store:
                 ) from None
             raise
 
-    def manifest(self) -> dict[str, Any] | None:
-        """The run's manifest, or None when the bucket holds none (a new run, or torn)."""
-        with tempfile.TemporaryDirectory(prefix="bucket-manifest-") as scratch:
-            path = Path(scratch) / MANIFEST
-            if not self.download({MANIFEST: path}):
-                return None
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                logger.warning("bucket: %s/%s is unreadable; ignoring it", self.bucket_id, self.key(MANIFEST))
-                return None
-        if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-            return None
-        return data
+    def listing(self, prefix: str, *, recursive: bool = True, deadline: float | None = None) -> dict[str, int | None]:
+        """``key → size`` under ``prefix`` (``None`` for a folder, when not ``recursive``); empty when absent."""
 
-    def sizes(self, relatives: Sequence[str]) -> dict[str, int]:
-        """``relative → size`` of the files the bucket holds among ``relatives``."""
-        keys = {self.key(rel): rel for rel in relatives}
+        def read() -> dict[str, int | None]:
+            found: dict[str, int | None] = {}
+            for item in self.hub.api.list_bucket_tree(self.bucket_id, prefix=prefix, recursive=recursive):
+                found[item.path] = getattr(item, "size", None) if getattr(item, "type", "file") == "file" else None
+            return found
+
+        try:
+            return with_retries(
+                read, f"listing the bucket {self.bucket_id}", deadline=deadline, attempts=BUCKET_ATTEMPTS
+            )
+        except EntryNotFoundError:
+            return {}
+
+    def sizes(self, keys: Sequence[str], *, deadline: float | None = None) -> dict[str, int]:
+        """``key → size`` of those of ``keys`` the bucket holds."""
+        if not keys:
+            return {}
+        wanted = set(keys)
         found = with_retries(
-            lambda: list(self.hub.api.get_bucket_paths_info(self.bucket_id, list(keys))), "listing the bucket"
+            lambda: list(self.hub.api.get_bucket_paths_info(self.bucket_id, sorted(wanted))),
+            f"reading the bucket {self.bucket_id}",
+            deadline=deadline,
+            attempts=BUCKET_ATTEMPTS,
         )
-        return {keys[item.path]: item.size for item in found if item.path in keys}
+        return {item.path: int(item.size) for item in found if item.path in wanted}
 
-    def download(self, wanted: dict[str, Path]) -> bool:
-        """Download ``relative → local path``; False when one of them is not in the bucket."""
-        present = self.sizes(list(wanted))
-        if set(present) != set(wanted):
-            return False
+    def download(self, wanted: dict[str, Path], *, deadline: float | None = None) -> None:
+        """``key → local path``, in one Xet download; ``EntryNotFoundError`` when a key is missing."""
+        if not wanted:
+            return
         for local in wanted.values():
             local.parent.mkdir(parents=True, exist_ok=True)
         with_retries(
             lambda: self.hub.api.download_bucket_files(
-                self.bucket_id, [(self.key(rel), local) for rel, local in wanted.items()], raise_on_missing_files=True
+                self.bucket_id, [(key, local) for key, local in wanted.items()], raise_on_missing_files=True
             ),
-            "downloading from the bucket",
+            f"downloading from the bucket {self.bucket_id}",
+            deadline=deadline,
+            attempts=BUCKET_ATTEMPTS,
         )
-        return True
 
 
-class BucketTarget:
-    """The bucket as the uploader's commit target: each "commit" is the files, then the manifest."""
+@dataclass(frozen=True)
+class Manifest:
+    """One boundary of a run in its bucket: ``files`` maps each relative path to its object
+    (``key``, ``sha256``, ``size``, ``epoch``); ``key`` is where this manifest itself lies."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.files: dict[str, dict[str, Any]] = {}  # the manifest's entries as last written or read
+    key: str
+    run_id: str
+    run_name: str
+    attempt: str
+    seq: int
+    commit: str
+    epoch: int
+    written_at: float
+    files: dict[str, dict[str, Any]]
 
-    def head(self, repo_id: str) -> str | None:
-        manifest = self.store.manifest()
-        self.files = dict(manifest["files"]) if manifest else {}
-        return str(manifest.get("commit")) if manifest else None
-
-    def remote_ids(self, repo_id: str) -> dict[str, str]:
-        return {rel: str(entry.get("sha256")) for rel, entry in self.files.items()}
-
-    def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
-        manifest = self.store.manifest()
-        if manifest is not None and manifest.get("commit") == commit_id:
-            self.files = dict(manifest["files"])
-            return commit_id
-        return None
-
-    def commit(
-        self,
-        repo_id: str,
-        files: Sequence[tuple[str, Path]],
-        message: str,
-        *,
-        deadline: float | None = None,
-        commit_id: str | None = None,
-    ) -> str:
-        commit_id = commit_id or uuid.uuid4().hex
-        metrics = dict(files).get(libreyolo.METRICS_FILE)
-        epoch = libreyolo.last_recorded_epoch(metrics) if metrics is not None else None
-        if epoch is None:
-            epoch = max((int(e.get("epoch") or 0) for e in self.files.values()), default=0)
-        entries = {rel: {"sha256": sha256_of(path), "size": path.stat().st_size, "epoch": epoch} for rel, path in files}
-        for rel, path in files:
-            if rel.endswith(".pt"):  # a checkpoint's epoch is its own, whatever the metrics beside it say
-                numbered = _EPOCH_NAME.search(rel)
-                entries[rel]["epoch"] = _completed_epochs(path) or (int(numbered.group(1)) if numbered else epoch)
-        # Weights first: a kill now leaves files the manifest does not describe, never trusted.
-        self.store.upload(list(files), deadline)
-        described = {**self.files, **entries}
-        manifest = {
+    def to_bytes(self) -> bytes:
+        body = {
             "format": MANIFEST_FORMAT,
-            "commit": commit_id,
-            "epoch": epoch,
-            "written_at": time.time(),
-            "files": described,
+            "run_id": self.run_id,
+            "run_name": self.run_name,
+            "attempt": self.attempt,
+            "seq": self.seq,
+            "commit": self.commit,
+            "epoch": self.epoch,
+            "written_at": self.written_at,
+            "files": self.files,
         }
-        self.store.upload([(MANIFEST, json.dumps(manifest, indent=1).encode())], deadline)
-        self.files = described
-        return commit_id
+        return json.dumps(body, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, key: str, data: bytes) -> Manifest | None:
+        """The manifest in ``data``, or None when it is not one of ours (unreadable, another format)."""
+        try:
+            body = json.loads(data)
+            files = body["files"]
+            entries = {
+                str(rel): {
+                    "key": str(e["key"]),
+                    "sha256": str(e["sha256"]),
+                    "size": int(e["size"]),
+                    "epoch": int(e.get("epoch") or 0),
+                }
+                for rel, e in files.items()
+            }
+            if body.get("format") != MANIFEST_FORMAT:
+                return None
+            return cls(
+                key=key,
+                run_id=str(body["run_id"]),
+                run_name=str(body["run_name"]),
+                attempt=str(body["attempt"]),
+                seq=int(body["seq"]),
+                commit=str(body["commit"]),
+                epoch=int(body["epoch"]),
+                written_at=float(body["written_at"]),
+                files=entries,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def keys(self) -> set[str]:
+        return {entry["key"] for entry in self.files.values()}
+
+    def whole(self, sizes: dict[str, int]) -> bool:
+        """Every object this manifest names is in the bucket with its size (``sizes``: key → size)."""
+        return all(sizes.get(entry["key"]) == entry["size"] for entry in self.files.values())
 
 
-def _completed_epochs(path: Path) -> int | None:
-    """The epochs a staged checkpoint holds (checked whole when staged: only its pickle is read again)."""
-    try:
-        return checkpoint.inspect(path, check_crc=False).completed_epochs
-    except checkpoint.InvalidCheckpoint:
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder in a bucket: ``<RUN_NAME>/<run id>/``."""
+
+    bucket: Bucket
+    run_name: str
+    run_id: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.run_name}/{self.run_id}"
+
+    @property
+    def label(self) -> str:
+        return f"hf://buckets/{self.bucket.bucket_id}/{self.prefix}"
+
+    def manifest_key(self, attempt: str, seq: int) -> str:
+        return f"{self.prefix}/{MANIFESTS}/{attempt}-{seq:06d}.json"
+
+    def object_key(self, attempt: str, sha256: str, relative: str) -> str:
+        return f"{self.prefix}/{OBJECTS}/{attempt}/{sha256[:16]}/{relative}"
+
+    def attempt_of(self, key: str) -> str | None:
+        """The attempt that wrote ``key`` (a manifest or an object of this folder), or None."""
+        rest = key.removeprefix(f"{self.prefix}/")
+        if rest.startswith(f"{MANIFESTS}/") and (match := _MANIFEST_NAME.match(rest.split("/", 1)[1])):
+            return match.group(1)
+        if rest.startswith(f"{OBJECTS}/"):
+            attempt = rest.split("/")[1] if rest.count("/") >= 2 else ""
+            return attempt if _ATTEMPT.match(attempt) else None
         return None
 
+    def manifest_keys(self, *, deadline: float | None = None) -> list[str]:
+        """The manifests of this run, newest first (attempt, then sequence)."""
+        found = self.bucket.listing(f"{self.prefix}/{MANIFESTS}", recursive=False, deadline=deadline)
+        names = [key for key, size in found.items() if size is not None and _MANIFEST_NAME.match(key.rsplit("/")[-1])]
+        return sorted(names, reverse=True)
 
-def newest(
-    store: Store, scratch: Path, better_than: int, run_dir: Path
-) -> tuple[Path, checkpoint.CheckpointInfo] | None:
-    """The bucket's newest checkpoint whose bytes match its manifest, if newer than ``better_than``
-    epochs; its history files come along when they match too."""
-    try:
-        manifest = store.manifest()
-        if manifest is None:
-            return None
-        files: dict[str, dict[str, Any]] = manifest["files"]
-        candidates = sorted(
-            (rel for rel in files if rel.endswith(".pt") and rel != libreyolo.BEST_CHECKPOINT),
-            key=lambda rel: int(files[rel].get("epoch") or 0),
-            reverse=True,
-        )
-        sizes = store.sizes(candidates + [h for h in _HISTORY if h in files])
-        for rel in candidates:
-            entry = files[rel]
-            if int(entry.get("epoch") or 0) <= better_than:
-                break
-            if sizes.get(rel) != entry.get("size"):
-                logger.warning("resume: the bucket's %s does not match its manifest; not using it", rel)
-                continue
-            local = scratch / "bucket" / rel
-            if not store.download({rel: local}) or sha256_of(local) != entry.get("sha256"):
-                logger.warning("resume: the bucket's %s does not match its manifest; not using it", rel)
-                continue
+    def read_manifests(self, keys: Sequence[str], *, deadline: float | None = None) -> list[Manifest]:
+        """``keys`` parsed (one download), in their order; those unreadable or of another run left out."""
+        if not keys:
+            return []
+        with tempfile.TemporaryDirectory(prefix="bucket-manifests-") as scratch:
+            wanted = {key: Path(scratch) / f"{n}.json" for n, key in enumerate(keys)}
             try:
-                info = checkpoint.inspect(local)
-            except checkpoint.InvalidCheckpoint as error:
-                logger.warning("resume: the bucket's %s is not usable: %s", rel, error)
-                continue
-            if info.completed_epochs is None or info.completed_epochs <= better_than:
-                continue
-            logger.info("resume: %s in the bucket %s has %d epochs", rel, store.bucket_id, info.completed_epochs)
-            _restore_history(store, files, sizes, scratch, run_dir)
-            return local, info
-    except StopRequested:
-        raise
-    except Exception as error:  # the bucket is one of three places: never a reason not to resume
-        logger.warning(
-            "resume: cannot read the bucket %s (%s); using the volume and the repo", store.bucket_id, describe(error)
-        )
-    return None
+                self.bucket.download(wanted, deadline=deadline)
+            except EntryNotFoundError:  # one was deleted meanwhile (a writer tidying up): read the others
+                present = self.bucket.sizes(list(keys), deadline=deadline)
+                wanted = {key: path for key, path in wanted.items() if key in present}
+                self.bucket.download(wanted, deadline=deadline)
+            manifests = []
+            for key, path in wanted.items():
+                manifest = Manifest.parse(key, path.read_bytes())
+                if manifest is None or manifest.run_id != self.run_id:
+                    logger.warning("bucket: %s is not a manifest of this run; ignoring it", key)
+                    continue
+                manifests.append(manifest)
+        return manifests
+
+    def whole_manifests(self, *, deadline: float | None = None) -> list[Manifest]:
+        """This run's whole boundaries among its newest manifests: the most epochs first, then the newest."""
+        manifests = self.read_manifests(self.manifest_keys(deadline=deadline)[:_READ_MANIFESTS], deadline=deadline)
+        sizes = self.bucket.sizes(sorted(set().union(*(m.keys() for m in manifests))), deadline=deadline)
+        whole = [m for m in manifests if m.whole(sizes)]
+        for torn in (m for m in manifests if not m.whole(sizes)):
+            logger.info("bucket: %s names files the bucket lacks (a boundary cut short); not using it", torn.key)
+        return sorted(whole, key=lambda m: (m.epoch, m.key), reverse=True)
+
+    def other_runs(self, *, deadline: float | None = None) -> list[str]:
+        """What else lies under ``<RUN_NAME>/``: other runs' folders (another run id: the repo made
+        again) or an older layout; never read as this run, never deleted."""
+        found = self.bucket.listing(self.run_name, recursive=False, deadline=deadline)
+        return sorted(key for key in found if key.rstrip("/") != self.prefix)
 
 
-def _restore_history(
-    store: Store, files: dict[str, dict[str, Any]], sizes: dict[str, int], scratch: Path, run_dir: Path
-) -> None:
-    for name in _HISTORY:
-        entry = files.get(name)
-        if entry is None or sizes.get(name) != entry.get("size"):
-            continue
-        local = scratch / "bucket-history" / name
-        if store.download({name: local}) and sha256_of(local) == entry.get("sha256"):
-            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            local.replace(run_dir / name)
+def newest_attempt(keys: Sequence[str], folder: RunFolder) -> str | None:
+    """The newest attempt that wrote any of ``keys``."""
+    attempts = [a for key in keys if (a := folder.attempt_of(key)) is not None]
+    return max(attempts, default=None)

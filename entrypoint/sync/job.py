@@ -1,65 +1,135 @@
-"""The job's side of the sync: start it where resume left the run, the final upload, whether the Hub
-holds everything before a destroy, and what trainbox.json says of it."""
+"""The job's side of the sync: the run's bucket, the uploader started where resume left the run, the final
+upload, whether the Hub holds everything before a destroy, and what trainbox.json says of it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError
+from ..errors import AgentError, StopRequested, SyncError, TakenOverError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
-from ..hub import Hub
+from ..hub import Hub, with_retries
 from ..libreyolo import WEIGHTS_DIR
 from ..log import logger
+from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
-from .places import Store, TwoPlaces, squash_history
-from .uploader import Uploader, sync_error
+from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
+from .bucket_store import BucketStore
+from .read import bucket_state, remote_state
+from .uploader import Uploader
 
-Sync = Uploader | TwoPlaces
+# A new run's id is on the repo (its trainbox.json) before training, within this.
+RUN_ID_TIMEOUT = 60.0
+
+
+def open_run(settings: Settings, state: RunState, hub: Hub | None, scratch: Path) -> tuple[RunFolder | None, bool]:
+    """The run's identity and its bucket folder: the run id (the volume's, else the repo's, adopted with
+    its history, else a new one: then True, and the caller puts it on the repo before training; a node
+    other than 0 takes node 0's), the folder (written by node 0, read by the others), and the bucket's
+    trainbox.json adopted, the newest of all: the guards count its attempts too."""
+    if not settings.topology.leader and hub is not None and settings.output_repo is not None:
+        state.follow_run_id(remote_state(hub, settings.output_repo, scratch))
+    new_run = state.ensure_run_id()
+    run_id = state.run_id
+    assert run_id is not None
+    if new_run:
+        logger.info("resume: a new run: its id is %s", run_id)
+    folder, where = open_bucket(settings, hub, run_id, write=settings.topology.leader)
+    if settings.topology.leader:
+        state.update(storage=where)
+    if folder is not None:
+        state.adopt_history(bucket_state(folder, scratch), authoritative=not settings.topology.leader)
+    return folder, new_run
+
+
+def _storage_changed(state: RunState, change: dict[str, Any], tell: Callable[[str], None] | None) -> None:
+    """The bucket failed over to the repo, or came back: trainbox.json says so, and so does ``tell``."""
+    state.update(storage=change)
+    if tell is not None:
+        why = f" ({change['why']})" if change.get("why") else ""
+        tell(
+            f"working state now goes to the repo as commits{why}"
+            if change.get("fallback")
+            else "the bucket answers again"
+        )
+
+
+def open_bucket(
+    settings: Settings, hub: Hub | None, run_id: str, *, write: bool
+) -> tuple[RunFolder | None, dict[str, Any]]:
+    """The run's folder in its bucket (``write``: created if missing and proven writable, on the node
+    that writes), or None (off, or unavailable: said in one line, recorded in trainbox.json)."""
+    if hub is None or settings.output_repo is None or settings.checkpoint_bucket is None:
+        return None, {"mode": "repo"}
+    folder = RunFolder(Bucket(hub, settings.checkpoint_bucket), settings.run_name, run_id)
+    try:
+        folder.bucket.open(write=write)
+    except BucketUnavailable as error:
+        if write:
+            logger.warning("bucket: %s", error.line())
+        else:  # a node that only reads: node 0 says it
+            logger.info("bucket: not read (%s)", error)
+        return None, {"mode": "repo", "bucket": folder.bucket.bucket_id, "unavailable": str(error), "fix": error.fix}
+    if write:
+        created = (
+            " (created private if it was missing)"
+            if settings.checkpoint_bucket == default_bucket_id(settings.output_repo)
+            else ""
+        )
+        logger.info("bucket: working state goes to %s/%s", folder.label, created)
+    return folder, {"mode": "bucket", "bucket": folder.bucket.bucket_id, "prefix": folder.prefix}
 
 
 def start(
     settings: Settings,
     hub: Hub,
-    bucket: Store | None,
-    work_dir: Path,
+    folder: RunFolder | None,
+    state: RunState,
     *,
     newer: frozenset[str],
     before_snapshot: Callable[[], None],
     on_commit: Callable[[str, list[str]], None],
-    on_card: Callable[[str | None], None],
-) -> Sync:
-    """Mirror the run folder to OUTPUT_REPO (and the bucket, when there is one). ``newer``: what the Hub
-    holds newer than this volume, never overwritten by the older copy."""
+    stop: Callable[[AgentError], None],
+    on_fallback: Callable[[str], None] | None = None,
+) -> Uploader:
+    """Mirror the run folder to OUTPUT_REPO (and its bucket folder, when there is one). ``newer``: what
+    the Hub holds newer than this volume, never overwritten by the older copy; ``stop``: how the job is
+    told that a newer attempt took the run over; ``on_fallback``: told in a line when the working state
+    leaves the bucket for the repo, or comes back."""
     assert settings.output_repo is not None
-    uploader: Sync
-    if bucket is not None:
-        uploader = TwoPlaces(
-            bucket,
-            hub,
-            settings.output_repo,
-            settings.run_dir,
-            work_dir / "sync",
-            publish_every=settings.publish_every,
-            before_snapshot=before_snapshot,
-            superseded=newer.__contains__ if newer else None,
-            on_commit=on_commit,
-            on_card=on_card,
-        )
-    else:
-        uploader = Uploader(
-            hub,
-            settings.output_repo,
-            settings.run_dir,
-            work_dir / "sync",
-            before_snapshot=before_snapshot,
-            superseded=newer.__contains__ if newer else None,
-            on_commit=on_commit,
-            on_card=on_card,
-        )
+    store = None
+    if folder is not None:
+        try:
+            store = BucketStore.begin(folder)
+        except StopRequested:
+            raise
+        except Exception as error:  # listing the folder failed: the repo holds the working state instead
+            logger.warning("bucket: cannot read %s (%s); every epoch goes to the repo", folder.label, describe(error))
+            state.update(storage={"mode": "repo", "unavailable": describe(error)})
+
+    def taken_over(error: TakenOverError) -> None:  # from a committer thread: recorded, never raised there
+        with contextlib.suppress(AgentError):  # raised before training: the training loop raises it again
+            stop(error)
+
+    work_dir = settings.agent_dir
+    uploader = Uploader(
+        hub,
+        settings.output_repo,
+        settings.run_dir,
+        work_dir / "sync",
+        before_snapshot=before_snapshot,
+        superseded=newer.__contains__ if newer else None,
+        on_commit=on_commit,
+        on_card=lambda refused: state.update(card={"refused": refused}),  # why, until a card lands
+        bucket=store,
+        publish_every=settings.publish_every,
+        on_storage=lambda change: _storage_changed(state, change, on_fallback),
+        on_taken_over=taken_over,
+    )
     try:
         uploader.start()  # held only once it runs: the end never waits for threads that never started
     except OSError as error:
@@ -68,18 +138,38 @@ def start(
             f"cannot prepare the upload in {work_dir}: {error.strerror or error}",
             "give WORKDIR a writable volume",
         ) from None
-    if bucket is None:  # else open_store said where the working state goes
+    if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
     return uploader
 
 
+def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> None:
+    """A new run: its trainbox.json (the run id) on the repo now, before training, so that a new volume
+    learns it. With a bucket the repo gets trainbox.json only with a milestone; without one, at once anyway."""
+    if uploader.bucket is not None and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
+        logger.warning(
+            "sync: run id %s is not on %s yet (%s); until it is, a new volume cannot tell this run's bucket"
+            " state from another run's and starts over",
+            state.run_id,
+            settings.output_repo,
+            uploader.last_error or "out of time",
+        )
+
+
 def final(
-    uploader: Sync, state: RunState, settings: Settings, hub: Hub | None, phase: Phase, code: int, timeout: float
+    uploader: Uploader, state: RunState, settings: Settings, hub: Hub | None, phase: Phase, code: int, timeout: float
 ) -> int:
     """Upload what is left; a failed final upload turns a success into a sync failure, and
-    trainbox.json says so (it was written for the upload, before its outcome was known)."""
-    synced = uploader.flush(timeout)
-    if isinstance(uploader, TwoPlaces):  # the repo's final publish: whether it made it
+    trainbox.json says so (it was written for the upload, before its outcome was known). A run taken
+    over by a newer attempt writes nothing more."""
+    synced = uploader.flush(timeout) if uploader.taken_over is None else False
+    if uploader.taken_over is not None:
+        state.update(sync=report(uploader))
+        taken = uploader.taken_over
+        if code != taken.exit_code:
+            state.amend_exit(taken.exit_code, taken.reason, str(taken))
+        return taken.exit_code
+    if uploader.bucket is not None:  # the repo's final publish: whether it made it
         state.update(sync=report(uploader))
     if synced and settings.squash_history and phase is Phase.DONE and hub is not None:
         state.update(sync={"squashed": squash_history(hub, uploader.repo_id)})
@@ -94,23 +184,42 @@ def final(
     return code
 
 
-def report(uploader: Sync) -> dict[str, Any]:
-    return {
+def report(uploader: Uploader) -> dict[str, Any]:
+    """trainbox.json's ``sync``: the repo's commits, and with a bucket its boundaries and the final publish."""
+    record: dict[str, Any] = {
         "repo": uploader.repo_id,
         "commits": len(uploader.commits),
         "last_commit": uploader.commits[-1] if uploader.commits else None,
         "pending": uploader.pending,
         "last_error": uploader.last_error,
-        **(uploader.report() if isinstance(uploader, TwoPlaces) else {}),
     }
+    if uploader.bucket is not None:
+        record |= {
+            "bucket": uploader.bucket.name,
+            "bucket_boundaries": len(uploader.bucket.commits),
+            "bucket_pending": sorted(uploader.bucket.pending),
+            **({"fallback": uploader.fallback} if uploader.fallback else {}),
+            **({"final_publish": uploader.final_publish} if uploader.final_publish is not None else {}),
+        }
+    if uploader.taken_over is not None:
+        record["taken_over"] = str(uploader.taken_over)
+    return record
+
+
+def sync_error(uploader: Uploader) -> SyncError:
+    return SyncError(
+        f"{len(uploader.pending)} file(s) could not be uploaded to {uploader.repo_id}: {uploader.last_error}",
+        "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",
+    )
 
 
 def hub_holds_everything(
-    uploader: Sync | None, settings: Settings, hub_copy: tuple[int, int] | None, timeout: float
+    uploader: Uploader | None, settings: Settings, hub_copy: tuple[int, int] | None, timeout: float
 ) -> bool:
     """Put the current trainbox.json on the Hub; True only when the Hub is known to hold every
-    completed epoch of this run on this volume (a destroy is downgraded to a stop otherwise).
-    ``hub_copy``: size and mtime of the checkpoint resume copied from the Hub, if it did."""
+    completed epoch of this run on this volume (a destroy is downgraded to a stop otherwise):
+    the bucket holding every boundary (whole, never overwritten: no copy there can be torn), or the
+    repo holding everything. ``hub_copy``: size and mtime of the checkpoint resume copied from the Hub."""
     if uploader is None:
         # The job ended before the uploader ran (preflight, access, resume): the Hub was never
         # shown this volume. Only a volume without a checkpoint has nothing to lose.
@@ -120,8 +229,11 @@ def hub_holds_everything(
         if at_risk and settings.output_repo is not None:  # without one, no Hub was ever promised
             logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
         return not at_risk
+    if uploader.taken_over is not None:
+        logger.warning("this run belongs to a newer attempt now: nothing on this volume is kept for it")
+        return True
     synced = uploader.flush(timeout)
-    if isinstance(uploader, TwoPlaces) and uploader.bucket_complete:
+    if uploader.bucket_complete:
         synced = True  # every epoch is in the bucket: the repo's final publish is reported, not required
     refused = dict(uploader.refused_missing)
     if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
@@ -139,3 +251,22 @@ def signature(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_size, stat.st_mtime_ns
+
+
+def squash_history(hub: Hub, repo_id: str) -> bool:
+    """SQUASH_HISTORY=1 (CHECKPOINT_BUCKET=off): one commit holds the finished run, and the storage
+    of every earlier epoch's version is freed. A failure is reported, never fatal: nothing is lost."""
+    try:
+        with_retries(
+            lambda: hub.api.super_squash_history(
+                repo_id, repo_type="model", commit_message="Squash the run's history (SQUASH_HISTORY=1)"
+            ),
+            f"squashing {repo_id}",
+        )
+    except StopRequested:
+        raise
+    except Exception as error:
+        logger.warning("SQUASH_HISTORY: %s keeps its history (%s)", repo_id, describe(error))
+        return False
+    logger.info("SQUASH_HISTORY: %s's history is one commit now", repo_id)
+    return True

@@ -14,8 +14,9 @@ from ..errors import ConfigError, PreemptedError
 from ..hub import Hub
 from ..log import logger
 from ..settings import Settings
-from ..training import resume
-from .uploader import Uploader, sync_error
+from .job import sync_error
+from .read import hub_newer
+from .uploader import Uploader
 from .watcher import boundary_signature, run_ended
 
 
@@ -33,7 +34,7 @@ def mirror(settings: Settings, run_dir: Path, *, once: bool, timeout: float, upl
     base = settings.workdir if os.environ.get("WORKDIR") else run_dir.parent
     uploading()
     work = base / ".trainbox" / "sync" / key
-    newer = resume.hub_newer(hub, settings.output_repo, run_dir, work / "scratch")  # as `trainbox run` guards it
+    newer = hub_newer(hub, settings.output_repo, run_dir, work / "scratch")  # as `trainbox run` guards it
     uploader = Uploader(hub, settings.output_repo, run_dir, work, superseded=newer.__contains__ if newer else None)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

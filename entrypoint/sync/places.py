@@ -1,32 +1,28 @@
-"""Two places for a run: its working state in a Storage Bucket, its milestones in the model repo.
+"""Which store gets which file of the run folder, and how often.
 
-The bucket gets every epoch boundary (overwritten in place, see bucket.py). The model repo gets a
-few commits per run instead of one per epoch: ``best.pt``, ``metrics.jsonl``, ``trainbox.json``,
-the card and the plot at most once per PUBLISH_EVERY (the newest state wins), and at the end the
-final ``last.pt`` and ``best.pt``. ``TwoPlaces`` looks like one ``Uploader`` to the pipeline.
+With a bucket, the bucket takes every file at every boundary (the working state), and the model repo
+milestones: ``best.pt``, ``metrics.jsonl``, ``trainbox.json``, the card and the plot, at most once per
+PUBLISH_EVERY (the newest state wins), and at the end the final ``last.pt`` and ``best.pt``
+(``final_milestone``). When the bucket fails ``FALLBACK_AFTER`` boundaries in a row, or refuses the
+token, the repo takes everything at every boundary until the bucket answers again (uploader.py).
+Without a bucket, the repo takes everything at every boundary.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 from .. import libreyolo
-from ..errors import StopRequested
-from ..hub import Hub, with_retries
-from ..log import logger
-from ..retry import describe
-from ..settings import Settings
-from .bucket import BucketTarget, BucketUnavailable, Store, default_bucket_id
+from .lane import Lane
 from .ledger import COMMITS_PER_HOUR, CommitBudget
-from .uploader import Uploader
+from .staging import StagedFile
 
-__all__ = ["Store", "TwoPlaces", "open_store"]
-
+# Failed bucket boundaries in a row before the working state goes to the repo as commits.
+FALLBACK_AFTER = 3
 # The bucket has no commit limit: every boundary goes at once.
-_UNLIMITED = 10**9
+UNLIMITED = 10**9
+
+
+def everything(_relative: str) -> bool:
+    return True
 
 
 def working_state_only(relative: str) -> bool:
@@ -43,167 +39,95 @@ def final_milestone(relative: str) -> bool:
     return libreyolo.EPOCH_CHECKPOINT.match(relative) is None
 
 
-def open_store(settings: Settings, hub: Hub | None) -> tuple[Store | None, dict[str, Any]]:
-    """The run's bucket, ready to write, or None (off, or unavailable: said in one line, recorded)."""
-    if hub is None or settings.output_repo is None or settings.checkpoint_bucket is None:
-        return None, {"mode": "repo"}
-    if settings.topology.multi:  # every node resumes from the repo at node 0's commit: it must hold each epoch
-        logger.info("bucket: several machines resume from the repo alone; every epoch goes there as a commit")
-        return None, {"mode": "repo", "why": "several machines"}
-    store = Store(hub, settings.checkpoint_bucket, settings.run_name)
-    try:
-        store.open()
-    except BucketUnavailable as error:
-        logger.warning("bucket: %s", error.line())
-        return None, {"mode": "repo", "bucket": store.bucket_id, "unavailable": str(error), "fix": error.fix}
-    created = (
-        " (created private if it was missing)"
-        if settings.checkpoint_bucket == default_bucket_id(settings.output_repo)
-        else ""
-    )
-    logger.info("bucket: working state goes to hf://buckets/%s/%s%s", store.bucket_id, store.prefix, created)
-    return store, {"mode": "bucket", "bucket": store.bucket_id, "prefix": store.prefix}
+def unlimited_budget() -> CommitBudget:
+    return CommitBudget(per_hour=UNLIMITED, burst=UNLIMITED)
 
 
-def squash_history(hub: Hub, repo_id: str) -> bool:
-    """SQUASH_HISTORY=1 (CHECKPOINT_BUCKET=off): one commit holds the finished run, and the storage
-    of every earlier epoch's version is freed. A failure is reported, never fatal: nothing is lost."""
-    try:
-        with_retries(
-            lambda: hub.api.super_squash_history(
-                repo_id, repo_type="model", commit_message="Squash the run's history (SQUASH_HISTORY=1)"
-            ),
-            f"squashing {repo_id}",
-        )
-    except StopRequested:
-        raise
-    except Exception as error:
-        logger.warning("SQUASH_HISTORY: %s keeps its history (%s)", repo_id, describe(error))
-        return False
-    logger.info("SQUASH_HISTORY: %s's history is one commit now", repo_id)
-    return True
+def publish_budget(publish_every: float, recent: list[float]) -> CommitBudget:
+    """At most one milestone commit per ``publish_every`` seconds (0: the Hub's own budget)."""
+    if publish_every <= 0:
+        return CommitBudget(recent=recent)
+    per_hour = 3600.0 / publish_every
+    budget = CommitBudget(per_hour=max(1, int(per_hour)), burst=1)
+    if per_hour < 1:  # slower than one an hour: the rate itself, not rounded up
+        budget.rate = 1.0 / publish_every
+    return budget
 
 
-class TwoPlaces:
-    """A bucket uploader for the working state beside a repo uploader for the milestones."""
+def every_boundary_budget(recent: list[float]) -> CommitBudget:
+    """The repo holding the working state: a commit per boundary, within the Hub's hourly limit."""
+    return CommitBudget(per_hour=COMMITS_PER_HOUR, recent=recent)
 
-    def __init__(
-        self,
-        store: Store,
-        hub: Hub,
-        repo_id: str,
-        run_dir: Path,
-        work_dir: Path,
-        *,
-        publish_every: float,
-        before_snapshot: Callable[[], None] | None = None,
-        superseded: Callable[[str], bool] | None = None,
-        on_commit: Callable[[str, list[str]], None] | None = None,
-        on_card: Callable[[str | None], None] | None = None,
-    ) -> None:
-        self.store = store
-        self.bucket = Uploader(
-            BucketTarget(store),
-            store.bucket_id,
-            run_dir,
-            work_dir / "bucket",
-            budget=CommitBudget(per_hour=_UNLIMITED, burst=_UNLIMITED),
-            before_snapshot=before_snapshot,
-            on_commit=on_commit,  # "on the Hub N s ago": the bucket is on the Hub too
-        )
-        per_hour = 3600.0 / publish_every if publish_every > 0 else COMMITS_PER_HOUR
-        self.repo = Uploader(
-            hub,
-            repo_id,
-            run_dir,
-            work_dir,
-            budget=CommitBudget(per_hour=int(max(1, per_hour)) if per_hour >= 1 else 1, burst=1),
-            before_snapshot=before_snapshot,
-            superseded=superseded,
-            on_commit=on_commit,
-            on_card=on_card,
-            select=milestone,
-        )
-        if publish_every > 0 and per_hour < 1:  # slower than one an hour: the rate itself, not rounded up
-            self.repo.budget.rate = 1.0 / publish_every
-        self.final_publish: dict[str, Any] | None = None
-        self.bucket_complete = False  # the last flush left every boundary in the bucket (with its manifest)
 
-    # -- what the pipeline reads ---------------------------------------------------------
-    @property
-    def repo_id(self) -> str:
-        return self.repo.repo_id
+class Routing:
+    """Which lane holds the working state and what the repo takes: bucket mode, its fallback to the repo,
+    the end's final publish. Read and changed under the uploader's condition."""
+
+    def __init__(self, repo: Lane, bucket: Lane | None, publish_every: float) -> None:
+        self.repo = repo
+        self.bucket = bucket
+        self.publish_every = publish_every
+        self.fallback: str | None = None  # why the repo holds the working state instead of the bucket
+        self.final = False  # the end: the repo takes the final last.pt too
+        self.everywhere = False  # a flush waits for the repo's milestones too
+        if bucket is not None:
+            repo.takes = milestone
+            repo.budget = publish_budget(publish_every, repo.ledger.commit_times)
 
     @property
-    def commits(self) -> list[str]:
-        return self.repo.commits
+    def lanes(self) -> list[Lane]:
+        return [lane for lane in (self.bucket, self.repo) if lane is not None]
 
     @property
-    def pending(self) -> list[str]:
-        return sorted(set(self.bucket.pending) | set(self.repo.pending))
+    def working(self) -> Lane:
+        """The lane that holds the working state now: the bucket, or the repo (no bucket, or fallback)."""
+        return self.bucket if self.bucket is not None and self.fallback is None else self.repo
 
-    @property
-    def last_error(self) -> str | None:
-        return self.bucket.last_error or self.repo.last_error
+    def required(self) -> list[Lane]:
+        """The lanes a flush waits for: the working state's, and the repo's at the end or without a bucket."""
+        if self.bucket is None or self.fallback is not None:
+            return [self.repo]
+        return [self.bucket, self.repo] if self.final or self.everywhere else [self.bucket]
 
-    @property
-    def refused_missing(self) -> dict[str, str]:
-        return self.bucket.refused_missing
+    def deliver(self, staged: list[StagedFile]) -> list[StagedFile]:
+        """Each lane that wants a staged copy holds it, replacing an older one; the copies none holds now."""
+        unused = []
+        for item in staged:
+            takers = [lane for lane in self.lanes if lane.wants(item)]
+            for lane in takers:
+                replaced = lane.pending.get(item.relative)
+                if replaced is not None and replaced is not item:
+                    unused.append(replaced)
+                lane.pending[item.relative] = item
+                lane.work.set()
+            if not takers:
+                unused.append(item)
+        return unused
 
-    @property
-    def refused(self) -> list[str]:
-        return self.bucket.refused
+    def to_final(self) -> bool:
+        """Bucket mode, at the end: the repo takes the final last.pt too. True when this changed it."""
+        if self.bucket is None or self.final:
+            return False
+        self.final = True
+        if self.fallback is None:
+            self.repo.takes = final_milestone
+        return True
 
-    @property
-    def latencies(self) -> Any:
-        return self.bucket.latencies
+    def fall_back(self, why: str) -> bool:
+        """The bucket keeps failing: the repo takes everything at every boundary. True when this changed it."""
+        if self.bucket is None or self.fallback is not None:
+            return False
+        self.fallback = why
+        self.repo.takes = everything
+        self.repo.budget = every_boundary_budget(self.repo.ledger.commit_times)
+        return True
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "bucket": self.store.bucket_id,
-            "bucket_boundaries": len(self.bucket.commits),
-            "bucket_pending": self.bucket.pending,
-            **({"final_publish": self.final_publish} if self.final_publish is not None else {}),
-        }
-
-    # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> None:
-        self.bucket.start()
-        try:
-            self.repo.start()
-        except BaseException:  # not held by the job then: nothing else would stop the bucket's threads
-            self.bucket.stop()
-            raise
-
-    def notify(self) -> None:
-        self.bucket.notify()
-        self.repo.notify()
-
-    def cut_short(self, deadline: float) -> None:
-        self.bucket.cut_short(deadline)
-        self.repo.cut_short(deadline)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        self.bucket.stop(timeout)
-        self.repo.stop(max(0.0, deadline - time.monotonic()))
-
-    def flush(self, timeout: float) -> bool:
-        """The bucket first (the last epoch, within a preemption's bound), then the repo's final
-        publish (last.pt and best.pt) with the time left; True when both hold everything."""
-        deadline = time.monotonic() + timeout
-        in_bucket = self.bucket.flush(timeout)
-        self.bucket_complete = in_bucket
-        if self.repo.select is not final_milestone:
-            self.repo.select = final_milestone
-            self.repo.snapshot()  # staged now, so the final last.pt rides in the same commit as the rest
-        published = self.repo.flush(max(0.0, deadline - time.monotonic()))
-        self.final_publish = {"done": published, "commit": self.repo.commits[-1] if self.repo.commits else None}
-        if not published:
-            logger.warning(
-                "bucket: the final publish to %s did not finish (%s); the bucket %s holds the run",
-                self.repo.repo_id,
-                self.repo.last_error or "out of time",
-                self.store.bucket_id,
-            )
-        return in_bucket and published
+    def back(self) -> list[StagedFile] | None:
+        """The bucket answers again: the repo takes milestones again; the copies it no longer needs
+        (None when nothing changed)."""
+        if self.bucket is None or self.fallback is None:
+            return None
+        self.fallback = None
+        self.repo.takes = final_milestone if self.final else milestone
+        self.repo.budget = publish_budget(self.publish_every, self.repo.ledger.commit_times)
+        return [self.repo.pending.pop(r) for r in [r for r in self.repo.pending if not self.repo.takes(r)]]

@@ -1,8 +1,10 @@
-"""The snapshot side of the uploader: stages each epoch boundary's changed files as pending, newest per path."""
+"""The snapshotter: each epoch boundary's changed files staged once (one private copy, one hash, one check),
+then handed to the uploader, which gives each store the copies it needs."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -11,89 +13,113 @@ from pathlib import Path
 from .. import libreyolo
 from ..log import logger
 from . import checkpoint
-from .ledger import Ledger
-from .staging import StagedFile, _Signature, _skip, copy_checked
+from .staging import Signature, StagedFile, copy_checked, skipped
 from .watcher import BOUNDARY_FILE
 
-# Stands for the whole run folder in ``pending`` when a snapshot failed before it could list it.
-_UNREAD = "(run folder not read)"
+# Stands for the whole run folder in ``failed`` when a snapshot failed before it could list it.
+UNREAD = "(run folder not read)"
 # A checkpoint ahead of its row gets one more pass: libreyolo writes the row right after the weights.
 _BOUNDARY_PASSES = 2
 
 
 class Snapshotter:
-    """Stages the run folder's changed files; ``Uploader`` adds the committer that takes them to the Hub.
+    """Stages the run folder's changed files and hands them to ``deliver``.
 
-    It holds the state both of the uploader's threads share, all of it under ``_lock`` (``_changed`` is
-    its condition, notified whenever pending, failed, snapshots or commits moved). ``snapshot`` runs on
-    the snapshot thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock``
-    keeps two from interleaving. A file that cannot be staged (a full disk, an I/O error) stays pending
-    and failed until a later snapshot stages it.
+    ``changed`` is the uploader's condition: ``failed``, ``refused_missing`` and the snapshot counts are
+    read and written under it, and ``deliver`` is called holding it. ``snapshot`` runs on the snapshot
+    thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock`` keeps two
+    from interleaving. A file that cannot be staged (a full disk, an I/O error) stays in ``failed``
+    until a later snapshot stages it.
     """
 
     def __init__(
         self,
         run_dir: Path,
-        work_dir: Path,
+        staging: Path,
         *,
+        changed: threading.Condition,
+        deliver: Callable[[list[StagedFile]], None],
         poll_interval: float,
-        before_snapshot: Callable[[], None] | None,
-        superseded: Callable[[str], bool] | None,
-        select: Callable[[str], bool] | None,
+        before_snapshot: Callable[[], None] | None = None,
+        superseded: Callable[[str], bool] | None = None,
     ) -> None:
-        self.select = select  # which files of the run folder go (None: all); places.py widens it at the end
         self.run_dir = run_dir
-        self.staging = work_dir / "staging"
-        self.ledger = Ledger(work_dir / "ledger.json")
+        self.staging = staging
+        self.changed = changed
+        self.deliver = deliver
         self.poll_interval = poll_interval
         # Lets the agent bring trainbox.json up to date, so a boundary's commit carries it.
         self.before_snapshot = before_snapshot
         # Files already on the volume at start that the Hub holds in a newer version (the run
         # resumed from the Hub): they are uploaded only once training writes them again.
-        self._superseded = superseded
-        self._seen: dict[str, _Signature] = {}
-        self._pending: dict[str, StagedFile] = {}
-        self._failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
-        self._discard: list[StagedFile] = []  # replaced copies; the committer deletes them
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # pending, failed, snapshots or commits moved
-        self._snapshot_lock = threading.Lock()
-        self._snapshots_asked = 0
-        self._snapshots_done = 0
-        self._wake = threading.Event()  # a boundary, or someone waits on a snapshot
-        self._work = threading.Event()  # something for the committer
-        self._stopping = threading.Event()
-        self._boundary_signature: _Signature | None = None
-        self.commits: list[str] = []  # the committer's, on the Hub; staged copies are named after their count
-        self.last_error: str | None = None
+        self.superseded = superseded
+        self.wake = threading.Event()  # a boundary, or someone waits on a snapshot
+        self.failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
         self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
         # Refused and not uploaded since in a valid version: the Hub lacks part of the run.
         self.refused_missing: dict[str, str] = {}
-        self._boundary_seen_at: float | None = None
+        self.last_error: str | None = None
+        self._seen: dict[str, Signature] = {}
+        self._snapshot_lock = threading.Lock()
+        self._asked = 0
+        self._done = 0
+        self._copies = 0  # names the staged copies
+        self._boundary_signature: Signature | None = None
 
-    def _snapshot_loop(self) -> None:
-        while not self._stopping.is_set():
-            woken = self._wake.wait(self.poll_interval)
-            self._wake.clear()
-            if self._stopping.is_set():
+    # -- what the uploader asks ------------------------------------------------------------
+    def prepare(self) -> None:
+        """A fresh staging folder; the files the Hub holds newer marked seen."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True)
+        if self.superseded is not None:
+            self._hold_superseded(self.superseded)
+
+    def ask(self) -> int:
+        """A snapshot wanted (under ``changed``): the ticket ``answered`` takes."""
+        self._asked += 1
+        self.wake.set()
+        return self._asked
+
+    def answered(self, ticket: int) -> bool:
+        """The snapshot asked as ``ticket`` (or a later one) has run (under ``changed``)."""
+        return self._done >= ticket
+
+    def forget(self, wanted: Callable[[str], bool]) -> None:
+        """Stage the files ``wanted`` picks again at the next snapshot, changed or not (a store
+        that did not take them before does now)."""
+        with self._snapshot_lock:
+            for relative in [r for r in self._seen if wanted(r)]:
+                del self._seen[relative]
+
+    # -- the snapshot thread ---------------------------------------------------------------
+    def run(self, stopping: threading.Event) -> None:
+        """The snapshot thread: a snapshot at each wake (a boundary, someone waiting), until ``stopping``."""
+        self._snapshot_loop(stopping)
+
+    def _snapshot_loop(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            woken = self.wake.wait(self.poll_interval)
+            self.wake.clear()
+            if stopping.is_set():
                 return
-            with self._changed:
-                asked = self._snapshots_asked
-            if woken or asked > self._snapshots_done or self._boundary_moved():
+            with self.changed:
+                asked = self._asked
+            if woken or asked > self._done or self._boundary_moved():
                 try:
                     self.snapshot()
                 except Exception as error:  # the uploader must never take the run down
                     logger.warning("sync: snapshot failed: %s", error)
-                    self._stage_failed(_UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
+                    self._stage_failed(UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
                 finally:
-                    with self._changed:
-                        self._snapshots_done = max(self._snapshots_done, asked)
-                        self._changed.notify_all()
+                    with self.changed:
+                        self._done = max(self._done, asked)
+                        self.changed.notify_all()
 
     def _boundary_moved(self) -> bool:
         """The polling fallback: has status.json been replaced since we last looked?"""
         try:
-            signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
+            signature = Signature.of(self.run_dir / BOUNDARY_FILE)
         except OSError:
             return False
         if signature == self._boundary_signature:
@@ -107,7 +133,7 @@ class Snapshotter:
         for path, relative in self._files():
             if superseded(relative):
                 with contextlib.suppress(OSError):
-                    self._seen[relative] = _Signature.of(path)
+                    self._seen[relative] = Signature.of(path)
                     held.append(relative)
         if held:
             logger.info("sync: %d older file(s) on this volume stay off the Hub until written again", len(held))
@@ -116,14 +142,12 @@ class Snapshotter:
         found = []
         for path in sorted(self.run_dir.rglob("*")):
             relative = path.relative_to(self.run_dir).as_posix()
-            if path.is_file() and not path.is_symlink() and not _skip(relative):
-                if self.select is not None and not self.select(relative):
-                    continue
+            if path.is_file() and not path.is_symlink() and not skipped(relative):
                 found.append((path, relative))
         return found
 
     def snapshot(self) -> list[str]:
-        """Stage every file changed since the last snapshot; return their relative paths.
+        """Stage every file changed since the last snapshot and deliver them; return their paths.
 
         A snapshot is one epoch boundary: a checkpoint newer than the metrics.jsonl it goes with was
         written by the boundary in progress (libreyolo writes the weights first, the row after). One
@@ -148,39 +172,32 @@ class Snapshotter:
         """Stage the changed files: those staged, and the checkpoints that wait for their epoch's row."""
         seen_at = time.monotonic()
         with contextlib.suppress(OSError):
-            self._boundary_signature = _Signature.of(self.run_dir / BOUNDARY_FILE)
+            self._boundary_signature = Signature.of(self.run_dir / BOUNDARY_FILE)
         staged: list[StagedFile] = []
         present = set()
         for path, relative in self._files():
             present.add(relative)
             try:
-                signature = _Signature.of(path)
+                signature = Signature.of(path)
             except OSError:
                 continue
             if self._seen.get(relative) == signature:
                 continue
             try:
-                result = self._stage(path, relative, signature)
+                result = self._stage(path, relative, signature, seen_at)
             except Exception as error:  # any failure to stage: pending and failed, never dropped
                 self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
                 continue
             if result is not None:
                 staged.append(result)
         staged, waiting = self._hold_unrecorded(staged)
-        with self._changed:
+        with self.changed:
             # deleted since (or read now, for a failed snapshot): nothing left to upload
-            for gone in set(self._failed) - present:
-                del self._failed[gone]
-            for item in staged:
-                replaced = self._pending.get(item.relative)
-                if replaced is not None:
-                    self._discard.append(replaced)
-                self._pending[item.relative] = item
+            for gone in set(self.failed) - present:
+                del self.failed[gone]
             if staged:
-                self._boundary_seen_at = self._boundary_seen_at or seen_at
-            self._changed.notify_all()
-        if staged:
-            self._work.set()
+                self.deliver(staged)
+            self.changed.notify_all()
         return staged, waiting
 
     def _hold_unrecorded(self, staged: list[StagedFile]) -> tuple[list[StagedFile], list[str]]:
@@ -207,33 +224,30 @@ class Snapshotter:
 
     def _stage_failed(self, relative: str, reason: str) -> None:
         logger.warning("sync: %s", reason)
-        with self._changed:
-            self._failed[relative] = reason
+        with self.changed:
+            self.failed[relative] = reason
         self.last_error = reason
 
-    def _stage(self, path: Path, relative: str, signature: _Signature) -> StagedFile | None:
-        target = self.staging / f"{len(self.commits)}-{time.monotonic_ns()}-{path.name}"
+    def _stage(self, path: Path, relative: str, signature: Signature, seen_at: float) -> StagedFile | None:
+        self._copies += 1
+        target = self.staging / f"{self._copies}-{time.monotonic_ns()}-{path.name}"
         is_checkpoint = path.suffix == ".pt"
         epochs: int | None = None
         try:
             sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
-            unchanged = _Signature.of(path) == signature
+            unchanged = Signature.of(path) == signature
         except OSError as error:
             with contextlib.suppress(OSError):
                 target.unlink(missing_ok=True)
             if not path.exists():
                 logger.debug("sync: %s vanished while copied (%s)", relative, error)
                 return None
-            # Disk full, I/O error: the file is not on its way to the Hub. It stays pending (and
-            # failed) and is tried again at the next snapshot.
-            reason = f"cannot stage {relative}: {error}"
-            logger.warning("sync: %s", reason)
-            with self._changed:
-                self._failed[relative] = reason
-            self.last_error = reason
+            # Disk full, I/O error: the file is not on its way to the Hub. It stays failed and is
+            # tried again at the next snapshot.
+            self._stage_failed(relative, f"cannot stage {relative}: {error}")
             return None
-        with self._changed:
-            self._failed.pop(relative, None)
+        with self.changed:
+            self.failed.pop(relative, None)
         if not unchanged:
             # Written while we copied: the next boundary brings the finished version.
             target.unlink(missing_ok=True)
@@ -246,25 +260,22 @@ class Snapshotter:
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
                 self.refused.append(relative)
-                with self._changed:
+                with self.changed:
                     self.refused_missing[relative] = str(error)
                 target.unlink(missing_ok=True)
                 return None
             except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
                 target.unlink(missing_ok=True)
                 raise
-            with self._changed:
+            with self.changed:
                 self.refused_missing.pop(relative, None)
         self._seen[relative] = signature
-        staged = StagedFile(
+        return StagedFile(
             relative=relative,
             path=target,
             sha256=sha256,
             git_oid=git_oid,
             size=target.stat().st_size,
             epochs=epochs,
+            seen_at=seen_at,
         )
-        if self.ledger.has(relative, staged.ids):
-            target.unlink(missing_ok=True)
-            return None
-        return staged

@@ -11,10 +11,18 @@ from ..log import contains_secret, longest_secret, redact_bytes
 _COPY_CHUNK = 4 * 1024 * 1024
 
 
-def _skip(relative: str) -> bool:
+def skipped(relative: str) -> bool:
     """Temporary and hidden files are never part of a snapshot."""
     name = relative.rsplit("/", 1)[-1]
     return name.startswith(".") or name.endswith((".tmp", ".part", ".lock", ".incomplete"))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,7 @@ class StagedFile:
     git_oid: str | None  # the id the Hub shows for a file it keeps in git (checkpoints go to LFS)
     size: int
     epochs: int | None = None  # a checkpoint's own count of completed epochs
+    seen_at: float = 0.0  # when its boundary was seen (time.monotonic()): latency runs from here
 
     @property
     def ids(self) -> list[str]:
@@ -32,13 +41,13 @@ class StagedFile:
 
 
 @dataclass(frozen=True)
-class _Signature:
+class Signature:
     size: int
     mtime_ns: int
     inode: int
 
     @classmethod
-    def of(cls, path: Path) -> _Signature:
+    def of(cls, path: Path) -> Signature:
         stat = path.stat()
         return cls(stat.st_size, stat.st_mtime_ns, stat.st_ino)
 

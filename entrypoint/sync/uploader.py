@@ -1,29 +1,42 @@
-"""The uploader: a run folder mirrored to the Hub, every epoch boundary in one commit, never torn, never lost."""
+"""The uploader: a run folder mirrored to its stores, every epoch boundary as one unit, never torn, never lost.
+
+One snapshotter stages each boundary's changed files once (snapshot.py); each store has a lane (lane.py):
+the model repo always, a Storage Bucket for the working state when there is one (places.py says who
+gets what). Threads, so training never waits for the network: the file watcher wakes the snapshot
+thread at each boundary (libreyolo renames ``status.json`` last); one committer thread per lane sends
+its store the newest copy of every file it still needs, as one unit. A failed unit is kept and tried
+again, carrying anything newer. All shared state sits under ``_changed``. ``flush`` waits, within its
+timeout, for every store that must hold the run; ``cut_short`` bounds any flush (SIGTERM).
+
+When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row or refuses the token, the repo
+takes the working state at every boundary (said once, ``on_storage``) until the bucket answers again.
+When the bucket shows that a newer attempt writes the run, nothing more is written anywhere
+(``taken_over``, ``on_taken_over``).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from watchdog.observers.api import BaseObserver
 
-from ..errors import AccessError, AgentError, StopRequested, SyncError
+from .. import libreyolo
+from ..errors import AccessError, AgentError, StopRequested, TakenOverError
 from ..hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
 from ..log import logger
+from . import places
+from .bucket_store import BucketStore
+from .lane import Lane
 from .ledger import CommitBudget
 from .snapshot import Snapshotter
 from .staging import StagedFile
+from .stores import RepoStore
 from .watcher import watch
-
-if TYPE_CHECKING:
-    from .bucket import CommitTarget
-    from .places import TwoPlaces
 
 # The model card rides with its boundary's files; huggingface_hub checks it before uploading anything, so a card
 # the Hub refuses is dropped (until it changes) and never holds back an epoch.
@@ -31,135 +44,185 @@ CARD_FILE = "README.md"
 POLL_INTERVAL = 1.0
 
 
-class Uploader(Snapshotter):
-    """Mirrors ``run_dir`` into ``repo_id``: ``start``, let it run beside training, ``flush``, ``stop``.
-
-    LibreYOLO writes its checkpoints in place, then renames ``status.json`` last: that rename is the
-    moment the epoch's files are complete. Two threads, so training never waits for the network:
-
-    * ``sync-snapshot`` (the ``Snapshotter`` side) reacts to each boundary (the watcher's file event, or a
-      stat poll every ``poll_interval`` for volumes where inotify is silent): it copies every changed file
-      into a private staging folder, checks it (``.pt``: complete archive that loads without running code;
-      text: scrubbed of secrets) and records it as pending, newest version per path;
-    * ``sync-commit``, the one thread that talks to the Hub after ``start``, turns everything pending
-      into one commit, within the Hub's commit budget (a 429 empties it until the server's
-      ``Retry-After``). A slow commit means the next one carries several boundaries: the newest
-      state wins and no stale commit is queued. It owns the ledger of what the Hub holds (sha256
-      per path, survives restarts) and the deletion of staged copies. No error ends it: it is
-      reported and tried again.
-
-    What the threads share sits under one lock, ``_lock`` (``_changed``, its condition, is notified
-    whenever pending, failed, snapshots or commits moved); ``_snapshot_lock`` keeps snapshots apart.
-    Events: ``_wake`` (snapshot now: a boundary, ``notify``, a flush), ``_work`` (something for the
-    committer), ``_stopping``. ``flush`` only asks the threads and waits, within its timeout and any
-    ``cut_short`` deadline; it says True only when the Hub holds everything: a file that could not be
-    staged stays pending and failed until a later snapshot stages it. ``stop`` tells both threads and
-    the watcher to end and waits for them at most its timeout: a commit in flight is abandoned (the
-    threads are daemons; it lands or not, and the next ``start`` checks the Hub's head against the ledger).
-    """
+class Uploader:
+    """Mirrors ``run_dir`` into ``repo_id`` (and ``bucket``): ``start``, let it run beside training,
+    ``flush``, ``stop``."""
 
     def __init__(
         self,
-        hub: Hub | CommitTarget,  # the model repo, or a Storage Bucket (bucket.py)
+        hub: Hub,
         repo_id: str,
         run_dir: Path,
         work_dir: Path,
         *,
-        budget: CommitBudget | None = None,
         poll_interval: float = POLL_INTERVAL,
-        on_commit: Callable[[str, list[str]], None] | None = None,
+        budget: CommitBudget | None = None,
         before_snapshot: Callable[[], None] | None = None,
         superseded: Callable[[str], bool] | None = None,
+        on_commit: Callable[[str, list[str]], None] | None = None,
         on_card: Callable[[str | None], None] | None = None,
-        select: Callable[[str], bool] | None = None,
+        bucket: BucketStore | None = None,
+        publish_every: float = 0.0,
+        on_storage: Callable[[dict[str, Any]], None] | None = None,
+        on_taken_over: Callable[[TakenOverError], None] | None = None,
     ) -> None:
-        super().__init__(
+        self.repo_id = repo_id
+        self.run_dir = run_dir
+        self._changed = threading.Condition()  # pending, failed, snapshots or commits moved
+        self.snapshots = Snapshotter(
             run_dir,
-            work_dir,
+            work_dir / "staging",
+            changed=self._changed,
+            deliver=self._deliver,
             poll_interval=poll_interval,
             before_snapshot=before_snapshot,
             superseded=superseded,
-            select=select,
         )
-        self.hub = hub
-        self.repo_id = repo_id
-        self.budget = budget or CommitBudget(recent=self.ledger.commit_times)
+        self.repo = Lane(RepoStore(hub, repo_id), work_dir, takes=places.everything, budget=budget)
+        self.bucket = (
+            Lane(bucket, work_dir / "bucket", takes=places.everything, budget=places.unlimited_budget())
+            if bucket is not None
+            else None
+        )
+        self.routing = places.Routing(self.repo, self.bucket, publish_every)
+        self.lanes = self.routing.lanes
+        self.taken_over: TakenOverError | None = None
+        self.final_publish: dict[str, Any] | None = None  # bucket mode: whether the end's repo commit made it
+        self.bucket_complete = False  # the last flush left every file in the bucket
         self.on_commit = on_commit
-        # Told why the Hub refused the card (its YAML check), or None once a card landed.
-        self.on_card = on_card
+        self.on_card = on_card  # told why the Hub refused the card, or None once a card landed
+        self.on_storage = on_storage
+        self.on_taken_over = on_taken_over
         self.card_refused: str | None = None
-        self._in_flight: set[int] = set()  # ids of the staged files a commit is reading now
-        # Marks the last commit that failed without a clear "no": it may have landed.
-        self._unconfirmed: tuple[str, list[StagedFile]] | None = None
+        self.poll_interval = poll_interval
+        self._discard: list[StagedFile] = []  # copies no lane needs; deleted once no commit reads them
         self._flush_deadlines: list[float] = []
-        self._retry_at = 0.0
-        self._failures = 0
-        self._denied_at = 0.0  # when the Hub last refused the token
         self._cutoff = float("inf")  # no flush waits past this (SIGTERM: the process must exit)
+        self._stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._threads: list[threading.Thread] = []
-        self.latencies: deque[float] = deque(maxlen=1000)
+
+    # -- what the job reads ------------------------------------------------------------------
+    @property
+    def commits(self) -> list[str]:
+        """The model repo's commits."""
+        return self.repo.commits
+
+    @property
+    def fallback(self) -> str | None:
+        """Why the repo holds the working state instead of the bucket (None: it does not)."""
+        return self.routing.fallback
+
+    @property
+    def latencies(self) -> Any:
+        return self.routing.working.latencies
+
+    @property
+    def pending(self) -> list[str]:
+        """Everything the stores that must hold the run lack: staged and waiting, or failed to stage."""
+        with self._changed:
+            return self._lacking()
+
+    def _lacking(self) -> list[str]:
+        return sorted(set().union(*(lane.pending for lane in self.routing.required())) | set(self.snapshots.failed))
+
+    @property
+    def last_error(self) -> str | None:
+        errors = [lane.last_error for lane in self.routing.required()] + [self.snapshots.last_error]
+        return next((error for error in errors if error), None)
+
+    @property
+    def refused_missing(self) -> dict[str, str]:
+        with self._changed:
+            return dict(self.snapshots.refused_missing)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir(parents=True)
-        self._check_ledger()
-        if self._superseded is not None:
-            self._hold_superseded(self._superseded)
-        self._observer = watch(self.run_dir, self._wake)
-        for target, name in ((self._snapshot_loop, "sync-snapshot"), (self._commit_loop, "sync-commit")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+        self.snapshots.prepare()
+        for lane in self.lanes:
+            lane.check_ledger()
+        self._observer = watch(self.run_dir, self.snapshots.wake)
+        targets: list[tuple[Callable[..., None], tuple[Any, ...], str]] = [
+            (self.snapshots.run, (self._stopping,), "sync-snapshot"),
+            *((self._commit_loop, (lane,), f"sync-commit-{n}") for n, lane in enumerate(self.lanes)),
+        ]
+        for target, args, name in targets:
+            thread = threading.Thread(target=target, args=args, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
+    def snapshot(self) -> list[str]:
+        return self.snapshots.snapshot()
+
     def notify(self) -> None:
         """Something changed (trainbox.json saved): take a snapshot soon."""
-        self._wake.set()
+        self.snapshots.wake.set()
 
-    def flush(self, timeout: float) -> bool:
-        """Snapshot now and have the committer commit everything pending; True when the Hub
-        has it all. Returns by ``timeout`` whatever the threads are doing."""
+    def flush(self, timeout: float, *, final: bool = True, everywhere: bool = False) -> bool:
+        """Snapshot now and have every store that must hold the run get everything pending; True when
+        they have it all. Returns by ``timeout`` whatever the threads are doing. ``final``: the end of
+        the run, when the repo also gets the final ``last.pt`` (bucket mode); ``everywhere``: wait for
+        the repo's milestones too (trainbox.json on the repo at a run's first start)."""
         began = time.monotonic()
         deadline = began + timeout
+        if final:
+            self._publish_final()
+        self.routing.everywhere = everywhere
         with self._changed:
-            self._snapshots_asked += 1
-            asked = self._snapshots_asked
+            ticket = self.snapshots.ask()
             self._flush_deadlines.append(deadline)
-            self._retry_at = 0.0  # someone waits now: no backoff left over from before
-        restaged = False
+            for lane in self.lanes:
+                lane.retry_at = 0.0  # someone waits now: no backoff left over from before
+                lane.work.set()
+        done, restaged = False, False
         try:
-            self._wake.set()
             with self._changed:
                 while (remaining := min(deadline, self._cutoff) - time.monotonic()) > 0:
-                    if self._snapshots_done >= asked:
-                        if not self._pending and not self._failed:
-                            return True
-                        if self._denied_at > began or self.budget.hold() > remaining:
-                            break  # a refused token or a rate limit longer than our time: no use waiting
-                        if self._failed and not self._pending:
+                    if self.taken_over is not None:
+                        break
+                    if self.snapshots.answered(ticket):
+                        required = self.routing.required()
+                        waiting = [lane for lane in required if lane.pending or lane.busy]
+                        if not waiting and not self.snapshots.failed:
+                            done = True
+                            break
+                        # A refused token or a rate limit longer than our time: no use waiting on that lane (a
+                        # refused bucket: the repo takes over); the others still get their time.
+                        hopeless = [
+                            lane
+                            for lane in waiting
+                            if (lane.denied_at > began and lane is not self.bucket) or lane.budget.hold() > remaining
+                        ]
+                        if len(hopeless) == len(waiting):
+                            break
+                        waiting = [lane for lane in waiting if lane not in hopeless]
+                        if self.snapshots.failed and not waiting:
                             # Nothing left to commit, so no staged copy will free room: a file that
                             # still cannot be staged after one more try (disk full) will not be by waiting.
                             if restaged:
                                 break
                             restaged = True
-                            self._snapshots_asked += 1
-                            asked = self._snapshots_asked
-                            self._wake.set()
+                            ticket = self.snapshots.ask()
                             continue
-                        self._work.set()
+                        for lane in waiting:
+                            lane.work.set()
                     self._changed.wait(min(remaining, 0.25))
-                left = sorted(set(self._pending) | set(self._failed))
-                if self._snapshots_done < asked:
-                    logger.error("sync: the final snapshot did not finish within %.0f s", timeout)
-                elif not left:
-                    return True
+                answered = self.snapshots.answered(ticket)
+                left = self._lacking()
         finally:
             with self._changed:
                 self._flush_deadlines.remove(deadline)
+                self.routing.everywhere = False
+        self._account(final)
+        if done:
+            return True
+        if self.taken_over is not None:
+            logger.error("sync: nothing more is written: %s", self.taken_over.message)
+        elif not answered:
+            logger.error("sync: the final snapshot did not finish within %.0f s", timeout)
         if left:
-            logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), timeout, ", ".join(left[:5]))
+            waited = time.monotonic() - began
+            logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), waited, ", ".join(left[:5]))
         return False
 
     def cut_short(self, deadline: float) -> None:
@@ -168,72 +231,169 @@ class Uploader(Snapshotter):
         self._cutoff = min(self._cutoff, deadline)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End both threads; waits at most ``timeout`` (a commit in flight is abandoned)."""
+        """End every thread; waits at most ``timeout`` (a commit in flight is abandoned)."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
-        self._wake.set()
-        self._work.set()
+        self.snapshots.wake.set()
+        for lane in self.lanes:
+            lane.work.set()
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=max(0.0, deadline - time.monotonic()))
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    # -- the committer ---------------------------------------------------------------------
-    def _commit_loop(self) -> None:
-        """The one thread that commits. No error ends it: it is reported and tried again."""
+    # -- where files go --------------------------------------------------------------------
+    def _deliver(self, staged: list[StagedFile]) -> None:
+        """The snapshotter's hand-over (under ``_changed``): each lane that wants a copy holds it."""
+        self._discard.extend(self.routing.deliver(staged))
+
+    def _publish_final(self) -> None:
+        """Bucket mode, at the end: the repo takes the final last.pt too (staged again for it)."""
+        with self._changed:
+            changed = self.routing.to_final()
+        if changed:
+            self.snapshots.forget(lambda relative: relative == libreyolo.LAST_CHECKPOINT)
+
+    def _account(self, final: bool) -> None:
+        if self.bucket is None or not final:
+            return
+        with self._changed:
+            self.bucket_complete = self.fallback is None and not self.bucket.pending and not self.snapshots.failed
+            published = not self.repo.pending and not self.snapshots.failed
+        self.final_publish = {"done": published, "commit": self.repo.commits[-1] if self.repo.commits else None}
+        if not published and self.taken_over is None:
+            logger.warning(
+                "bucket: the final publish to %s did not finish (%s); the bucket %s holds the run",
+                self.repo_id,
+                self.repo.last_error or "out of time",
+                self.bucket.name,
+            )
+
+    def _fall_back(self, why: str) -> None:
+        """The bucket keeps failing: the repo takes the working state at every boundary."""
+        assert self.bucket is not None
+        with self._changed:
+            if not self.routing.fall_back(why):
+                return
+        logger.warning(
+            "bucket: %s failed %d boundaries in a row (%s); the working state goes to %s as commits until it answers",
+            self.bucket.name,
+            self.bucket.failures,
+            why,
+            self.repo_id,
+        )
+        self.snapshots.forget(places.working_state_only)  # staged again, for the repo this time
+        with self._changed:
+            self.snapshots.ask()
+        self._tell_storage({"mode": "repo", "fallback": True, "why": why})
+
+    def _bucket_back(self) -> None:
+        assert self.bucket is not None
+        with self._changed:
+            dropped = self.routing.back()
+            if dropped is None:
+                return
+            self._discard.extend(dropped)
+        logger.info("bucket: %s answers again; the working state goes there", self.bucket.name)
+        self._tell_storage({"mode": "bucket", "fallback": False, "why": None})
+
+    def _tell_storage(self, change: dict[str, Any]) -> None:
+        if self.on_storage is not None:
+            try:
+                self.on_storage(change)
+            except StopRequested:
+                raise
+            except Exception:  # trainbox.json is told; the upload must go on whatever
+                logger.exception("sync: storage hook failed")
+
+    def _taken(self, error: TakenOverError) -> None:
+        """A newer attempt writes the run: nothing more is written anywhere, and the job is told."""
+        with self._changed:
+            first = self.taken_over is None
+            self.taken_over = error
+            self._changed.notify_all()
+        if not first:
+            return
+        logger.error("sync: %s", error)
+        if self.on_taken_over is not None:
+            self.on_taken_over(error)
+
+    # -- the committers --------------------------------------------------------------------
+    def _commit_loop(self, lane: Lane) -> None:
+        """One lane's committer. No error ends it: it is reported and tried again."""
         while not self._stopping.is_set():
             try:
                 self._drop_discarded()
-                wait = self._time_to_commit()
+                wait = self._time_to_commit(lane)
                 if wait is None or wait > 0:
-                    self._work.wait(self.poll_interval if wait is None else min(wait, self.poll_interval))
-                    self._work.clear()
+                    lane.work.wait(self.poll_interval if wait is None else min(wait, self.poll_interval))
+                    lane.work.clear()
                     continue
-                ok = self._commit_pending()
+                with self._changed:
+                    lane.busy = True
+                ok = self._commit_pending(lane)
+            except TakenOverError as error:
+                self._taken(error)
+                ok = True
             except Exception as error:
                 ok = False
-                self.last_error = f"{type(error).__name__}: {error}"
-                logger.warning("sync: the committer hit %s; trying again", self.last_error)
-            self._failures = 0 if ok else self._failures + 1
-            if not ok:
-                # Short retries while someone waits on a flush; longer ones beside training.
-                pause = min(1.0 if self._flush_deadline() is not None else 60.0, 2.0**self._failures)
-                self._retry_at = time.monotonic() + pause
+                lane.last_error = f"{type(error).__name__}: {error}"
+                logger.warning("sync: the committer of %s hit %s; trying again", lane.name, lane.last_error)
+            self._after_try(lane, ok)
             with self._changed:
+                lane.busy = False
                 self._changed.notify_all()
 
+    def _after_try(self, lane: Lane, ok: bool) -> None:
+        lane.failures = 0 if ok else lane.failures + 1
+        if not ok:
+            # Short retries while someone waits on a flush, or while the bucket counts its way to the
+            # fallback (each try carries the newest boundary); longer ones beside training.
+            counting = lane is self.bucket and self.fallback is None
+            pause = min(1.0 if self._flush_deadline() is not None or counting else 60.0, 2.0**lane.failures)
+            lane.retry_at = time.monotonic() + pause
+        if lane is not self.bucket:
+            return
+        if not ok and (lane.failures >= places.FALLBACK_AFTER or lane.denied_at):
+            self._fall_back(" ".join((lane.last_error or "no answer").split())[:200])
+        elif ok and lane.commits and self.fallback is not None:
+            self._bucket_back()
+        if ok:
+            lane.denied_at = 0.0
+
     def _flush_deadline(self) -> float | None:
-        with self._lock:
+        with self._changed:
             return min(max(self._flush_deadlines), self._cutoff) if self._flush_deadlines else None
 
-    def _time_to_commit(self) -> float | None:
-        """Seconds before the next commit may start; None when there is nothing to commit."""
-        with self._lock:
-            if not self._pending:
+    def _time_to_commit(self, lane: Lane) -> float | None:
+        """Seconds before the lane's next commit may start; None when there is nothing to commit."""
+        with self._changed:
+            if not lane.pending or self.taken_over is not None:
                 return None
-        wait = max(0.0, self._retry_at - time.monotonic())
+        wait = max(0.0, lane.retry_at - time.monotonic())
         if self._flush_deadline() is not None:
-            return max(wait, self.budget.hold())  # a final upload spends over budget, not over a 429
-        return max(wait, self.budget.wait_time())
+            return max(wait, lane.budget.hold())  # a final upload spends over budget, not over a 429
+        return max(wait, lane.budget.wait_time())
 
     def _drop_discarded(self) -> None:
-        with self._lock:
-            done = [item for item in self._discard if id(item) not in self._in_flight]
-            self._discard = [item for item in self._discard if id(item) in self._in_flight]
+        with self._changed:
+            done: list[StagedFile] = []
+            kept: list[StagedFile] = []
+            for item in self._discard:
+                (kept if any(lane.holds(item) for lane in self.lanes) else done).append(item)
+            self._discard = kept
         for item in done:
             with contextlib.suppress(OSError):
                 item.path.unlink()
 
-    def _commit_pending(self) -> bool:
+    def _commit_pending(self, lane: Lane) -> bool:
         deadline = self._flush_deadline()
-        if self._unconfirmed is not None:
-            self._confirm_earlier(deadline)
-        with self._lock:
-            batch = list(self._pending.values())
-            self._in_flight = {id(item) for item in batch}
-            boundary_at = self._boundary_seen_at
-            self._boundary_seen_at = None
+        if lane.unconfirmed is not None:
+            self._confirm_earlier(lane, deadline)
+        with self._changed:
+            batch = list(lane.pending.values())
+            lane.in_flight = batch
         if not batch:
             return True
         names = sorted(item.relative for item in batch)
@@ -242,49 +402,46 @@ class Uploader(Snapshotter):
             message += f" and {len(names) - 6} more"
         commit_id = new_commit_id()
         try:
-            sha = self.hub.commit(
-                self.repo_id,
-                [(item.relative, item.path) for item in batch],
-                message,
-                deadline=deadline,
-                commit_id=commit_id,
-            )
+            sha = lane.store.commit(batch, message, deadline=deadline, commit_id=commit_id)
         except CardRefusedError as error:
             # huggingface_hub checks the card before uploading anything: nothing landed, no commit spent. The
             # card is dropped until it changes, never retried as is; the rest goes at once without it.
-            self._refuse_card([item for item in batch if item.relative == CARD_FILE], str(error))
-            rest = [item for item in batch if item.relative != CARD_FILE]
-            if rest:
-                self._settle(rest, committed=False, boundary_at=boundary_at)  # the loop comes back at once
+            self._refuse_card(lane, [item for item in batch if item.relative == CARD_FILE], str(error))
+            self._settle(lane, [item for item in batch if item.relative != CARD_FILE], committed=False)
             return True
         except Exception as error:  # kept pending: the next try carries it, with anything newer
-            self._settle(batch, committed=False, boundary_at=boundary_at)
+            self._settle(lane, batch, committed=False)
             plain = isinstance(error, (AgentError, RateLimitedError))
-            self.last_error = str(error) if plain else f"{type(error).__name__}: {error}"
+            lane.last_error = str(error) if plain else f"{type(error).__name__}: {error}"
             if isinstance(error, RateLimitedError):
-                self.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
+                lane.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
             elif isinstance(error, AccessError):
-                self._denied_at = time.monotonic()
+                lane.denied_at = time.monotonic()
             else:
-                self._unconfirmed = (commit_id, batch)  # no answer is not a no: it may have landed
-            logger.warning("sync: commit failed: %s (kept for the next try)", self.last_error)
+                lane.unconfirmed = (commit_id, batch)  # no answer is not a no: it may have landed
+            logger.warning("sync: %s: commit failed: %s (kept for the next try)", lane.name, lane.last_error)
             return False
-        self._landed(batch, sha, boundary_at)
+        self._landed(lane, batch, sha)
+        try:
+            lane.store.tidy(deadline=deadline)
+        except TakenOverError:
+            raise
+        except Exception as error:  # what landed stays landed: tidied after the next boundary instead
+            logger.warning("sync: %s: tidying up failed (%s); tried again after the next boundary", lane.name, error)
         return True
 
-    def _refuse_card(self, batch: list[StagedFile], why: str) -> None:
+    def _refuse_card(self, lane: Lane, batch: list[StagedFile], why: str) -> None:
         """The Hub refused this README.md: drop it (a later card, changed, is tried again) and say why once."""
         if why != self.card_refused:
             logger.warning("sync: the Hub refused the model card (README.md), the rest is uploaded: %s", why)
         self.card_refused = why  # before the card leaves `pending`: a flush waiting on it then sees why
         self._tell_card(why)
         with self._changed:
-            self._in_flight = set()
             for item in batch:
-                if self._pending.get(item.relative) is item:
-                    del self._pending[item.relative]
-                with contextlib.suppress(OSError):
-                    item.path.unlink()
+                if lane.pending.get(item.relative) is item:
+                    del lane.pending[item.relative]
+                    self._discard.append(item)
+            lane.in_flight = []
             self._changed.notify_all()
 
     def _tell_card(self, refused: str | None) -> None:
@@ -296,87 +453,48 @@ class Uploader(Snapshotter):
             except Exception:
                 logger.exception("sync: card hook failed")
 
-    def _confirm_earlier(self, deadline: float | None) -> None:
+    def _confirm_earlier(self, lane: Lane, deadline: float | None) -> None:
         """A commit that failed without an answer may have landed: then it is done, not redone."""
-        assert self._unconfirmed is not None
-        commit_id, batch = self._unconfirmed
-        sha = self.hub.landed(self.repo_id, commit_id, deadline=deadline)
-        self._unconfirmed = None
+        assert lane.unconfirmed is not None
+        commit_id, batch = lane.unconfirmed
+        sha = lane.store.landed(commit_id, deadline=deadline)
+        lane.unconfirmed = None
         if sha is not None:
-            with self._lock:
-                self._in_flight = {id(item) for item in batch}
-            self._landed(batch, sha, None)
+            with self._changed:
+                lane.in_flight = batch
+            self._landed(lane, batch, sha, measured=False)
 
-    def _landed(self, batch: list[StagedFile], sha: str, boundary_at: float | None) -> None:
+    def _landed(self, lane: Lane, batch: list[StagedFile], sha: str, *, measured: bool = True) -> None:
         if self.card_refused is not None and any(item.relative == CARD_FILE for item in batch):
             self.card_refused = None  # before the batch leaves `pending`, like a refusal
             self._tell_card(None)
-        self._settle(batch, committed=True, boundary_at=boundary_at)
-        self.budget.spend()
-        self.commits.append(sha)
-        self.last_error = None
-        if boundary_at is not None:
-            self.latencies.append(time.monotonic() - boundary_at)
+        self._settle(lane, batch, committed=True)
+        lane.budget.spend()
+        lane.commits.append(sha)
+        lane.last_error = None
+        if measured and batch:
+            lane.latencies.append(time.monotonic() - min(item.seen_at for item in batch))
         names = sorted(item.relative for item in batch)
-        logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), self.repo_id, sha[:8])
+        label = sha[:8] if lane is self.repo else sha.rsplit("/", 1)[-1]
+        logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), lane.name, label)
         try:
-            self.ledger.record(batch, sha)
-        except OSError as error:  # only a restart's shortcut is lost: the Hub has the files
+            lane.ledger.record(batch, sha)
+        except OSError as error:  # only a restart's shortcut is lost: the store has the files
             logger.warning("sync: cannot save the upload ledger (%s); a restart checks the Hub again", error)
-        if self.on_commit is not None:
+        if self.on_commit is not None and lane is self.routing.working:
             try:  # the log line and the card: never a reason to stop uploading
                 self.on_commit(sha, names)
             except Exception:
                 logger.exception("sync: after-commit hook failed")
 
-    def _settle(self, batch: list[StagedFile], *, committed: bool, boundary_at: float | None) -> None:
-        """After a commit attempt: drop what it delivered and the copies superseded meanwhile."""
+    def _settle(self, lane: Lane, batch: list[StagedFile], *, committed: bool) -> None:
+        """After a commit attempt: drop what it delivered; copies no lane holds any more go."""
         with self._changed:
-            self._in_flight = set()
-            if not committed:
-                self._boundary_seen_at = self._boundary_seen_at or boundary_at
+            lane.in_flight = []
             for item in batch:
-                current = self._pending.get(item.relative) is item
+                current = lane.pending.get(item.relative) is item
                 if current and committed:
-                    del self._pending[item.relative]
+                    del lane.pending[item.relative]
                 if committed or not current:
-                    with contextlib.suppress(OSError):
-                        item.path.unlink()
+                    self._discard.append(item)
             self._changed.notify_all()
-
-    def _check_ledger(self) -> None:
-        """Trust the ledger only if the Hub is still where we left it; else relearn it from the Hub."""
-        try:
-            head = self.hub.head(self.repo_id)
-            if head == self.ledger.head:
-                return
-            remote = {} if head is None else self.hub.remote_ids(self.repo_id)
-        except StopRequested:  # raised by the signal handler in this (main) thread: the job must stop
-            raise
-        except Exception as error:
-            logger.warning("sync: cannot read %s (%s); every file will be checked again", self.repo_id, error)
-            remote, head = {}, None
-        if self.ledger.head is not None:
-            logger.info("sync: %s changed since the last upload; relearning what it holds", self.repo_id)
-        try:
-            self.ledger.rebuild(remote, head)
-        except OSError as error:
-            logger.warning("sync: cannot save the upload ledger (%s)", error)
-
-    @property
-    def pending(self) -> list[str]:
-        """Everything not yet on the Hub: staged and waiting, or failed to stage."""
-        with self._lock:
-            return sorted(set(self._pending) | set(self._failed))
-
-    @property
-    def failed(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._failed)
-
-
-def sync_error(uploader: Uploader | TwoPlaces) -> SyncError:
-    return SyncError(
-        f"{len(uploader.pending)} file(s) could not be uploaded to {uploader.repo_id}: {uploader.last_error}",
-        "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",
-    )

@@ -20,7 +20,7 @@ from watchdog.observers.api import BaseObserver
 from .. import libreyolo
 from ..log import logger
 from ..state import STATE_FILE
-from .staging import _Signature
+from .staging import Signature
 
 BOUNDARY_FILE = libreyolo.STATUS_FILE
 # A trainer whose pid is not visible counts as ended only after this long without an epoch.
@@ -88,7 +88,7 @@ def training_finished(run_dir: Path, *, now: float | None = None) -> bool:
 def boundary_signature(run_dir: Path) -> tuple[int, int, int] | None:
     """status.json as it is now (size, mtime, inode); None when absent."""
     try:
-        found = _Signature.of(run_dir / BOUNDARY_FILE)
+        found = Signature.of(run_dir / BOUNDARY_FILE)
     except OSError:
         return None
     return found.size, found.mtime_ns, found.inode

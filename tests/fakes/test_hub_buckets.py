@@ -127,3 +127,37 @@ def test_faults_apply_to_bucket_routes(hub_ctx: HubContext, tmp_path: Path) -> N
         api.batch_bucket_files(bucket_id, add=[(b"two", "b.txt")])
     assert fault.fired == 1 and "b.txt" in hub_ctx.hub.bucket_files(bucket_id)
     assert hub_ctx.hub.find_requests("POST", r"/batch$")
+
+
+def test_refused_paths_fail_their_operations_and_the_rest_of_the_batch_lands(hub_ctx: HubContext) -> None:
+    from huggingface_hub.errors import BucketBatchError
+
+    api = hub_ctx.api()
+    bucket_id = _bucket(hub_ctx)
+    api.create_bucket(bucket_id, private=True)
+    hub_ctx.hub.refuse_bucket_paths(r"/manifests/", times=1)
+    try:
+        with pytest.raises(BucketBatchError) as failed:
+            api.batch_bucket_files(bucket_id, add=[(b"weights", "r/objects/a.pt"), (b"{}", "r/manifests/1.json")])
+        assert [f["path"] for f in failed.value.failures] == ["r/manifests/1.json"]
+        assert set(hub_ctx.hub.bucket_files(bucket_id)) == {"r/objects/a.pt"}  # not transactional, as on the Hub
+        api.batch_bucket_files(bucket_id, add=[(b"{}", "r/manifests/1.json")])  # times=1: the next one lands
+        assert "r/manifests/1.json" in hub_ctx.hub.bucket_files(bucket_id)
+        hub_ctx.hub.refuse_bucket_paths(r"/objects/")
+        with pytest.raises(BucketBatchError):
+            api.batch_bucket_files(bucket_id, delete=["r/objects/a.pt"])
+        assert "r/objects/a.pt" in hub_ctx.hub.bucket_files(bucket_id)
+    finally:
+        hub_ctx.hub.refuse_bucket_paths(None)
+
+
+def test_bucket_bytes_go_through_the_cas_over_http(hub_ctx: HubContext, tmp_path: Path) -> None:
+    api = hub_ctx.api()
+    bucket_id = _bucket(hub_ctx)
+    api.create_bucket(bucket_id, private=True)
+    hub_ctx.hub.reset_log()
+    data = os.urandom(2 * MiB)
+    api.batch_bucket_files(bucket_id, add=[(data, "big.bin")])
+    assert hub_ctx.hub.find_requests("POST", r"^/cas/v1/xorbs/"), "the bucket's bytes did not reach the HTTP CAS"
+    api.download_bucket_files(bucket_id, [("big.bin", tmp_path / "big.bin")])
+    assert (tmp_path / "big.bin").read_bytes() == data == hub_ctx.hub.bucket_bytes(bucket_id, "big.bin")

@@ -1,125 +1,339 @@
-"""A real run with its working state in a Storage Bucket: kill -9 at a random epoch, then a new volume
-resumes from the bucket at that epoch and finishes; the bucket holds one last.pt, the repo a few commits.
+"""Runs with the working state in a Storage Bucket: the real agent (`trainbox run`) and the stand-in trainer
+(tests/fakes/libreyolo.py: an epoch in a fraction of a second, real small checkpoints) against the test Hub.
 
-``BUCKET_RUN_EPOCHS`` (default 30) sets the run's length, for machines where an epoch takes a minute."""
+A kill -9, a SIGTERM or a bucket that refuses manifests at any step: a new volume resumes at the last whole
+boundary, never earlier; a bucket failing mid-run: the repo takes the working state within a few
+boundaries; a repo made again: a new run id, the old state neither resumed nor deleted; two agents on one
+run: the older one stops (exit 71); the crash-loop and out-of-memory guards read the newest store."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import random
 import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from entrypoint.errors import CrashLoopError, PreemptedError, TakenOverError
+from entrypoint.release.clock import PREEMPT_BUDGET
+from entrypoint.sync.bucket import Manifest
 from entrypoint.sync.checkpoint import inspect
+from entrypoint.sync.places import FALLBACK_AFTER
+from tests.fakes import libreyolo as fake_libreyolo
+from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
-from tests.integration.test_resume import ARGS, kill_hard, metric_epochs, state, wait_for
-from tests.support import make_dataset, run_trainbox, start_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # trains real models
+pytestmark = pytest.mark.slow  # each test runs `trainbox run` (the stand-in trains for seconds) and breaks it
 
-EPOCHS = int(os.environ.get("BUCKET_RUN_EPOCHS", "30"))
+AGENT_TIMEOUT = 120.0
+EXIT_BOUND = PREEMPT_BUDGET + 4.0  # SIGTERM → exit, the interpreter's start on a loaded machine included
+RUN = "bucketrun"
+
+
+class Run:
+    """One run (one RUN_NAME, OUTPUT_REPO and bucket) that agents on several volumes take up."""
+
+    def __init__(self, tmp_path: Path, hub_ctx: HubContext, epochs: int = 8, **env: str) -> None:
+        self.tmp_path, self.hub_ctx = tmp_path, hub_ctx
+        self.started: list[subprocess.Popen[str]] = []
+        self.repo = hub_ctx.repo_id("bucketrun")
+        self.bucket_id = f"{self.repo}-checkpoints"  # derived from OUTPUT_REPO
+        fake_libreyolo.install(tmp_path / "bin")
+        base = {k: v for k, v in hub_ctx.env().items() if k not in {"RUN_ARGS", "DATASET_REPO", "MAX_RUNTIME"}}
+        self.base = base | {
+            "GPUS": "cpu", "OUTPUT_REPO": self.repo, "RUN_NAME": RUN, "RUN_ARGS": f"epochs={epochs}",
+            "CHECKPOINT_BUCKET": "", "PUBLISH_EVERY": "1h", "FAKE_EPOCH_SECONDS": "0.5",
+            "TRAINBOX_LIBREYOLO": str(tmp_path / "bin" / "libreyolo"), "PROVIDER": "none", "ON_EXIT": "exit",
+        } | env  # fmt: skip
+
+    @property
+    def hub(self) -> HubServer:
+        return self.hub_ctx.hub
+
+    def start(self, volume: str, **env: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "entrypoint", "run"],
+            env=self.base | {"WORKDIR": str(self.tmp_path / volume)} | env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a SIGKILL of the test's choosing reaches the trainer too
+        )
+        self.started.append(process)
+        return process
+
+    def end(self) -> None:
+        """No agent outlives its test, whatever the test's outcome."""
+        for process in self.started:
+            if process.poll() is None:
+                kill_9(process)
+
+    def run(self, volume: str, **env: str) -> tuple[int, str]:
+        process = self.start(volume, **env)
+        return finish(process)
+
+    def state(self, volume: str) -> dict[str, Any]:
+        return json.loads((self.tmp_path / volume / "runs" / RUN / "trainbox.json").read_text())
+
+    def manifests(self) -> list[Manifest]:
+        """Every manifest of the bucket, parsed, newest written last."""
+        if self.bucket_id not in self.hub._buckets:
+            return []
+        found = []
+        for key in sorted(k for k in self.hub.bucket_files(self.bucket_id) if "/manifests/" in k):
+            manifest = Manifest.parse(key, self.hub.bucket_bytes(self.bucket_id, key))
+            if manifest is not None:
+                found.append(manifest)
+        return found
+
+    def whole(self) -> list[Manifest]:
+        """The manifests whose every object is in the bucket with its size."""
+        files = self.hub.bucket_files(self.bucket_id) if self.bucket_id in self.hub._buckets else {}
+        sizes = {key: entry.size for key, entry in files.items()}
+        return [m for m in self.manifests() if m.whole(sizes)]
+
+    def bucket_epoch(self) -> int:
+        """The newest whole boundary's epoch: what a new volume resumes from."""
+        return max((m.epoch for m in self.whole()), default=0)
+
+    def repo_epoch(self) -> int:
+        if not self.hub.repo_exists(self.repo) or "weights/last.pt" not in self.hub.files(self.repo):
+            return 0
+        return inspect(self.hub.blob_path(self.repo, "weights/last.pt")).completed_epochs or 0
+
+
+def finish(process: subprocess.Popen[str], timeout: float = AGENT_TIMEOUT) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"no exit within {timeout:.0f} s\n{output[-3000:]}")
+    return process.returncode, output
+
+
+def kill_9(process: subprocess.Popen[str]) -> None:
+    """The machine is gone: the agent and its trainer, without a word."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=30)
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen[str] | None = None) -> None:
+    end = time.monotonic() + AGENT_TIMEOUT
+    while not condition():
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the agent exited ({process.returncode}) before: {what}\n{finish(process)[1][-3000:]}")
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.05)
 
 
 @pytest.fixture
-def dataset(tmp_path: Path) -> Path:
-    return make_dataset(tmp_path / "cones", train=8, val=4).parent
+def run(tmp_path: Path, hub_ctx: HubContext) -> Iterator[Run]:
+    bucket_run = Run(tmp_path, hub_ctx)
+    yield bucket_run
+    bucket_run.end()
+    hub_ctx.hub.refuse_bucket_paths(None)
 
 
-def _manifest(hub_ctx: HubContext, bucket_id: str) -> dict | None:
-    if bucket_id not in hub_ctx.hub._buckets:
-        return None
-    found = [path for path in hub_ctx.hub.bucket_files(bucket_id) if path.endswith("/manifest.json")]
-    return json.loads(hub_ctx.hub.bucket_bytes(bucket_id, found[0])) if found else None
+def test_kill_9_then_a_new_volume_resumes_from_the_bucket_and_finishes(run: Run) -> None:
+    first = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 3, "epoch 3 in the bucket", first)
+    kill_9(first)
+    at_kill = run.bucket_epoch()
+    assert run.state("m1")["run_id"] == run.manifests()[-1].run_id
+    repo_state = json.loads(run.hub.file_bytes(run.repo, "trainbox.json"))
+    assert repo_state["run_id"] == run.state("m1")["run_id"], "the run id reached the repo before training"
 
-
-@pytest.mark.transfer("xet")
-def test_kill_9_then_a_new_volume_resumes_from_the_bucket(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
-    hub = hub_ctx.hub
-    repo = hub_ctx.repo_id("bucket-run")
-    bucket_id = f"{repo}-checkpoints"  # derived from OUTPUT_REPO
-    base = dict(HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=repo, GPUS="cpu",
-                CHECKPOINT_BUCKET="", RUN_ARGS=f"{ARGS} epochs={EPOCHS}")  # fmt: skip
-    kill_at = random.randint(1, EPOCHS - 1)
-    first = tmp_path / "machine1"
-    process = start_trainbox("run", env=trainbox_env(first, **base))
-
-    def bucket_epoch() -> int:  # what resume takes: the epoch of the bucket's last.pt, as its manifest says
-        manifest = _manifest(hub_ctx, bucket_id)
-        entry = manifest["files"].get("weights/last.pt") if manifest else None
-        return int(entry["epoch"]) if entry else 0
-
-    wait_for(lambda: bucket_epoch() >= kill_at or process.poll() is not None, timeout=120.0 * EPOCHS)
-    kill_hard(process)
-    with contextlib.suppress(OSError, KeyError, TypeError):  # its libreyolo child too: the machine is gone
-        os.killpg(state(first)["training"]["pid"], signal.SIGKILL)
-    at_kill = bucket_epoch()
-    assert at_kill >= kill_at
-    commits_before = len(hub.commits(repo))
-
-    second = tmp_path / "machine2"  # a new volume
-    result = run_trainbox("run", env=trainbox_env(second, **base), timeout=max(600.0, 60.0 * EPOCHS))
-    assert result.returncode == 0, result.output[-3000:]
-    final = state(second)
+    code, output = run.run("m2")  # a new volume
+    assert code == 0, output[-3000:]
+    final = run.state("m2")
     assert final["resume"] == {"from": "bucket", "epochs_done": at_kill}
-    assert final["progress"] == {"epochs_done": EPOCHS, "epochs_total": EPOCHS}
-    assert final["storage"]["mode"] == "bucket" and final["storage"]["bucket"] == bucket_id
-    run_dir = next((second / "runs").iterdir())
-    assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == list(range(1, EPOCHS + 1))
+    assert final["run_id"] == run.state("m1")["run_id"]
+    assert final["progress"] == {"epochs_done": 8, "epochs_total": 8}
+    assert final["storage"]["mode"] == "bucket" and final["storage"]["bucket"] == run.bucket_id
+    rows = (run.tmp_path / "m2" / "runs" / RUN / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["epoch"] for row in rows] == list(range(1, 9))
+    # The bucket: the last boundary alone (one manifest, one last.pt), which the volume's files match.
+    (manifest,) = run.manifests()
+    assert manifest.epoch == 8 and len([k for k in run.hub.bucket_files(run.bucket_id) if k.endswith("last.pt")]) == 1
+    last = run.tmp_path / "m2" / "runs" / RUN / "weights" / "last.pt"
+    assert run.hub.bucket_bytes(run.bucket_id, manifest.files["weights/last.pt"]["key"]) == last.read_bytes()
+    # The repo: milestones, then the final last.pt and best.pt, never the epoch_N.pt snapshots.
+    assert run.repo_epoch() == 8 and "weights/best.pt" in run.hub.files(run.repo)
+    assert not [path for path in run.hub.files(run.repo) if "epoch_" in path]
+    # The card's snippet fetches that last.pt from the bucket, run as a person would run it.
+    card = run.hub.file_bytes(run.repo, "README.md").decode()
+    snippet = card.split("Storage Bucket", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    fetched = run.tmp_path / "fetched"
+    fetched.mkdir()
+    done = subprocess.run([sys.executable, "-c", snippet], cwd=fetched, env=run.base, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (fetched / "last.pt").read_bytes() == last.read_bytes()
 
-    # The bucket: one last.pt, the volume's; the manifest describes it.
-    lasts = [path for path in hub.bucket_files(bucket_id) if path.endswith("weights/last.pt")]
-    assert len(lasts) == 1
-    assert hub.bucket_bytes(bucket_id, lasts[0]) == (run_dir / "weights" / "last.pt").read_bytes()
-    manifest = _manifest(hub_ctx, bucket_id)
-    assert manifest is not None and manifest["files"]["weights/last.pt"]["epoch"] == EPOCHS
 
-    # The repo: milestones, a few commits per attempt, and the final last.pt and best.pt.
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    improvements = sum(1 for row in rows if row.get("is_best") and row["epoch"] > at_kill)
-    assert len(hub.commits(repo)) - commits_before <= improvements + 4
-    assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == EPOCHS
-    assert "weights/best.pt" in hub.files(repo)
-    assert not [path for path in hub.files(repo) if "epoch_" in path]
-
-
-@pytest.mark.transfer("xet")
-def test_sigterm_puts_the_last_epoch_in_the_bucket_then_publishes(
-    hub_ctx: HubContext, tmp_path: Path, dataset: Path
-) -> None:
-    import time
-
-    hub = hub_ctx.hub
-    repo = hub_ctx.repo_id("bucket-term")
-    bucket_id = f"{repo}-checkpoints"
-    env = trainbox_env(tmp_path / "m1", HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=repo,
-                       GPUS="cpu", CHECKPOINT_BUCKET="", RUN_ARGS=f"{ARGS} epochs=30")  # fmt: skip
-    process = start_trainbox("run", env=env)
-
-    def bucket_epoch() -> int:
-        manifest = _manifest(hub_ctx, bucket_id)
-        return int(manifest["epoch"]) if manifest else 0
-
-    wait_for(lambda: bucket_epoch() >= 1 or process.poll() is not None, timeout=600.0)
+def test_sigterm_puts_the_last_epoch_in_the_bucket_then_publishes(run: Run) -> None:
+    process = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    took = time.monotonic() - sent
-    assert process.returncode == 143 and took <= 6.0, took  # 5 s, and the interpreter's exit
-    final = state(tmp_path / "m1")
-    run_dir = next((tmp_path / "m1" / "runs").iterdir())
-    done = metric_epochs((run_dir / "metrics.jsonl").read_text())[-1]
-    # The last completed epoch is in the bucket, consistent with its manifest.
-    manifest = _manifest(hub_ctx, bucket_id)
-    assert manifest is not None and manifest["epoch"] == done
-    (last,) = [p for p in hub.bucket_files(bucket_id) if p.endswith("weights/last.pt")]
-    copy = tmp_path / "bucket-last.pt"
-    copy.write_bytes(hub.bucket_bytes(bucket_id, last))
-    assert hashlib.sha256(copy.read_bytes()).hexdigest() == manifest["files"]["weights/last.pt"]["sha256"]
-    assert inspect(copy).completed_epochs == done
-    # The repo's final publish followed as time allowed, and trainbox.json says how it went.
+    code, output = finish(process, EXIT_BOUND)
+    assert code == PreemptedError.exit_code and time.monotonic() - sent <= EXIT_BOUND, output[-3000:]
+    final = run.state("m1")
+    rows = (run.tmp_path / "m1" / "runs" / RUN / "metrics.jsonl").read_text().splitlines()
+    assert run.bucket_epoch() == json.loads(rows[-1])["epoch"]  # the last completed epoch, whole
     assert final["phase"] == "preempted" and "done" in final["sync"]["final_publish"]
+
+
+@pytest.mark.parametrize("stop", ["kill-9", "sigterm"])
+def test_a_bucket_refusing_manifests_never_costs_more_than_the_epoch_in_progress(run: Run, stop: str) -> None:
+    """Objects land, manifests do not: the last whole boundary stays the bucket's; the repo takes the
+    working state after a few refused boundaries; a new volume resumes within an epoch of the stop."""
+    process = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
+    before = run.bucket_epoch()
+    run.hub.refuse_bucket_paths(r"/manifests/")
+    try:
+        wait_for(lambda: run.repo_epoch() >= before + 1, "the working state in the repo (fallback)", process)
+        storage = run.state("m1")["storage"]
+        assert storage["mode"] == "repo" and storage["fallback"] is True and "manifests/" in storage["why"]
+        assert run.bucket_epoch() == before, "a boundary without its manifest was taken for a whole one"
+        rows = lambda: (run.tmp_path / "m1" / "runs" / RUN / "metrics.jsonl").read_text().splitlines()  # noqa: E731
+        if stop == "kill-9":
+            kill_9(process)
+            output = ""
+        else:
+            process.send_signal(signal.SIGTERM)
+            code, output = finish(process, EXIT_BOUND)
+            assert code == PreemptedError.exit_code, output[-3000:]
+        done = json.loads(rows()[-1])["epoch"]
+    finally:
+        run.hub.refuse_bucket_paths(None)
+    said = [line for line in output.splitlines() if "failed 3 boundaries in a row" in line]
+    assert len(said) <= 1
+    code, output = run.run("m2")
+    assert code == 0, output[-3000:]
+    resumed = run.state("m2")["resume"]
+    assert resumed["epochs_done"] >= done - 1, f"resumed at {resumed}, the run had {done} epochs"
+    assert resumed["from"] == "hub"  # the repo held the newer state while the bucket refused
+
+
+def test_a_bucket_failing_mid_run_falls_back_within_a_few_boundaries_and_comes_back(run: Run) -> None:
+    process = run.start("m1", RUN_ARGS="epochs=12", FAKE_EPOCH_SECONDS="1.5")
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
+    failing_from = run.bucket_epoch()
+    down = run.hub.inject("503", path=r"^/api/buckets/.*/batch$")
+    try:
+        wait_for(lambda: run.state("m1")["storage"].get("fallback") is True, "the fallback", process)
+        fell_back_at = json.loads((run.tmp_path / "m1" / "runs" / RUN / "status.json").read_text())
+        # Within K failed boundaries (each try carries the newest; an epoch or two of slack on a loaded machine).
+        assert fell_back_at["completed_epochs"] <= failing_from + FALLBACK_AFTER + 2
+        wait_for(lambda: run.repo_epoch() > failing_from, "the working state in the repo", process)
+    finally:
+        down.remove()
+    code, output = finish(process)
+    assert code == 0, output[-3000:]
+    assert len([line for line in output.splitlines() if "boundaries in a row" in line]) == 1  # said once
+    assert run.state("m1")["storage"]["mode"] == "bucket", "the bucket answered again: the state went back"
+    assert run.bucket_epoch() == 12
+
+
+def test_a_repo_made_again_starts_a_new_run_and_leaves_the_old_state_alone(run: Run) -> None:
+    first = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 3, "epoch 3 in the bucket", first)
+    kill_9(first)
+    old_id = run.state("m1")["run_id"]
+    old_keys = {k for k in run.hub.bucket_files(run.bucket_id) if k.startswith(f"{RUN}/{old_id}/")}
+    run.hub.delete_repo(run.repo)  # the repo deleted and made again (by the agent)
+
+    code, output = run.run("m2", RUN_ARGS="epochs=3")
+    assert code == 0, output[-3000:]
+    final = run.state("m2")
+    assert final["run_id"] != old_id and "resume" not in final
+    said = [line for line in output.splitlines() if "another run's state" in line]
+    assert len(said) == 1 and old_id in said[0]
+    assert {k for k in run.hub.bucket_files(run.bucket_id) if k.startswith(f"{RUN}/{old_id}/")} == old_keys
+
+
+def test_two_agents_on_one_run_the_older_stops_and_the_newer_finishes(run: Run) -> None:
+    slow = {"RUN_ARGS": "epochs=16", "FAKE_EPOCH_SECONDS": "1"}
+    older = run.start("m1", **slow)
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", older)
+    newer = run.start("m2", **slow)  # a platform starting a second container on the same run
+    code, output = finish(older)
+    assert code == TakenOverError.exit_code, output[-3000:]
+    assert "another agent" in output and "stops writing and training" in output
+    older_state = run.state("m1")
+    assert older_state["exit"]["reason"] == "taken_over" and older_state["phase"] == "failed"
+    code, output = finish(newer)
+    assert code == 0, output[-3000:]
+    manifests = run.manifests()
+    assert {m.attempt for m in manifests} == {manifests[-1].attempt} and manifests[-1].epoch == 16
+
+
+def test_the_guards_read_the_newest_store_not_the_repos_older_copy(run: Run) -> None:
+    """An out-of-memory halving recorded only in the bucket (the repo's trainbox.json is a milestone
+    old): a new volume keeps the smaller batch, instead of running out of memory again."""
+    oom = {"RUN_ARGS": "epochs=10 batch=16", "FAKE_OOM_ABOVE": "8", "FAKE_OOM_EPOCH": "2"}
+    first = run.start("m1", **oom)
+    wait_for(lambda: run.bucket_epoch() >= 3, "epoch 3 in the bucket, after the halving", first)
+    kill_9(first)
+    repo_state = json.loads(run.hub.file_bytes(run.repo, "trainbox.json"))
+    assert not [a for a in repo_state["attempts"] if a.get("reason") == "out_of_memory"], "the repo knew already"
+
+    code, output = run.run("m2", **oom)
+    assert code == 0, output[-3000:]
+    final = run.state("m2")
+    assert final["training"]["batch"] == 8, "the out-of-memory history was not read from the bucket"
+    assert [a["reason"] for a in final["attempts"]][:2] == ["out_of_memory", "lost"]
+
+
+def test_a_crash_loop_known_only_to_the_bucket_is_still_refused(run: Run) -> None:
+    for _ in range(3):  # the disk fills at epoch 2, every time
+        code, output = run.run("m1", FAKE_TRAIN_MODE="enospc")
+        assert code not in (0, CrashLoopError.exit_code), output[-2000:]
+    # The repo's trainbox.json as a milestone left it, older than the bucket's (a kill -9 before the end).
+    stale = {"run_name": RUN, "run_id": run.state("m1")["run_id"], "attempts": [], "phase": "training"}
+    run.hub.upload_bytes(run.repo, "trainbox.json", json.dumps(stale).encode())
+    code, output = run.run("m2", FAKE_TRAIN_MODE="enospc")  # a new volume
+    assert code == CrashLoopError.exit_code, output[-3000:]
+
+
+# Each step of a boundary stalled, then the agent stopped there: (what stalls, how).
+STALLS = {
+    "upload": ("slow", "POST", r"^/cas/v1/xorbs/"),  # the objects' bytes on their way to the CAS
+    "answer": ("apply-then-reset", "POST", r"^/api/buckets/.*/batch$"),  # the batch landed, its answer lost
+    "clean-up": ("slow", "GET", r"^/api/buckets/.*/tree"),  # listing the folder to delete the superseded
+}
+
+
+@pytest.mark.parametrize("stop", ["kill-9", "sigterm"])
+@pytest.mark.parametrize("step", list(STALLS))
+def test_a_boundary_torn_at_any_step_resumes_at_the_last_whole_one(run: Run, step: str, stop: str) -> None:
+    process = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
+    kind, method, path = STALLS[step]
+    fault = run.hub.inject(kind, method=method, path=path, **({"rate": 1} if kind == "slow" else {"times": 1}))
+    try:
+        wait_for(lambda: fault.fired >= 1, f"a boundary reaching the {step}", process)
+        time.sleep(0.3)  # the step under way (a stalled upload, a lost answer being checked, a listing)
+        whole_before = run.bucket_epoch()
+        if stop == "kill-9":
+            kill_9(process)
+        else:
+            process.send_signal(signal.SIGTERM)
+            code, output = finish(process, EXIT_BOUND)
+            assert code == PreemptedError.exit_code, output[-3000:]
+    finally:
+        fault.remove()
+    whole = run.bucket_epoch()
+    assert whole >= whole_before >= 2, "a whole boundary went missing"
+    code, output = run.run("m2")
+    assert code == 0, output[-3000:]
+    resumed = run.state("m2")["resume"]
+    assert resumed["epochs_done"] >= whole, f"resumed at {resumed}, the bucket held epoch {whole} whole"

@@ -39,6 +39,7 @@ from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
 from entrypoint.release.clock import PREEMPT_BUDGET
 from entrypoint.state import Phase
+from entrypoint.sync.bucket import Manifest
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.training import process as training
 from tests.fakes import libreyolo as fake_libreyolo
@@ -402,8 +403,12 @@ def test_with_every_epoch_in_the_bucket_a_failed_final_publish_still_destroys(ag
     assert limited.fired >= 1
     state = agent.state()
     assert state["sync"]["final_publish"]["done"] is False
-    bucket = hub.bucket_files(agent.repo + "-checkpoints")
-    assert {"order/weights/last.pt", "order/weights/epoch_2.pt", "order/manifest.json"} <= set(bucket)
+    bucket_id = agent.repo + "-checkpoints"
+    bucket = hub.bucket_files(bucket_id)
+    manifests = [Manifest.parse(key, hub.bucket_bytes(bucket_id, key)) for key in bucket if "/manifests/" in key]
+    (whole,) = [m for m in manifests if m is not None and m.whole({k: e.size for k, e in bucket.items()})]
+    assert whole.key.startswith(f"order/{state['run_id']}/") and whole.epoch == 2
+    assert {"weights/last.pt", "weights/epoch_2.pt"} <= set(whole.files)
     assert [action.method for action in vast.actions()] == ["DELETE"], "the bucket holds every epoch"
     assert "downgraded_from" not in state["release"]
     hub.clear_faults()

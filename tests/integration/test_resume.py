@@ -1,4 +1,7 @@
-"""Resume after preemption: same disk or a new one, with the Hub as the source of truth."""
+"""Resume after preemption: same disk or a new one, with the Hub as the source of truth.
+
+The agent's behaviour runs the stand-in trainer (tests/fakes/libreyolo.py); one test trains the real
+libreyolo, whose own resume from a real checkpoint is what it checks."""
 
 from __future__ import annotations
 
@@ -13,17 +16,19 @@ import pytest
 
 from entrypoint import errors
 from entrypoint.sync.checkpoint import inspect
+from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # every test here trains real models
+pytestmark = pytest.mark.slow  # every test here runs the agent (a real training in one of them)
 
 ARGS = f"{TINY_RUN_ARGS} save_period=1"
 
 
-@pytest.fixture
-def dataset(tmp_path: Path) -> Path:
-    return make_dataset(tmp_path / "cones", train=16, val=4).parent
+def stand_in(tmp_path: Path, workdir: Path, **env: str) -> dict[str, str]:
+    """``trainbox run`` with the stand-in trainer, on the demo data, an epoch every half second."""
+    trainer = fake_libreyolo.install(tmp_path / "bin")
+    return trainbox_env(workdir, GPUS="cpu", TRAINBOX_LIBREYOLO=str(trainer), FAKE_EPOCH_SECONDS="0.5") | env
 
 
 def local_epochs(workdir: Path) -> int:
@@ -55,11 +60,14 @@ def kill_hard(process: subprocess.Popen[str]) -> None:
     process.communicate(timeout=30)
 
 
-def test_kill_9_then_restart_on_the_same_disk(tmp_path: Path, dataset: Path) -> None:
+@pytest.mark.transfer("xet")  # no Hub here
+def test_kill_9_then_restart_on_the_same_disk_with_the_real_libreyolo(tmp_path: Path) -> None:
+    """libreyolo's own resume from the checkpoint the agent chose: every epoch once, the count right."""
+    dataset = make_dataset(tmp_path / "cones", train=16, val=4).parent
     workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=str(dataset), GPUS="cpu", RUN_ARGS=f"{ARGS} epochs=5")
+    env = trainbox_env(workdir, DATASET_REPO=str(dataset), GPUS="cpu", RUN_ARGS=f"{ARGS} epochs=3")
     process = start_trainbox("run", env=env)
-    wait_for(lambda: local_epochs(workdir) >= 2 or process.poll() is not None)
+    wait_for(lambda: local_epochs(workdir) >= 1 or process.poll() is not None)
     kill_hard(process)
     done_at_kill = local_epochs(workdir)
 
@@ -68,22 +76,21 @@ def test_kill_9_then_restart_on_the_same_disk(tmp_path: Path, dataset: Path) -> 
     final = state(workdir)
     assert final["resume"]["from"] == "volume"
     assert final["resume"]["epochs_done"] >= done_at_kill
-    assert final["progress"] == {"epochs_done": 5, "epochs_total": 5}
+    assert final["progress"] == {"epochs_done": 3, "epochs_total": 3}
     assert [attempt["reason"] for attempt in final["attempts"]] == ["lost", "success"]
     run_dir = next((workdir / "runs").iterdir())
-    assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == [1, 2, 3, 4, 5]
-    assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 5
+    assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == [1, 2, 3]
+    assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 3
 
 
 def test_new_machine_resumes_from_the_hub_then_a_finished_run_is_not_trained_again(
-    hub_ctx: HubContext, tmp_path: Path, dataset: Path
+    hub_ctx: HubContext, tmp_path: Path
 ) -> None:
     repo = hub_ctx.repo_id("resume")
     hub = hub_ctx.hub
-    base = dict(HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=repo, GPUS="cpu",
-                RUN_ARGS=f"{ARGS} epochs=4")  # fmt: skip
+    base = dict(HF_TOKEN=hub_ctx.token, OUTPUT_REPO=repo, RUN_ARGS="epochs=6")
     first = tmp_path / "machine1"
-    process = start_trainbox("run", env=trainbox_env(first, **base))
+    process = start_trainbox("run", env=stand_in(tmp_path, first, **base))
 
     def hub_epochs() -> int:
         if not hub.repo_exists(repo) or "metrics.jsonl" not in hub.files(repo):
@@ -97,21 +104,22 @@ def test_new_machine_resumes_from_the_hub_then_a_finished_run_is_not_trained_aga
     on_hub = hub_epochs()
 
     second = tmp_path / "machine2"  # a new machine: empty disk, same env
-    result = run_trainbox("run", env=trainbox_env(second, **base))
+    result = run_trainbox("run", env=stand_in(tmp_path, second, **base))
     assert result.returncode == 0, result.output[-3000:]
     final = state(second)
     assert final["resume"] == {"from": "hub", "epochs_done": on_hub}
+    assert final["run_id"] == state(first)["run_id"], "the new machine learnt the run id from the repo"
     assert [attempt["reason"] for attempt in final["attempts"]] == ["preempted", "success"]
     hub_state = json.loads(hub.file_bytes(repo, "trainbox.json"))
     assert hub_state["attempt"] == 2 and hub_state["phase"] == "done"
     # history was carried over: every epoch once, on the Hub and locally
-    assert metric_epochs(hub.file_bytes(repo, "metrics.jsonl").decode()) == [1, 2, 3, 4]
-    assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == 4
+    assert metric_epochs(hub.file_bytes(repo, "metrics.jsonl").decode()) == list(range(1, 7))
+    assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == 6
 
     commits_before = len(hub.commits(repo))
-    again = run_trainbox("run", env=trainbox_env(second, **base))
+    again = run_trainbox("run", env=stand_in(tmp_path, second, **base))
     assert again.returncode == 0, again.output[-3000:]
-    assert "already trained 4/4" in again.stderr
+    assert "already trained 6/6" in again.stderr
     assert " train " not in again.stderr  # libreyolo was not started
     assert state(second)["exit"]["reason"] == "already_complete"
     assert json.loads(hub.file_bytes(repo, "trainbox.json"))["attempt"] == 3
@@ -119,46 +127,43 @@ def test_new_machine_resumes_from_the_hub_then_a_finished_run_is_not_trained_aga
 
 
 @pytest.mark.transfer("xet")  # the fallback is decided after the download: once is enough
-def test_corrupt_last_pt_on_the_hub_falls_back(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+def test_corrupt_last_pt_on_the_hub_falls_back(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("corrupt")
     hub = hub_ctx.hub
-    base = dict(HF_TOKEN=hub_ctx.token, DATASET_REPO=str(dataset), OUTPUT_REPO=repo, GPUS="cpu",
-                RUN_ARGS=f"{ARGS} epochs=3")  # fmt: skip
-    process = start_trainbox("run", env=trainbox_env(tmp_path / "m1", **base))
+    base = dict(HF_TOKEN=hub_ctx.token, OUTPUT_REPO=repo, RUN_ARGS="epochs=5")
+    process = start_trainbox("run", env=stand_in(tmp_path, tmp_path / "m1", **base))
     wait_for(lambda: (hub.repo_exists(repo) and "weights/epoch_2.pt" in hub.files(repo)) or process.poll() is not None)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     hub.upload_bytes(repo, "weights/last.pt", b"PK\x03\x04 not a whole checkpoint")
 
-    result = run_trainbox("run", env=trainbox_env(tmp_path / "m2", **base))
+    result = run_trainbox("run", env=stand_in(tmp_path, tmp_path / "m2", **base))
     assert result.returncode == 0, result.output[-3000:]
     assert "weights/last.pt on the Hub is corrupt" in result.stderr
     resumed = state(tmp_path / "m2")["resume"]
     assert resumed["from"] == "hub" and resumed["epochs_done"] >= 2
-    assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == 3
+    assert inspect(hub.blob_path(repo, "weights/last.pt")).completed_epochs == 5
 
 
 def test_crash_loop_stops_after_three_identical_failures(tmp_path: Path) -> None:
-    data = make_dataset(tmp_path / "broken")
-    for image in (data.parent / "images" / "val").iterdir():
-        image.unlink()
-    env = trainbox_env(tmp_path / "work", DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=f"{ARGS} epochs=1")
+    workdir = tmp_path / "work"
+    env = stand_in(tmp_path, workdir, RUN_ARGS="epochs=3", FAKE_TRAIN_MODE="enospc")  # the disk fills at epoch 2
     for _ in range(3):
-        assert run_trainbox("run", env=env).returncode == errors.DatasetInvalidError.exit_code
+        assert run_trainbox("run", env=env).returncode == errors.DiskSpaceError.exit_code
     fourth = run_trainbox("run", env=env)
     assert fourth.returncode == errors.CrashLoopError.exit_code
     assert "not retrying" in fourth.stderr
-    final = state(tmp_path / "work")
+    final = state(workdir)
     assert final["exit"]["reason"] == "crash_loop"
     assert "dataset" not in final["phases"] and "preflight" not in final["phases"]
-    assert [a["reason"] for a in final["attempts"]] == ["dataset_invalid"] * 3 + ["crash_loop"]
+    assert [a["reason"] for a in final["attempts"]] == ["disk_too_small"] * 3 + ["crash_loop"]
     # and it keeps refusing, rather than counting its own refusals
     assert run_trainbox("run", env=env).returncode == errors.CrashLoopError.exit_code
 
 
-def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path, dataset: Path) -> None:
+def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=str(dataset), GPUS="cpu", RUN_ARGS=f"{ARGS} epochs=6")
+    env = stand_in(tmp_path, workdir, RUN_ARGS="epochs=12")
     rng = random.Random(20261202)
     done_at_kill = 0
 
@@ -177,7 +182,7 @@ def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path, da
         if attempt > 1:
             wait_for(lambda: resumed(attempt) is not None or process.poll() is not None, timeout=120)  # noqa: B023
             assert (resumed(attempt) or 0) >= done_at_kill, "a kill cost more than the epoch in progress"
-        time.sleep(rng.uniform(2.0, 8.0))
+        time.sleep(rng.uniform(1.0, 3.0))
         if process.poll() is not None:
             break
         done_at_kill = local_epochs(workdir)
@@ -186,8 +191,8 @@ def test_five_random_kills_cost_at_most_the_epoch_in_progress(tmp_path: Path, da
     assert result.returncode == 0, result.output[-3000:]
     assert (state(workdir).get("resume") or {}).get("epochs_done", 0) >= done_at_kill
     run_dir = next((workdir / "runs").iterdir())
-    assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == [1, 2, 3, 4, 5, 6]
-    assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 6
+    assert metric_epochs((run_dir / "metrics.jsonl").read_text()) == list(range(1, 13))
+    assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 12
 
 
 @pytest.mark.transfer("xet")
@@ -201,7 +206,7 @@ def test_a_pinned_commit_resumes_from_that_commits_checkpoint(hub_ctx: HubContex
     api = hub_ctx.api()
     api.create_repo(repo)
     commits = []
-    for epoch in (1, 3):
+    for epoch in (2, 4):
         api.upload_folder(
             folder_path=str(_run_folder(tmp_path / f"epoch{epoch}", epoch)), repo_id=repo, commit_message=f"{epoch}"
         )
@@ -219,11 +224,9 @@ def test_a_pinned_commit_resumes_from_that_commits_checkpoint(hub_ctx: HubContex
         assert len(rows) == completed  # the history of that commit too, not the newer one
 
 
-def _run_folder(folder: Path, epoch: int) -> Path:
-    from tests.unit.test_checkpoint import save
-
+def _run_folder(folder: Path, completed: int) -> Path:
     (folder / "weights").mkdir(parents=True)
-    save(folder / "weights" / "last.pt", epoch=epoch)
-    rows = [json.dumps({"epoch": done}) for done in range(1, epoch + 2)]
+    (folder / "weights" / "last.pt").write_bytes(fake_libreyolo._checkpoint(completed, 10))
+    rows = [json.dumps({"epoch": done}) for done in range(1, completed + 1)]
     (folder / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     return folder

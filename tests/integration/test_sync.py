@@ -1,13 +1,18 @@
-"""Checkpoint sync against the local Hub with the real client: every epoch there, never torn."""
+"""Checkpoint sync to the model repo (CHECKPOINT_BUCKET=off) against the local Hub with the real client:
+every epoch there, never torn. The agent runs the stand-in trainer (tests/fakes/libreyolo.py); the
+uploader tests run it in-process."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import shutil
 import signal
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,12 +21,14 @@ from entrypoint import errors
 from entrypoint.hub import Hub
 from entrypoint.sync.checkpoint import inspect, is_valid
 from entrypoint.sync.uploader import Uploader
+from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
+from tests.integration.test_sync_command import write_epoch
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
-from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
+from tests.support import run_trainbox, start_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # every test here trains real models
+pytestmark = pytest.mark.slow  # the agent tests run `trainbox run`; the others race real threads
 
 
 def hub_json(hub: HubServer, repo: str, path: str, revision: str = "main") -> dict:
@@ -40,27 +47,25 @@ def assert_every_checkpoint_valid(hub: HubServer, repo: str) -> int:
     return len(checked)
 
 
-def agent_env(ctx: HubContext, workdir: Path, dataset: Path, repo: str, **extra: str) -> dict[str, str]:
+def agent_env(ctx: HubContext, workdir: Path, repo: str, **extra: str) -> dict[str, str]:
+    """``trainbox run`` with the stand-in trainer (an epoch every ``FAKE_EPOCH_SECONDS``) on the demo data."""
+    stand_in = fake_libreyolo.install(workdir.parent / "bin")
     return trainbox_env(
         workdir,
         HF_TOKEN=ctx.token,
         HF_HUB_CACHE=str(ctx.cache_dir),
-        DATASET_REPO=str(dataset),
         OUTPUT_REPO=repo,
         GPUS="cpu",
-        **extra,
+        TRAINBOX_LIBREYOLO=str(stand_in),
+        **({"FAKE_EPOCH_SECONDS": "0.6"} | extra),
     )
 
 
-@pytest.fixture
-def dataset(tmp_path: Path) -> Path:
-    return make_dataset(tmp_path / "cones", train=16, val=4).parent
-
-
-def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("yolo")
     workdir = tmp_path / "work"
-    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3 save_period=1")
+    # Epochs slower than a commit, as real ones are: each boundary gets a commit of its own.
+    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_SECONDS="2")
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
     hub = hub_ctx.hub
@@ -75,8 +80,6 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
         "weights/epoch_3.pt",
         "status.json",
         "metrics.jsonl",
-        "results.csv",
-        "train.log",
         "console.log",
         "trainbox.json",
     ):
@@ -85,6 +88,8 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
     assert hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
     assert inspect(run_dir / "weights" / "last.pt").completed_epochs == 3
     assert hub_json(hub, repo, "trainbox.json")["phase"] == "done"
+    local_state = json.loads((run_dir / "trainbox.json").read_text())
+    assert hub_json(hub, repo, "trainbox.json")["run_id"] == local_state["run_id"]
     assert not hub.files(repo).keys() & {"data.yaml", ".trainbox"}
 
     # a commit per epoch boundary: each epoch's status.json was on the Hub at some commit
@@ -94,9 +99,17 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
             status = hub_json(hub, repo, "status.json", revision=commit.oid)
             epochs_seen.add(status.get("completed_epochs"))
     assert {1, 2, 3} <= epochs_seen
-    assert assert_every_checkpoint_valid(hub, repo) >= 5
+    assert assert_every_checkpoint_valid(hub, repo) >= 3
     # the private repo was created for us
     assert hub_ctx.api(token=False).repo_exists(repo) is False
+
+
+def _checkpoint_bytes(epoch: int, size: int) -> bytes:
+    """A checkpoint of ``size`` bytes or so, as checkpoint.inspect reads one (a zip holding a pickle)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("ckpt/data.pkl", pickle.dumps({"epoch": epoch, "pad": os.urandom(size)}, protocol=4))
+    return buffer.getvalue()
 
 
 def _write_slowly(path: Path, data: bytes, stop: threading.Event) -> None:
@@ -111,15 +124,9 @@ def _write_slowly(path: Path, data: bytes, stop: threading.Event) -> None:
 
 @pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
 def test_a_checkpoint_being_written_is_never_uploaded(hub_ctx: HubContext, tmp_path: Path) -> None:
-    import torch
-
     run_dir = tmp_path / "run"
     (run_dir / "weights").mkdir(parents=True)
-    versions = []
-    for epoch in range(3):
-        source = tmp_path / f"v{epoch}.pt"
-        torch.save({"epoch": epoch, "model": {"w": torch.randn(512, 512)}}, source)
-        versions.append(source.read_bytes())
+    versions = [_checkpoint_bytes(epoch, 1024 * 1024) for epoch in range(3)]
     repo = hub_ctx.repo_id("torn")
     hub = Hub(token=hub_ctx.token)
     hub.ensure_writable_repo(repo)
@@ -140,12 +147,12 @@ def test_a_checkpoint_being_written_is_never_uploaded(hub_ctx: HubContext, tmp_p
         assert uploader.flush(60)
     finally:
         uploader.stop()
-    assert uploader.refused, "the test never caught a file mid-write"
+    assert uploader.snapshots.refused, "the test never caught a file mid-write"
     assert assert_every_checkpoint_valid(hub_ctx.hub, repo) >= 1
     assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == versions[-1]
 
 
-def test_faults_lose_nothing_and_tear_nothing(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+def test_faults_lose_nothing_and_tear_nothing(hub_ctx: HubContext, tmp_path: Path) -> None:
     hub = hub_ctx.hub
     api_paths = r"^/(api|[^_].*\.git/info/lfs|_lfs)/"
     for kind, extra in (("500", {}), ("503", {}), ("429", {"retry_after": 1}), ("reset", {})):
@@ -154,29 +161,27 @@ def test_faults_lose_nothing_and_tear_nothing(hub_ctx: HubContext, tmp_path: Pat
     lost = hub.inject("apply-then-reset", path=r"/commit/", times=2)
     repo = hub_ctx.repo_id("faulty")
     workdir = tmp_path / "work"
-    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3 save_period=1")
-    result = run_trainbox("run", env=env)
+    result = run_trainbox("run", env=agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=4"))
     assert sum(fault.fired for fault in hub.faults) > 0, "no fault was injected"
     hub.clear_faults()
     assert result.returncode == 0, result.output[-3000:]
     run_dir = next((workdir / "runs").iterdir())
-    for name in ("weights/epoch_1.pt", "weights/epoch_2.pt", "weights/epoch_3.pt", "weights/best.pt"):
+    for name in ("weights/epoch_1.pt", "weights/epoch_2.pt", "weights/epoch_4.pt", "weights/best.pt"):
         assert hub.file_bytes(repo, name) == (run_dir / name).read_bytes()
     assert hub.file_bytes(repo, "weights/last.pt") == (run_dir / "weights" / "last.pt").read_bytes()
     assert hub_json(hub, repo, "trainbox.json")["phase"] == "done"
-    assert assert_every_checkpoint_valid(hub, repo) >= 5
+    assert assert_every_checkpoint_valid(hub, repo) >= 4
     # a commit whose answer was lost was not made twice (and the faults did lose some answers)
     assert lost.fired == 2
     assert_no_duplicate_commit(hub, repo)
 
 
-def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
-    workdir = tmp_path / "work"
-    plain = trainbox_env(workdir, DATASET_REPO=str(dataset), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1")
-    assert run_trainbox("run", env=plain).returncode == 0
-    run_dir = next((workdir / "runs").iterdir())
+def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "ledger"
+    write_epoch(run_dir, 1, state="completed")
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "loss": 1.0}) + "\n")  # libreyolo's row
     repo = hub_ctx.repo_id("ledger")
-    env = plain | {"HF_TOKEN": hub_ctx.token, "OUTPUT_REPO": repo}
+    env = trainbox_env(tmp_path / "work", HF_TOKEN=hub_ctx.token, HF_HUB_CACHE=str(hub_ctx.cache_dir), OUTPUT_REPO=repo)
 
     first = run_trainbox("sync", str(run_dir), "--once", env=env, timeout=300)
     assert first.returncode == 0, first.output[-2000:]
@@ -199,11 +204,10 @@ def test_restart_does_not_upload_unchanged_files_again(hub_ctx: HubContext, tmp_
 
 
 @pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
-def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("preempt")
     workdir = tmp_path / "work"
-    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=60 save_period=1")
-    process = start_trainbox("run", env=env)
+    process = start_trainbox("run", env=agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=60"))
     hub = hub_ctx.hub
     try:
         deadline = time.monotonic() + 300
@@ -215,14 +219,14 @@ def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -
                     break
             time.sleep(0.2)
         assert completed >= 2, "training never reached epoch 2"
-        run_dir = next((workdir / "runs").iterdir())
-        done_locally = json.loads((run_dir / "status.json").read_text()).get("completed_epochs")
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == errors.PreemptedError.exit_code, output[-3000:]
+    run_dir = next((workdir / "runs").iterdir())
+    done_locally = json.loads((run_dir / "status.json").read_text()).get("completed_epochs")
     state = hub_json(hub, repo, "trainbox.json")
     assert state["phase"] == "preempted"
     assert state["exit"]["code"] == 143
@@ -233,7 +237,7 @@ def test_sigterm_mid_epoch(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -
 
 
 @pytest.mark.transfer("xet")  # what it checks happens before the transfer: once is enough
-def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path, dataset: Path) -> None:
+def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path) -> None:
     canary = hub_ctx.token  # the real token of this run: it must never leave the agent
     repo = hub_ctx.repo_id("canary")
     workdir = tmp_path / "work"
@@ -242,16 +246,13 @@ def test_secret_canary_appears_nowhere(hub_ctx: HubContext, tmp_path: Path, data
     run_dir.mkdir(parents=True)
     # something in the run folder echoes the token (a misbehaving logger, a URL with credentials)
     (run_dir / "notes.txt").write_text(f"download https://user:{canary}@example.com/x failed\n")
-    env = agent_env(
-        hub_ctx, workdir, dataset, repo, RUN_NAME=run_name, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1 name2={canary}"
-    )
+    env = agent_env(hub_ctx, workdir, repo, RUN_NAME=run_name, RUN_ARGS=f"epochs=1 name2={canary}")
     result = run_trainbox("run", env=env)
     assert canary not in result.output
     # name2 is not a libreyolo option: the one-line error must not echo the token either
     assert result.returncode == errors.ConfigError.exit_code
 
-    env = agent_env(hub_ctx, workdir, dataset, repo, RUN_NAME=run_name, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1")
-    result = run_trainbox("run", env=env)
+    result = run_trainbox("run", env=agent_env(hub_ctx, workdir, repo, RUN_NAME=run_name, RUN_ARGS="epochs=1"))
     assert result.returncode == 0, result.output[-2000:]
     assert canary not in result.output
     hub = hub_ctx.hub

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from entrypoint.hub import Hub
-from entrypoint.sync import uploader as sync
+from entrypoint.sync.job import sync_error
 from entrypoint.sync.ledger import Ledger
+from entrypoint.sync.snapshot import Snapshotter
 from entrypoint.sync.uploader import Uploader
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
@@ -65,20 +66,21 @@ def setup(hub_ctx: HubContext, tmp_path: Path) -> Iterator[tuple[Uploader, Path,
 def test_a_file_that_cannot_be_staged_is_pending_and_failed(setup, hub_ctx: HubContext) -> None:
     uploader, run_dir, repo = setup
     # The staging volume refuses every copy (as a full disk would): a real OSError on each write.
-    shutil.rmtree(uploader.staging)
-    uploader.staging.write_text("not a folder")
+    staging = uploader.snapshots.staging
+    shutil.rmtree(staging)
+    staging.write_text("not a folder")
     boundary(run_dir, 1)
 
     assert uploader.flush(5) is False
-    assert "epoch_1.txt" in uploader.pending and "epoch_1.txt" in uploader.failed
-    assert "cannot stage" in (sync.sync_error(uploader).message)
+    assert "epoch_1.txt" in uploader.pending and "epoch_1.txt" in uploader.snapshots.failed
+    assert "cannot stage" in (sync_error(uploader).message)
     assert "epoch_1.txt" not in hub_ctx.hub.files(repo)
 
     # Room again: the next snapshot stages it and the Hub gets it.
-    uploader.staging.unlink()
-    uploader.staging.mkdir()
+    staging.unlink()
+    staging.mkdir()
     assert uploader.flush(WAIT)
-    assert uploader.pending == [] and uploader.failed == {}
+    assert uploader.pending == [] and uploader.snapshots.failed == {}
     assert hub_ctx.hub.file_bytes(repo, "epoch_1.txt") == b"epoch 1\n"
 
 
@@ -129,7 +131,7 @@ def test_a_429_holds_every_commit_until_retry_after(setup, hub_ctx: HubContext) 
     # The hour the Hub asked for is longer than the final upload may take: it says so at once.
     assert uploader.flush(30) is False
     assert limited.fired == 1, "a commit was sent while the Hub had asked to wait"
-    assert uploader.budget.hold() > 3000
+    assert uploader.repo.budget.hold() > 3000
     assert "rate-limits" in (uploader.last_error or "")
     assert sorted(uploader.pending) == sorted(["status.json"] + [f"epoch_{n}.txt" for n in range(1, 6)])
 
@@ -186,11 +188,12 @@ def test_a_file_that_fails_to_stage_in_any_way_is_pending_and_failed(setup, hub_
     boundary(run_dir, 1)
 
     assert uploader.flush(5) is False, "flush said the Hub has everything"
-    assert "weights/last.pt" in uploader.failed and "NotImplementedError" in uploader.failed["weights/last.pt"]
+    failed = uploader.snapshots.failed
+    assert "weights/last.pt" in failed and "NotImplementedError" in failed["weights/last.pt"]
     assert "weights/last.pt" in uploader.pending
     # What was staged in that pass still went up; no copy of the failed file is left in staging.
     assert {"args.yaml", "epoch_1.txt", "status.json"} <= set(hub_ctx.hub.files(repo))
-    assert not [p for p in uploader.staging.iterdir() if p.name.endswith("last.pt")]
+    assert not [p for p in uploader.snapshots.staging.iterdir() if p.name.endswith("last.pt")]
 
 
 def test_a_snapshot_that_fails_as_a_whole_is_never_a_complete_flush(
@@ -198,10 +201,10 @@ def test_a_snapshot_that_fails_as_a_whole_is_never_a_complete_flush(
 ) -> None:
     uploader, run_dir, repo = setup
 
-    def unreadable(self: Uploader) -> list[tuple[Path, str]]:
+    def unreadable(self: Snapshotter) -> list[tuple[Path, str]]:
         raise RuntimeError("the run folder cannot be listed")
 
-    monkeypatch.setattr(Uploader, "_files", unreadable)
+    monkeypatch.setattr(Snapshotter, "_files", unreadable)
     boundary(run_dir, 1)
     assert uploader.flush(3) is False
     assert uploader.pending and "cannot be listed" in (uploader.last_error or "")

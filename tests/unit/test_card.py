@@ -189,7 +189,8 @@ def test_the_hub_accepts_every_card_trainbox_writes() -> None:
 def test_the_card_names_the_bucket_and_how_to_load_from_it() -> None:
     text = card.page(info(storage={"mode": "bucket", "bucket": "acme/yolo-checkpoints", "prefix": "cones-1a2b3c4d"}))
     assert "`hf://buckets/acme/yolo-checkpoints/cones-1a2b3c4d/`" in text
-    assert 'download_bucket_files("acme/yolo-checkpoints", [("cones-1a2b3c4d/weights/last.pt", "last.pt")])' in text
+    assert 'api, bucket, prefix = HfApi(), "acme/yolo-checkpoints", "cones-1a2b3c4d"' in text
+    assert "overwritten in place" not in text  # each boundary's files go to new keys (sync/bucket.py)
     assert "buckets" not in card.page(info(storage={"mode": "repo", "unavailable": "no buckets"}))
 
 

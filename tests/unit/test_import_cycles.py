@@ -1,10 +1,13 @@
 """No import cycle inside the ``entrypoint`` package.
 
 Every module's imports are read from its syntax tree, wherever they sit: an import inside a function
-still makes the two modules depend on each other, it only postpones the failure to the first call.
-Imports under ``if TYPE_CHECKING:`` never run and are left out. Importing ``a.b`` runs the package
-``a`` first, so it depends on ``a`` too, and ``from . import name`` taken from a package's
-``__init__`` depends on that ``__init__``.
+still makes the two modules depend on each other, it only postpones the failure to the first call, and
+one under ``if TYPE_CHECKING:`` is a dependency too (of the types: two modules that need each other's
+names are one concern split in two). Importing ``a.b`` runs the package ``a`` first, so it depends on
+``a`` too, and ``from . import name`` taken from a package's ``__init__`` depends on that ``__init__``.
+
+The wings lean one way: the training wing asks the sync wing (``training/resume.py`` asks
+``sync/read.py`` where the newest copy is); nothing in ``sync/`` imports ``training/``.
 """
 
 from __future__ import annotations
@@ -23,14 +26,11 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts)
 
 
-def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node, except the bodies of ``if TYPE_CHECKING:``."""
+def _all_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node: the bodies of functions and of ``if TYPE_CHECKING:`` included."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            yield from (inner for child in node.orelse for inner in [child, *_runtime_nodes(child)])
-            continue
         yield node
-        yield from _runtime_nodes(node)
+        yield from _all_nodes(node)
 
 
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
@@ -42,7 +42,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
         wanted: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        for node in _all_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -101,5 +101,16 @@ def test_a_cycle_through_a_function_local_import_is_found(tmp_path: Path) -> Non
     (package / "sub" / "c.py").write_text("def later():\n    from .. import a\n")
     graph = import_graph(package)
     assert find_cycle(graph) == ["entrypoint.a", "entrypoint.sub", "entrypoint.sub.c", "entrypoint.a"]
+    # Under TYPE_CHECKING it is the same cycle: the two modules need each other's names.
     (package / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .. import a\n")
+    assert find_cycle(import_graph(package)) == ["entrypoint.a", "entrypoint.sub", "entrypoint.sub.c", "entrypoint.a"]
+    (package / "sub" / "c.py").write_text("")
     assert find_cycle(import_graph(package)) is None
+
+
+def test_the_sync_wing_never_imports_the_training_wing() -> None:
+    graph = import_graph()
+    sync = {name for name in graph if name.startswith("entrypoint.sync")}
+    assert "entrypoint.sync.read" in sync and "entrypoint.sync.read" in graph["entrypoint.training.resume"]
+    leaning = sorted(f"{name} -> {target}" for name in sync for target in graph[name] if ".training" in target)
+    assert not leaning, "sync/ imports training/: " + ", ".join(leaning)

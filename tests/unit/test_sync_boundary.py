@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.sync.snapshot import Snapshotter
-from entrypoint.sync.staging import StagedFile, _Signature
+from entrypoint.sync.staging import Signature, StagedFile
+from tests.fakes import libreyolo as fake_libreyolo
 
 
 def save_checkpoint(path: Path, completed_epochs: int) -> None:
-    import torch
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"epoch": completed_epochs - 1, "model": {"w": torch.zeros(4)}}, path)  # libreyolo's epoch is 0-based
+    path.write_bytes(fake_libreyolo._checkpoint(completed_epochs, 10))  # a zip holding libreyolo's 0-based epoch
 
 
 def record(run_dir: Path, *epochs: int) -> None:
@@ -26,23 +26,31 @@ def record(run_dir: Path, *epochs: int) -> None:
             handle.write(json.dumps({"epoch": epoch, "mAP50": 0.1 * epoch}) + "\n")
 
 
+class Delivered(Snapshotter):
+    """The snapshotter with what it hands over kept, newest per path, as a lane keeps it."""
+
+    def __init__(self, run_dir: Path, staging: Path) -> None:
+        self.pending: dict[str, StagedFile] = {}
+        super().__init__(run_dir, staging, changed=threading.Condition(), deliver=self._keep, poll_interval=1.0)
+
+    def _keep(self, staged: list[StagedFile]) -> None:
+        self.pending.update((item.relative, item) for item in staged)
+
+
 @pytest.fixture
-def snapshotter(tmp_path: Path) -> Snapshotter:
+def snapshotter(tmp_path: Path) -> Delivered:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    snap = Snapshotter(
-        run_dir, tmp_path / "sync", poll_interval=1.0, before_snapshot=None, superseded=None, select=None
-    )
-    snap.staging.mkdir(parents=True)
+    snap = Delivered(run_dir, tmp_path / "sync" / "staging")
+    snap.prepare()
     return snap
 
 
-def pending(snap: Snapshotter) -> dict[str, StagedFile]:
-    with snap._lock:
-        return dict(snap._pending)
+def pending(snap: Delivered) -> dict[str, StagedFile]:
+    return dict(snap.pending)
 
 
-def test_a_checkpoint_ahead_of_its_row_waits_then_goes_with_it(snapshotter: Snapshotter) -> None:
+def test_a_checkpoint_ahead_of_its_row_waits_then_goes_with_it(snapshotter: Delivered) -> None:
     run_dir = snapshotter.run_dir
     record(run_dir, 1, 2)
     save_checkpoint(run_dir / "weights" / "last.pt", 3)  # epoch 3's weights, its row not yet written
@@ -58,15 +66,17 @@ def test_a_checkpoint_ahead_of_its_row_waits_then_goes_with_it(snapshotter: Snap
 
 
 def test_the_row_written_during_the_snapshot_is_taken_in_the_same_one(
-    snapshotter: Snapshotter, monkeypatch: pytest.MonkeyPatch
+    snapshotter: Delivered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = snapshotter.run_dir
     record(run_dir, 1)
     save_checkpoint(run_dir / "weights" / "last.pt", 2)
     stage = snapshotter._stage
 
-    def row_lands_after_the_weights(path: Path, relative: str, signature: _Signature) -> StagedFile | None:
-        staged = stage(path, relative, signature)
+    def row_lands_after_the_weights(
+        path: Path, relative: str, signature: Signature, seen_at: float
+    ) -> StagedFile | None:
+        staged = stage(path, relative, signature, seen_at)
         if relative == "weights/last.pt" and "2" not in (run_dir / "metrics.jsonl").read_text():
             record(run_dir, 2)  # libreyolo appends the row while the weights are being copied
         return staged
@@ -77,7 +87,7 @@ def test_the_row_written_during_the_snapshot_is_taken_in_the_same_one(
     assert metrics.path.read_text().splitlines()[-1] == json.dumps({"epoch": 2, "mAP50": 0.2})
 
 
-def test_a_row_that_never_comes_keeps_the_checkpoint_off_the_hub(snapshotter: Snapshotter) -> None:
+def test_a_row_that_never_comes_keeps_the_checkpoint_off_the_hub(snapshotter: Delivered) -> None:
     """Training cut off between the weights and the row: the Hub keeps the last recorded epoch's copy."""
     run_dir = snapshotter.run_dir
     record(run_dir, 1)
@@ -93,7 +103,7 @@ def test_a_row_that_never_comes_keeps_the_checkpoint_off_the_hub(snapshotter: Sn
     assert snapshotter.refused_missing == {}  # not refused: it was never a recorded epoch
 
 
-def test_without_metrics_every_valid_checkpoint_goes(snapshotter: Snapshotter) -> None:
+def test_without_metrics_every_valid_checkpoint_goes(snapshotter: Delivered) -> None:
     """A run folder libreyolo did not write (no metrics.jsonl) has no rows to wait for."""
     save_checkpoint(snapshotter.run_dir / "weights" / "last.pt", 7)
     assert snapshotter.snapshot() == ["weights/last.pt"]

@@ -20,12 +20,16 @@ turns into ``BucketNotFoundError``. Faults (``inject``) apply to these routes li
 Python API: ``create_bucket(bucket_id, *, private=True)``, ``bucket_files(bucket_id) -> {path: BucketEntry}``,
 ``bucket_bytes(bucket_id, path) -> bytes``, ``set_buckets(enabled)`` (False: a Hub or mirror without
 buckets, every bucket route is a plain 404), ``deny_buckets(token)`` (a fine-grained token that may
-write repos but not buckets: 403 on create and writes).
+write repos but not buckets: 403 on create and writes), ``refuse_bucket_paths(regex, times=None)`` (the
+operations of a batch whose path matches fail, listed in ``failed``, the rest applied, as the Hub answers
+a partly failed batch; ``None`` stops it). The Xet token routes hand out the CAS the Hub serves (over
+HTTP unless ``set_cas_over_http(False)``), like a repo's.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 import warnings
@@ -108,11 +112,26 @@ class BucketsMixin:
         self._xet_sizes: dict[str, int] = {}  # Xet file hash -> size, from the shards clients wrote
         self._bucket_shards_read: set[str] = set()
         self._bucket_bytes: dict[str, bytes] = {}  # Xet hash -> small file's bytes (bucket_bytes)
+        self._bucket_refused: tuple[re.Pattern[str], int | None] | None = None  # refuse_bucket_paths
 
     # -- Python API ---------------------------------------------------------------------------------
     def set_buckets(self, enabled: bool) -> None:
         with self._lock:
             self.buckets_enabled = enabled
+
+    def refuse_bucket_paths(self, path: str | None, *, times: int | None = None) -> None:
+        """Fail the batch operations on paths matching the regex ``path`` (``times``: the next N of them)."""
+        with self._lock:
+            self._bucket_refused = (re.compile(path), times) if path is not None else None
+
+    def _refused(self, path: str) -> bool:
+        with self._lock:
+            if self._bucket_refused is None or not self._bucket_refused[0].search(path):
+                return False
+            pattern, times = self._bucket_refused
+            if times is not None:
+                self._bucket_refused = (pattern, times - 1) if times > 1 else None
+            return True
 
     def deny_buckets(self, token: str) -> None:
         with self._lock:
@@ -201,7 +220,7 @@ class BucketsMixin:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    hf_xet.download_files([info], self.cas_url, None, None, None, None)
+                    hf_xet.download_files([info], *self.cas_rebuild_client(), None, None)
                 return tmp
             except RuntimeError as error:  # a local CAS is one database: a client process may hold it
                 if "already open" not in str(error) or attempt == 49:
@@ -267,6 +286,9 @@ class BucketsMixin:
                 failed.append({"path": "", "error": f"invalid operation: {e}"})
                 continue
             kind = op.get("type")
+            if self._refused(path):
+                failed.append({"path": path, "error": "refused by the test (refuse_bucket_paths)"})
+                continue
             if kind == "deleteFile":
                 with self._lock:
                     bucket.files.pop(path, None)
@@ -342,7 +364,7 @@ class BucketsMixin:
     def _bucket_xet_token(self, h: _Handler, c: _Call, write: bool) -> None:
         self._gate(h)
         authorize = self._bucket_writable if write else self._bucket_readable
-        self.grant_xet_token(h, c, authorize, over_http=False)
+        self.grant_xet_token(h, c, authorize, over_http=self.cas_over_http)
 
     def _api_bucket_xet_read_token(self, h: _Handler, c: _Call) -> None:
         self._bucket_xet_token(h, c, write=False)
