@@ -1,4 +1,3 @@
-# over 500 lines: the stages and the one shutdown path, read in the documented order; each feature hooks in a line
 """``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
@@ -9,9 +8,7 @@ uploads, write the terminal trainbox.json, release the machine, exit with the ma
 
 from __future__ import annotations
 
-import json
 import signal
-import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -21,7 +18,6 @@ from .errors import (
     AgentError,
     CostLimitError,
     DeadlineError,
-    NodesOutOfMemoryError,
     PreemptedError,
     StallError,
     UserInterruptError,
@@ -32,31 +28,24 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE, epochs_done
+from .libreyolo import STATUS_FILE
 from .log import logger
-from .release import cost, providers
+from .release import cost
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
 from .report import notify, progress
+from .report.attempt import Attempt
 from .report.nextsteps import summary
-from .report.status import progress_fields
 from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
 from .sync.bucket import RunFolder
 from .sync.uploader import Uploader
-from .training import extend, monitor, profiling, resume, sizing, stoprule
+from .training import extend, monitor, profiling, resume, sizing
 from .training.launch import Launch, attempt_output, log_size
 from .training.oom import OomTry, end_of_set
 from .training.process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
-
-_TERMINAL_FOR: dict[type[AgentError], Phase] = {
-    PreemptedError: Phase.PREEMPTED,
-    StallError: Phase.STALLED,
-    DeadlineError: Phase.TIMED_OUT,
-    CostLimitError: Phase.TIMED_OUT,
-}
 
 
 class Job:
@@ -69,6 +58,7 @@ class Job:
         # still ends with trainbox.json (where it can be written), ON_EXIT/ON_FAILURE and an exit code.
         self.state = RunState(settings.run_dir, settings.run_name, read_state(settings.run_dir / STATE_FILE))
         self.progress = progress.Progress(settings, self.state)  # epoch lines, plot, model card, receipt
+        self.attempt = Attempt(settings, self.state, self.clock)  # settings, price, epochs, outcome in trainbox.json
         self.notifier = notify.install(notify.Notifier(settings, self.state))  # NOTIFY: start, self-heals, end
         self.trainer: TrainingProcess | None = None
         # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
@@ -79,19 +69,14 @@ class Job:
         self.hub: Hub | None = None
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
-        self._status_mtime = 0
-        self._boundary = (0.0, 0.0)  # status.json's last mtime seen, and when it was written (monotonic)
-        self._progress_lock = threading.Lock()
         self._stop: AgentError | None = None
         self._finishing = False
-        self.price = cost.configured_price(settings.price_per_hour)
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
         self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
-        self._rule = stoprule.OFF  # STOP_FLAT_SPEND's rule, once the price is known
         self._new_run = False  # this start gave the run its id: it goes to the repo before training
 
     # -- the one shutdown path -------------------------------------------------------------
@@ -125,7 +110,7 @@ class Job:
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
         elif signum == signal.SIGALRM and self.clock.alarm_is_budget:
-            spent = cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source)
+            spent = cost.spend(self.clock.elapsed(), self.attempt.price.per_hour, self.attempt.price.source)
             self.request_stop(
                 CostLimitError(
                     f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}", "raise MAX_COST"
@@ -155,9 +140,9 @@ class Job:
         """Every stage, in order; the failure that ended them, or None. Ends with the job finishing."""
         outcome: AgentError | None = None
         try:
-            self._record_settings()
+            self.attempt.begin()
             gpus = self._preflight()
-            self.notifier.started(self.price.per_hour, self.price.source)
+            self.notifier.started(self.attempt.price.per_hour, self.attempt.price.source)
             point = self._resume()
             if point is not None and point.complete:
                 logger.info(
@@ -182,12 +167,6 @@ class Job:
                 self._dataset_check.cancel()
         return outcome
 
-    def _record_settings(self) -> None:
-        """Step 1: the settings were read before the job began; trainbox.json records what they chose."""
-        self.state.update(settings=self.settings.record())
-        self._make_run_dir()
-        resume.check_crash_loop(self.state.attempts)
-
     def _preflight(self) -> GpuReport:
         """Step 2: the GPUs run kernels, the batch fits the workers, the provider and the Hub answer."""
         self.state.set_phase(Phase.PREFLIGHT)
@@ -199,7 +178,7 @@ class Job:
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
         # A wrong instance id or key fails now, not at the end; the read also gives the price.
         seen = check_access(self.settings)
-        self._arm_budget(seen)
+        self.attempt.arm_budget(seen)
         # Before the dataset: under HOST_CHECK=strict a machine that falls short costs a minute, not a night.
         observed_gpu = seen.gpu if seen else None
         host_check.check(self.settings, gpus.details, observed_gpu, lambda report: self.state.update(host=report))
@@ -229,33 +208,6 @@ class Job:
         if self._dataset_check is None:  # else the phase moves on once the check passed
             self.state.set_phase(Phase.TRAINING)
         return data
-
-    def _make_run_dir(self) -> None:
-        run_dir = self.settings.run_dir
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            mapped = classify(error, Where(Area.DISK, doing=f"creating {run_dir}", disk_hint="free space in WORKDIR"))
-            raise mapped or AgentError(
-                f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
-            ) from None
-        self.state.save()  # the saves before it had nowhere to go
-
-    def _arm_budget(self, seen: providers.Observed | None) -> None:
-        """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
-        on the MAX_RUNTIME timer, whichever comes first, so it ends the job the same way."""
-        self.price = cost.choose_price(self.settings.price_per_hour, seen)
-        self._rule = stoprule.for_job(self.settings, self.price.per_hour)  # refused here without a price
-        self.state.update(
-            cost={
-                "price_per_hour": self.price.per_hour,
-                "price_source": self.price.source,
-                "max_cost": self.settings.max_cost,
-            }
-        )
-        budget = cost.budget_seconds(self.settings.max_cost, self.price)
-        if budget is not None:
-            self.clock.arm_budget(budget)
 
     def _connect_hub(self) -> None:
         """Check write access to OUTPUT_REPO and that it holds this run (or nothing), take over its history."""
@@ -387,7 +339,7 @@ class Job:
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
     ) -> AgentError | None:
-        if self._rule.stopped_before():
+        if self.attempt.rule.stopped_before():
             return None  # a restart of a run the rule stopped: nothing more to train
         feed = sizing.for_job(self.settings, args, gpu_indices, data.data_yaml)  # threads, workers, cache
         command = job_command(self.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
@@ -414,7 +366,7 @@ class Job:
             raise self._stop
         self._trainer_live = False
         self._stop_check()  # a stop that came just before the flag fell was only recorded
-        if self._rule.stopped:
+        if self.attempt.rule.stopped:
             return None  # stopped by the rule at a boundary (whatever the code the SIGINT left): finished
         error = self.launch.lost_peer(code, command.run_dir, log_start)
         error = error or error_for_exit(code, self.trainer.error_tail())
@@ -428,14 +380,14 @@ class Job:
             raise self._stop
         if self._dataset_check is not None and self._dataset_check.done():
             self._dataset_checked()
-        self._report_progress()
-        if self._rule.at_boundary(lambda record: self.state.update(stop_rule=record)):
+        self.attempt.report_progress()
+        if self.attempt.rule.at_boundary(lambda record: self.state.update(stop_rule=record)):
             self.trainer.child.send(signal.SIGINT)  # libreyolo leaves the next epoch, writing nothing
         self.progress.tick(publish=self.uploader is None)
         if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / STATUS_FILE).exists():
             self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
         limit = self.settings.stall_timeout
-        if limit and time.monotonic() - self._last_progress() > limit:
+        if limit and time.monotonic() - self.attempt.last_progress(self.trainer.last_activity) > limit:
             self.request_stop(
                 StallError(
                     f"no sign of progress (output, epoch, CPU, GPU, files) for {limit:.0f} s",
@@ -456,37 +408,8 @@ class Job:
 
     def _before_snapshot(self) -> None:
         """The uploader's hook: trainbox.json, the plot and README.md are current in every snapshot."""
-        self._report_progress()
+        self.attempt.report_progress()
         self.progress.publish(self.hub, self.settings.output_repo)
-
-    def _report_progress(self) -> None:
-        """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
-        counts only this invocation's epochs after a resume)."""
-        status_path = self.settings.run_dir / STATUS_FILE
-        with self._progress_lock:  # called by the training loop and by the uploader's thread
-            try:
-                mtime = status_path.stat().st_mtime_ns
-                if mtime == self._status_mtime:
-                    return
-                self._status_mtime = mtime
-                status = json.loads(status_path.read_text())
-            except (OSError, ValueError):
-                return
-        done = epochs_done(self.settings.run_dir)
-        if done is not None:  # with the pace and the mAP: trainbox.json alone is `status --repo`'s view
-            self.state.update(**progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
-
-    def _last_progress(self) -> float:
-        assert self.trainer is not None
-        status = self.settings.run_dir / STATUS_FILE
-        try:
-            mtime = status.stat().st_mtime
-        except OSError:
-            mtime = self._boundary[0]
-        if mtime != self._boundary[0]:  # only a new status.json is progress: a volume clock ahead never delays a stall
-            now = time.monotonic()
-            self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
-        return max(self.trainer.last_activity, self._boundary[1])
 
     def _stop_check(self) -> None:
         """Raise the stop requested meanwhile, if any (a heal checks it between its steps)."""
@@ -501,23 +424,12 @@ class Job:
     def _finish(self, outcome: AgentError | None) -> int:
         self.state.set_phase(Phase.FINISHING)
         if self.trainer is not None:
-            self._status_mtime = 0
-            self._report_progress()
+            self.attempt.report_progress(again=True)
             if self.trainer.unreaped or self.trainer.pump_stuck:  # a child stuck in the kernel was left behind
                 self.state.update(training={"unreaped": self.trainer.unreaped, "pump_stuck": self.trainer.pump_stuck})
-        if outcome is None and self.already_complete:
-            phase, code, reason, message = Phase.DONE, 0, "already_complete", "all epochs were already trained"
-        elif outcome is None:
-            phase, code, reason, message = Phase.DONE, 0, *self._rule.outcome()
-        else:
-            phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
-            code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
         if self.uploader is not None:
             self.state.update(sync=job_sync.report(self.uploader))
-        # Billed time runs from when the agent started (≈ the container); dollars with a known price.
-        self.state.update(cost=cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source))
-        record = outcome.record if isinstance(outcome, NodesOutOfMemoryError) else {}
-        self.state.finish(phase, code, reason, message, **record)
+        phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()

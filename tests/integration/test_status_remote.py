@@ -1,7 +1,7 @@
 """`trainbox status --repo`: the run as the Hub holds it, read from a machine without the run's volume.
 
 Against the local test Hub: a repo's trainbox.json (repo mode), a Storage Bucket laid out as the agent
-lays it out (``<bucket>/<run>/`` with its manifest, written by the agent's own ``BucketTarget``), a token
+lays it out (``<bucket>/<run>/<run id>/``, a boundary written by the agent's own ``BucketStore``), a token
 that cannot read. The agent-running tests train with the stand-in libreyolo and look from another WORKDIR
 while the run trains: the epoch shown is within one boundary of the volume's, then the outcome.
 """
@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ import pytest
 from entrypoint.errors import RemoteReadError
 from entrypoint.hub import Hub
 from entrypoint.report import remote
-from entrypoint.sync.bucket import BucketTarget, Store
+from entrypoint.sync.bucket import Bucket, RunFolder
+from entrypoint.sync.bucket_store import BucketStore
+from entrypoint.sync.staging import StagedFile, sha256_of
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 
@@ -40,14 +43,14 @@ def put_repo_state(hub_ctx: HubContext, repo: str, data: dict[str, Any]) -> None
 
 
 def put_bucket_state(hub_ctx: HubContext, bucket: str, data: dict[str, Any], tmp_path: Path) -> None:
-    """trainbox.json into ``<bucket>/<run>/`` as the agent's bucket uploader writes a boundary: files, then manifest."""
-    store = Store(Hub(token=hub_ctx.token), bucket, data["run_name"])
-    store.open()
+    """trainbox.json as one boundary of ``<bucket>/<run>/<run id>/``, written by the agent's own bucket writer."""
+    hub = Hub(token=hub_ctx.token)
+    Bucket(hub, bucket).open(write=True)
+    folder = RunFolder(Bucket(hub, bucket), data["run_name"], data.get("run_id") or "0123456789abcdef")
     local = tmp_path / f"{data['run_name']}-{time.monotonic_ns()}.json"
     local.write_text(json.dumps(data))
-    target = BucketTarget(store)
-    target.head(bucket)
-    target.commit(bucket, [("trainbox.json", local)], "a boundary")
+    staged = StagedFile("trainbox.json", local, sha256_of(local), None, local.stat().st_size)
+    BucketStore.begin(folder).commit([staged], "a boundary", deadline=None, commit_id=uuid.uuid4().hex)
 
 
 def trainbox(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -229,6 +232,7 @@ def test_bucket_mode_follows_the_bucket_not_the_milestones(hub_ctx: HubContext, 
     assert len(set(seen)) >= 3, seen
     final = json.loads(trainbox("status", "--repo", repo, "--json", env=laptop(hub_ctx, tmp_path)).stdout)
     assert final["phase"] == "done" and final["progress"]["epochs_done"] == 6
-    assert final["storage"] == {"mode": "bucket", "bucket": f"{repo}-checkpoints", "prefix": "follow"}
+    prefix = f"follow/{final['run_id']}"  # <RUN_NAME>/<run id>
+    assert final["storage"] == {"mode": "bucket", "bucket": f"{repo}-checkpoints", "prefix": prefix}
     shown = trainbox("status", "--repo", repo, env=laptop(hub_ctx, tmp_path))
-    assert f"working   bucket hf://buckets/{repo}-checkpoints/follow" in shown.stdout
+    assert f"working   bucket hf://buckets/{repo}-checkpoints/{prefix}" in shown.stdout

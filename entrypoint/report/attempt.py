@@ -1,0 +1,119 @@
+"""This attempt's bookkeeping in trainbox.json, apart from the order of the stages (pipeline.py): what the
+settings chose, the price and what it arms (MAX_COST, STOP_FLAT_SPEND), the true epoch count as libreyolo
+writes it, the last sign of progress, and the outcome the job ends with."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from ..errors import AgentError, CostLimitError, DeadlineError, NodesOutOfMemoryError, PreemptedError, StallError
+from ..foreign import Area, Where
+from ..foreign import agent_error as classify
+from ..libreyolo import STATUS_FILE, epochs_done
+from ..release import cost, providers
+from ..release.clock import ShutdownClock
+from ..settings import Settings
+from ..state import Phase, RunState
+from ..training import resume, stoprule
+from .status import progress_fields
+
+_TERMINAL_FOR: dict[type[AgentError], Phase] = {
+    PreemptedError: Phase.PREEMPTED,
+    StallError: Phase.STALLED,
+    DeadlineError: Phase.TIMED_OUT,
+    CostLimitError: Phase.TIMED_OUT,
+}
+
+
+class Attempt:
+    """What one attempt records of itself; the job asks it and tells it, in the stages' order."""
+
+    def __init__(self, settings: Settings, state: RunState, clock: ShutdownClock) -> None:
+        self.settings, self.state, self.clock = settings, state, clock
+        self.price = cost.configured_price(settings.price_per_hour)
+        self.rule = stoprule.OFF  # STOP_FLAT_SPEND's rule, once the price is known
+        self._status_mtime = 0
+        self._boundary = (0.0, 0.0)  # status.json's last mtime seen, and when it was written (monotonic)
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """Step 1: the settings were read before the job began; trainbox.json records what they chose, in a
+        run folder made now (a full or read-only volume then still ends with an exit code and a release)."""
+        self.state.update(settings=self.settings.record())
+        run_dir = self.settings.run_dir
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            mapped = classify(error, Where(Area.DISK, doing=f"creating {run_dir}", disk_hint="free space in WORKDIR"))
+            raise mapped or AgentError(
+                f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
+            ) from None
+        self.state.save()  # the saves before it had nowhere to go
+        resume.check_crash_loop(self.state.attempts)
+
+    def arm_budget(self, seen: providers.Observed | None) -> None:
+        """Settle the price (PRICE_PER_HOUR, else the provider's) and turn MAX_COST into a deadline
+        on the MAX_RUNTIME timer, whichever comes first, so it ends the job the same way."""
+        self.price = cost.choose_price(self.settings.price_per_hour, seen)
+        self.rule = stoprule.for_job(self.settings, self.price.per_hour)  # refused here without a price
+        self.state.update(
+            cost={
+                "price_per_hour": self.price.per_hour,
+                "price_source": self.price.source,
+                "max_cost": self.settings.max_cost,
+            }
+        )
+        budget = cost.budget_seconds(self.settings.max_cost, self.price)
+        if budget is not None:
+            self.clock.arm_budget(budget)
+
+    def spent(self) -> dict[str, Any]:
+        """Billed time since the agent started (≈ the container), in dollars where the price is known."""
+        return cost.spend(self.clock.elapsed(), self.price.per_hour, self.price.source)
+
+    def report_progress(self, *, again: bool = False) -> None:
+        """At each epoch boundary, put the true epoch count in trainbox.json (libreyolo's status.json
+        counts only this invocation's epochs after a resume). ``again``: even if status.json is unchanged."""
+        status_path = self.settings.run_dir / STATUS_FILE
+        with self._lock:  # called by the training loop and by the uploader's thread
+            try:
+                mtime = status_path.stat().st_mtime_ns
+                if mtime == self._status_mtime and not again:
+                    return
+                self._status_mtime = mtime
+                status = json.loads(status_path.read_text())
+            except (OSError, ValueError):
+                return
+        done = epochs_done(self.settings.run_dir)
+        if done is not None:  # with the pace and the mAP: trainbox.json alone is `status --repo`'s view
+            self.state.update(**progress_fields(self.settings.run_dir, done, status.get("total_epochs")))
+
+    def last_progress(self, activity: float) -> float:
+        """The monotonic time of the last sign of progress: the trainer's ``activity``, or a new status.json."""
+        status = self.settings.run_dir / STATUS_FILE
+        try:
+            mtime = status.stat().st_mtime
+        except OSError:
+            mtime = self._boundary[0]
+        if mtime != self._boundary[0]:  # only a new status.json is progress: a volume clock ahead never delays a stall
+            now = time.monotonic()
+            self._boundary = (mtime, min(now, now - (time.time() - mtime)))  # when written, on the monotonic clock
+        return max(activity, self._boundary[1])
+
+    def end(self, outcome: AgentError | None, *, already_complete: bool) -> tuple[Phase, int]:
+        """The terminal phase and exit code of ``outcome`` (None: trained, or nothing left to train), written
+        with the cost into trainbox.json (provisional until the final upload returns)."""
+        if outcome is None and already_complete:
+            phase, code, reason, message = Phase.DONE, 0, "already_complete", "all epochs were already trained"
+        elif outcome is None:
+            phase, code, reason, message = Phase.DONE, 0, *self.rule.outcome()
+        else:
+            phase = _TERMINAL_FOR.get(type(outcome), Phase.FAILED)
+            code, reason, message = outcome.exit_code, outcome.reason, str(outcome)
+        self.state.update(cost=self.spent())
+        record = outcome.record if isinstance(outcome, NodesOutOfMemoryError) else {}
+        self.state.finish(phase, code, reason, message, **record)
+        return phase, code
