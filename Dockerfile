@@ -82,8 +82,8 @@ COPY entrypoint /opt/trainbox/entrypoint
 ENV TRAINBOX_CACHE_DIR=/opt/trainbox/cache
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isolation /opt/trainbox \
  && python3 -c "import cv2, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
- && python3 -c "from entrypoint import libreyolo; print(len(libreyolo.train_options()), 'libreyolo train options')" \
- && chmod -R a+rX "$TRAINBOX_CACHE_DIR" \
+ && python3 -c "import os, pathlib; from entrypoint import libreyolo; print(len(libreyolo.train_options(pathlib.Path(os.environ['TRAINBOX_CACHE_DIR']))), 'libreyolo train options')" \
+ && mkdir -p "$TRAINBOX_CACHE_DIR" && chmod -R a+rX "$TRAINBOX_CACHE_DIR" \
  && trainbox --version
 
 # The persistent volume: data, runs, the Hugging Face cache and downloaded weights all live under it.

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,42 +15,14 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
-from .settings import Settings, variables
-
-_XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"  # read by hf_xet when its session starts
-_XET_BUFFER = {  # also read when hf_xet's session starts (see load_settings)
-    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE": "32mb",
-    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE": "32mb",
-    "HF_XET_RECONSTRUCTION_MAX_RECONSTRUCTION_FETCH_SIZE": "16mb",
-}
+from .settings import Settings, debugging, variables
 
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:
-    """Settings from the environment. ``quiet_transfers``: the uploader works beside training, where
-    huggingface_hub's progress bars would only interleave with the training log (and JSON logs)."""
+    """Settings from this process's environment, and the defaults the agent gives it (settings.load)."""
     from . import settings
 
-    if quiet_transfers:
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    loaded = settings.from_env(os.environ)
-    # huggingface_hub and hf_xet read HF_HOME/HF_XET_CACHE when imported: on the volume first, for every child
-    # too (the container disk is small and lost). Callers import huggingface_hub only after this.
-    os.environ.setdefault("HF_HOME", str(loaded.hf_home))
-    os.environ.setdefault("HF_XET_CACHE", str(Path(os.environ["HF_HOME"]) / "xet"))
-    # hf_xet plans a file's reconstruction in steps of at least 256 MB by default, so a streamed dataset's
-    # first byte waits for that much; 16 MB steps start the extraction sooner (same total time measured).
-    os.environ.setdefault(_XET_FETCH, "16mb")
-    # hf_xet keeps fetched data in RAM up to its download buffer, 2 GB + 512 MB per file by default, so the
-    # agent's peak grew with the tar (bench/xet_memory.py). 64 MB in all keeps it flat, beside the training's
-    # data loaders; hf_xet clamps a larger term's request to the whole buffer, so nothing waits forever.
-    # Steps of at most 16 MB (not whole ~64 MB xorb ranges) also cut what hf_xet hands over at once: the
-    # piece, compressed, decompressed and copied to Python, ~110 MB less at the peak, same speed measured.
-    for name, size in _XET_BUFFER.items():
-        os.environ.setdefault(name, size)
-    # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
-    os.environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
-    on_volume = {name: os.environ[name] for name in ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH, *_XET_BUFFER)}
-    return replace(loaded, env={**loaded.env, **on_volume})
+    return settings.load(os.environ, quiet_transfers=quiet_transfers)
 
 
 def _env_epilog() -> str:
@@ -242,12 +213,15 @@ def plan(
     report: dict[str, Any] = {}
     lines: list[str] = []
     wants_dollars = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
-    settings = load_settings() if wants_dollars or disk_gb is None or os.environ.get("DATASET_REPO") else None
+    from .settings import dataset_named
+
+    named = dataset_named(os.environ)
+    settings = load_settings() if wants_dollars or disk_gb is None or named else None
     if settings is not None:
         found = estimate.for_plan(settings, gpu, price, epochs, images, seconds_per_image)
         report["estimate"] = found.as_dict() if isinstance(found, estimate.Estimate) else {"missing": found}
         lines += found.lines() if isinstance(found, estimate.Estimate) else [f"cost: {found}"]
-    if disk_gb is None or os.environ.get("DATASET_REPO"):
+    if disk_gb is None or named:
         # The disk this job needs, from the dataset tar's size on the Hub (nothing is downloaded).
         from . import dataset
 
@@ -359,6 +333,6 @@ def _main(argv: list[str] | None) -> None:
         if not logger.handlers:
             log.setup()
         logger.error("unexpected error: %s: %s", type(error).__name__, redact(str(error)))
-        if os.environ.get("TRAINBOX_DEBUG") == "1":
+        if debugging(os.environ):
             logger.exception("traceback")
         sys.exit(1)

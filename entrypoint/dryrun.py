@@ -153,6 +153,7 @@ def _command(settings: Settings, args: RunArgs, extra: RunArgs) -> list[str]:
         run_name=settings.run_name,
         device=device,
         extra=extra,
+        libreyolo_command=settings.libreyolo_command,
     )
     return list(command.argv)
 

@@ -7,7 +7,7 @@ retries too (``http_backoff``: 5 retries, up to 23 s of sleeps, on preupload, th
 listings, paths-info) and so does hf_xet (its CAS client: minutes on a failing CAS); nested inside
 ours, one refused bucket batch held the uploader for minutes. So a call made inside ``with_retries``
 runs huggingface_hub's backoff with no retry of its own (``_install_one_try``), and the agent's hf_xet
-retries a CAS request twice, 0.1 s apart: a blip, never a minute (``bound_library_retries``). A commit
+retries a CAS request twice, 0.1 s apart: a blip, never a minute (settings.load sets it). A commit
 the Hub rate-limits is not retried here: ``RateLimitedError`` tells the uploader how long to hold all
 commits. A commit is resent only after checking the remote history, so a commit that landed before its
 response was lost is never made twice.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -80,9 +79,6 @@ _COMMIT_ID_PREFIX = "trainbox-commit-id: "
 
 # True while a call runs inside ``with_retries``: huggingface_hub's own backoff then makes one try only.
 _INSIDE_OURS: contextvars.ContextVar[bool] = contextvars.ContextVar("trainbox_retries", default=False)
-# hf_xet's CAS client retries each request up to 5 times, 3 s apart and growing: minutes on a failing CAS.
-# Read once per process, at its first use: two quick retries ride out a blip, the rest is ours.
-_XET_RETRIES = {"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "2", "HF_XET_CLIENT_RETRY_BASE_DELAY": "100ms"}
 
 
 def _install_one_try() -> None:
@@ -104,13 +100,6 @@ def _install_one_try() -> None:
 
 
 _install_one_try()
-
-
-def bound_library_retries() -> None:
-    """hf_xet retries a CAS request twice, quickly, in this process and its children (ours retries the
-    whole call). Called by the agent before its first Hub call; a value the user set wins."""
-    for name, value in _XET_RETRIES.items():
-        os.environ.setdefault(name, value)
 
 
 def _ours(call: Callable[[], T]) -> Callable[[], T]:
@@ -163,7 +152,6 @@ class Hub:
     @classmethod
     def for_settings(cls, settings: Settings) -> Hub:
         """The client of this job's HF_TOKEN: the one way the agent builds one."""
-        bound_library_retries()
         return cls(token=settings.hf_token.reveal() if settings.hf_token else None)
 
     @property

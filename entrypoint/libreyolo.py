@@ -112,11 +112,11 @@ EXIT_INTERRUPTED = 130
 _OUTPUT_FLAGS = {"json_output", "quiet", "dry_run", "help_json"}
 
 
-def executable() -> str:
-    """``TRAINBOX_LIBREYOLO``, else the ``libreyolo`` script of this interpreter's environment, else PATH's."""
-    override = os.environ.get("TRAINBOX_LIBREYOLO")  # a stand-in command (tests, wrappers)
-    if override:
-        return override
+def executable(command: str | None = None) -> str:
+    """``command`` (TRAINBOX_LIBREYOLO: a wrapper, or the tests' stand-in), else the ``libreyolo`` script of
+    this interpreter's environment, else PATH's."""
+    if command:
+        return command
     beside = Path(sys.executable).parent / "libreyolo"
     if beside.is_file():
         return str(beside)
@@ -160,7 +160,7 @@ def release_options(version: str | None) -> dict[str, str]:
 
 
 @functools.cache
-def train_options(cache_dir: Path | None = None) -> dict[str, str]:
+def train_options(cache_dir: Path | None = None, command: str | None = None) -> dict[str, str]:
     """``{option: type}`` for ``libreyolo train``, type one of int, float, bool, str.
 
     A supported release's options ship with the agent. Another's come from libreyolo's own versioned
@@ -172,7 +172,7 @@ def train_options(cache_dir: Path | None = None) -> dict[str, str]:
     options = release_options(installed_version())
     if options:
         return options
-    options = help_json_options(cache_dir)
+    options = help_json_options(cache_dir, command)
     if options:
         return options
     source = Path(spec.origin).parent / "cli" / "commands" / "train.py"
@@ -188,18 +188,18 @@ def train_options(cache_dir: Path | None = None) -> dict[str, str]:
 _SCHEMA_TYPES = {"integer": "int", "integer range": "int", "float": "float", "float range": "float", "boolean": "bool"}
 
 
-def help_json_options(cache_dir: Path | None = None) -> dict[str, str]:
+def help_json_options(cache_dir: Path | None = None, command: str | None = None) -> dict[str, str]:
     """The options of ``libreyolo train --help-json`` ({} where it fails). Starting libreyolo costs seconds,
     so the answer (options, or that it failed) is kept per libreyolo, typer and click versions in
-    ``TRAINBOX_CACHE_DIR`` (the image's, filled at build time), else in ``cache_dir`` (on the volume)."""
-    cache = _schema_cache_path(cache_dir)
+    ``cache_dir`` (TRAINBOX_CACHE_DIR: the image's, filled at build time; else on the volume)."""
+    cache = _schema_cache_path(cache_dir, command)
     if cache is None:
-        return _options_from_help_json()
+        return _options_from_help_json(command)
     with contextlib.suppress(OSError, ValueError):
         cached = json.loads(cache.read_text())
         if isinstance(cached, dict):
             return {str(name): str(kind) for name, kind in cached.items()}
-    options = _options_from_help_json()
+    options = _options_from_help_json(command)
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
@@ -208,10 +208,10 @@ def help_json_options(cache_dir: Path | None = None) -> dict[str, str]:
     return options
 
 
-def _options_from_help_json() -> dict[str, str]:
+def _options_from_help_json(command: str | None) -> dict[str, str]:
     try:
         result = procs.run(
-            [executable(), "train", "--help-json"],
+            [executable(command), "train", "--help-json"],
             timeout=60,
             env={**os.environ, "NO_COLOR": "1"},
             echo=False,
@@ -229,8 +229,8 @@ def _options_from_help_json() -> dict[str, str]:
     return options
 
 
-def _schema_cache_path(cache_dir: Path | None = None) -> Path | None:
-    base = os.environ.get("TRAINBOX_CACHE_DIR") or cache_dir
+def _schema_cache_path(cache_dir: Path | None, command: str | None) -> Path | None:
+    base = cache_dir
     if not base:
         return None
     versions = []
@@ -239,7 +239,7 @@ def _schema_cache_path(cache_dir: Path | None = None) -> Path | None:
             versions.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package}=none")
-    key = hashlib.sha256("\n".join([executable(), *versions]).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join([executable(command), *versions]).encode()).hexdigest()[:16]
     return Path(base) / f"libreyolo-train-options-{key}.json"
 
 

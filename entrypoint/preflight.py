@@ -42,7 +42,7 @@ def probe_gpus(settings: Settings) -> GpuReport:
     started = time.monotonic()
     selection = "all" if settings.gpus.indices is None else ",".join(map(str, settings.gpus.indices))
     bench = ["--bench"] if settings.host_check is not HostCheck.OFF else []  # the host report's GPU figures
-    stand_in = os.environ.get("TRAINBOX_GPU_PROBE")  # a stand-in probe child (tests on machines without a GPU)
+    stand_in = settings.gpu_probe  # a stand-in probe child (tests on machines without a GPU)
     if stand_in:
         report = run_probe(selection, probe_env(settings), argv=[sys.executable, stand_in, *bench])
     elif nvidia_present():

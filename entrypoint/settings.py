@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -110,6 +110,11 @@ class Settings:
     price_per_hour: float | None
     max_cost: float | None = None  # dollars; the job is wrapped up once the spend reaches it
     card_license: str | None = None  # LICENSE: the model card's Hub license id
+    libreyolo_command: str | None = None  # TRAINBOX_LIBREYOLO: a wrapper (or the tests' stand-in) for `libreyolo`
+    cache_dir: Path | None = None  # TRAINBOX_CACHE_DIR: libreyolo's train options, answered once
+    gpu_probe: str | None = None  # TRAINBOX_GPU_PROBE: a stand-in GPU check script (machines without a GPU)
+    proc_self: Path | None = None  # TRAINBOX_PROC_SELF: a folder standing in for /proc/self (cgroup readings)
+    hub_url: str = "https://huggingface.co"  # HF_ENDPOINT: where a person finds the repo (huggingface_hub reads it too)
     monitor: bool
     monitor_host: str
     profile: bool
@@ -340,6 +345,18 @@ class Vars:
         "$ like 5: done once best mAP50-95 rose < STOP_MIN_GAIN over that much", parse.dollars("5", zero_ok=False), None
     )
     STOP_MIN_GAIN = Variable("the mAP50-95 rise STOP_FLAT_SPEND waits for", parse.ratio, DEFAULT_STOP_MIN_GAIN, "0.005")
+    TRAINBOX_LIBREYOLO = Variable(
+        "the libreyolo command: a wrapper, or a stand-in (default: libreyolo)", parse.text, None
+    )
+    TRAINBOX_CACHE_DIR = Variable(
+        "where libreyolo's train options are kept once asked (the image's; default: WORKDIR/.cache/trainbox)",
+        plain(Path),
+        None,
+    )
+    TRAINBOX_GPU_PROBE = Variable(
+        "a stand-in script for the GPU check (machines without a GPU: tests)", parse.text, None
+    )
+    TRAINBOX_PROC_SELF = Variable("a folder standing in for /proc/self when reading cgroups (tests)", plain(Path), None)
     OMP_NUM_THREADS = elsewhere("threads per training process (default: CPUs granted ÷ processes; yours are kept)")
 
 
@@ -363,7 +380,9 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
     output_repo = Vars.OUTPUT_REPO.read(env)
     workdir = Vars.WORKDIR.read(env)
     user_args = Vars.RUN_ARGS.read(env)
-    known = dict(options) if options is not None else libreyolo.train_options(workdir / ".cache" / "trainbox")
+    command, cache_dir = Vars.TRAINBOX_LIBREYOLO.read(env), Vars.TRAINBOX_CACHE_DIR.read(env)
+    cache_dir = cache_dir or workdir / ".cache" / "trainbox"
+    known = dict(options) if options is not None else libreyolo.train_options(cache_dir, command)
     run_args.validate(user_args, known)
     effective = user_args
     if dataset_kind is DatasetKind.DEMO:
@@ -400,6 +419,11 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         monitor_host=Vars.MONITOR_HOST.read(env),
         profile=Vars.PROFILE.read(env),
         card_license=Vars.LICENSE.read(env),
+        hub_url=env.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/"),
+        libreyolo_command=command,
+        cache_dir=cache_dir,
+        gpu_probe=Vars.TRAINBOX_GPU_PROBE.read(env),
+        proc_self=Vars.TRAINBOX_PROC_SELF.read(env),
         env=child_env(env.given()) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),
         oom_retries=Vars.OOM_RETRIES.read(env),
@@ -538,3 +562,52 @@ def _proc1_vast_env() -> dict[str, str]:
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     found = {key.decode(errors="replace"): value.decode(errors="replace") for key, _, value in pairs}
     return {k: found[k] for k in ("CONTAINER_ID", "CONTAINER_API_KEY") if found.get(k)}
+
+
+# hf_xet reads these when its session starts (see ``load``).
+_XET_FETCH = "HF_XET_RECONSTRUCTION_MIN_RECONSTRUCTION_FETCH_SIZE"
+_XET_BUFFER = {
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_SIZE": "32mb",
+    "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_PERFILE_SIZE": "32mb",
+    "HF_XET_RECONSTRUCTION_MAX_RECONSTRUCTION_FETCH_SIZE": "16mb",
+}
+# hf_xet's CAS client retries each request up to 5 times, 3 s apart and growing: minutes on a failing CAS.
+# Two quick retries ride out a blip; the rest is ours (hub.with_retries).
+_XET_RETRIES = {"HF_XET_CLIENT_RETRY_MAX_ATTEMPTS": "2", "HF_XET_CLIENT_RETRY_BASE_DELAY": "100ms"}
+
+
+def load(environ: MutableMapping[str, str], *, quiet_transfers: bool = False) -> Settings:
+    """``from_env``, then the defaults the agent writes into its own environment for the libraries (and
+    every child) that read it themselves; a value the user set wins. Called before huggingface_hub is
+    imported. ``quiet_transfers``: no progress bars (the uploader works beside training's log)."""
+    if quiet_transfers:
+        environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    loaded = from_env(environ)
+    # huggingface_hub and hf_xet read HF_HOME/HF_XET_CACHE when imported: on the volume first, for every child
+    # too (the container disk is small and lost).
+    environ.setdefault("HF_HOME", str(loaded.hf_home))
+    environ.setdefault("HF_XET_CACHE", str(Path(environ["HF_HOME"]) / "xet"))
+    # hf_xet plans a file's reconstruction in steps of at least 256 MB by default, so a streamed dataset's
+    # first byte waits for that much; 16 MB steps start the extraction sooner (same total time measured).
+    environ.setdefault(_XET_FETCH, "16mb")
+    # hf_xet keeps fetched data in RAM up to its download buffer, 2 GB + 512 MB per file by default, so the
+    # agent's peak grew with the tar (bench/xet_memory.py). 64 MB in all keeps it flat, beside the training's
+    # data loaders; hf_xet clamps a larger term's request to the whole buffer, so nothing waits forever.
+    # Steps of at most 16 MB (not whole ~64 MB xorb ranges) also cut what hf_xet hands over at once: the
+    # piece, compressed, decompressed and copied to Python, ~110 MB less at the peak, same speed measured.
+    for name, size in {**_XET_BUFFER, **_XET_RETRIES}.items():
+        environ.setdefault(name, size)
+    # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
+    environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
+    kept = ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH, *_XET_BUFFER, *_XET_RETRIES)
+    return replace(loaded, env={**loaded.env, **{name: environ[name] for name in kept}})
+
+
+def dataset_named(environ: Mapping[str, str]) -> bool:
+    """DATASET_REPO is set (``trainbox plan`` then weighs that dataset's tar)."""
+    return bool(environ.get("DATASET_REPO"))
+
+
+def debugging(environ: Mapping[str, str]) -> bool:
+    """TRAINBOX_DEBUG=1: an unexpected error's traceback is logged too."""
+    return environ.get("TRAINBOX_DEBUG") == "1"

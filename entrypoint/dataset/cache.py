@@ -155,5 +155,11 @@ def _checked_yaml(
     resolved = write_resolved_yaml(source, entry / "data.yaml")
     chosen = source.relative_to(root).as_posix()
     fingerprint = hashlib.sha256(json.dumps([identity, chosen], sort_keys=True).encode()).hexdigest()
-    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=fingerprint, defer_to=defer_to)
+    doctor(
+        resolved,
+        imgsz=imgsz_of(settings),
+        fingerprint=fingerprint,
+        defer_to=defer_to,
+        command=settings.libreyolo_command,
+    )
     return PreparedDataset(data_yaml=resolved, root=root, description=description)

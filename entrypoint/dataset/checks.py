@@ -71,7 +71,9 @@ def write_resolved_yaml(source: Path, target: Path) -> Path:
     return target
 
 
-def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred | None = None) -> dict[str, Any]:
+def doctor(
+    data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred | None = None, command: str | None = None
+) -> dict[str, Any]:
     """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed.
 
     ``defer_to``: note the check there instead of running it (``{}`` is returned), to run beside the
@@ -88,7 +90,7 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred 
     if defer_to is not None:  # started once the data is in place
         defer_to[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
         return {}
-    result = procs.run(_doctor_argv(data_yaml, imgsz), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
+    result = procs.run(_doctor_argv(data_yaml, imgsz, command), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
     if result.timed_out or result.returncode is None:
         raise DatasetInvalidError(
             f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min",
@@ -97,8 +99,8 @@ def doctor(data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred 
     return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint)
 
 
-def _doctor_argv(data_yaml: Path, imgsz: int) -> list[str]:
-    return [libreyolo.executable(), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
+def _doctor_argv(data_yaml: Path, imgsz: int, command: str | None) -> list[str]:
+    return [libreyolo.executable(command), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
 
 
 def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str) -> dict[str, Any]:
@@ -139,13 +141,13 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
 class DatasetCheck:
     """``libreyolo doctor`` running in the background on data in its final place."""
 
-    def __init__(self, wanted: Mapping[str, tuple[Path, int]]) -> None:
+    def __init__(self, wanted: Mapping[str, tuple[Path, int]], command: str | None = None) -> None:
         self._deadline = time.monotonic() + DOCTOR_TIMEOUT
         self._files = contextlib.ExitStack()  # the children's output, read once they exit
         self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str]] = []
         try:
             for fingerprint, (data_yaml, imgsz) in wanted.items():
-                argv = _doctor_argv(data_yaml, imgsz)
+                argv = _doctor_argv(data_yaml, imgsz, command)
                 logger.info("+ %s (beside the start of training)", " ".join(argv))
                 # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
                 out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115

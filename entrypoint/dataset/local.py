@@ -22,7 +22,13 @@ def prepare_folder(settings: Settings, *, defer_to: Deferred | None = None) -> P
         raise DatasetNotFoundError(f"dataset folder {root} does not exist", "fix DATASET_REPO")
     source_yaml = locate_data_yaml(root, settings.data_yaml)
     resolved = write_resolved_yaml(source_yaml, data_dir(settings) / "local" / path_key(root) / "data.yaml")
-    doctor(resolved, imgsz=imgsz_of(settings), fingerprint=_folder_fingerprint(root, source_yaml), defer_to=defer_to)
+    doctor(
+        resolved,
+        imgsz=imgsz_of(settings),
+        fingerprint=_folder_fingerprint(root, source_yaml),
+        defer_to=defer_to,
+        command=settings.libreyolo_command,
+    )
     return PreparedDataset(data_yaml=resolved, root=root, description=str(root))
 
 

@@ -51,4 +51,4 @@ def prepare_checked_in_background(settings: Settings) -> tuple[PreparedDataset, 
     """
     wanted: Deferred = {}
     data = prepare(settings, defer_to=wanted)
-    return data, DatasetCheck(wanted) if wanted else None
+    return data, DatasetCheck(wanted, settings.libreyolo_command) if wanted else None

@@ -11,8 +11,8 @@ Every level from the process's cgroup up to the mount counts: a limit on a paren
 a systemd slice) binds its children too, so the smallest wins. cgroup v1 (``cpu.cfs_quota_us`` /
 ``cpu.cfs_period_us``, ``memory.limit_in_bytes``) and v2 (``cpu.max``, ``memory.max``) both.
 
-Test seam: ``TRAINBOX_PROC_SELF`` names a folder standing in for ``/proc/self`` (its ``cgroup`` and
-``mountinfo`` files), so a test can run the agent against a cgroup tree of its own making.
+A folder standing in for ``/proc/self`` (its ``cgroup`` and ``mountinfo`` files) may be passed as ``proc``
+(settings: ``TRAINBOX_PROC_SELF``), so a test can run the agent against a cgroup tree of its own making.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 _PROC_SELF = Path("/proc/self")
-PROC_SELF_VAR = "TRAINBOX_PROC_SELF"  # the test seam (see the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class CpuGrant:
 
 
 def proc_self() -> Path:
-    return Path(os.environ.get(PROC_SELF_VAR) or _PROC_SELF)
+    return _PROC_SELF
 
 
 def parse_mountinfo(text: str) -> list[Mount]:

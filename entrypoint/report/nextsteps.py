@@ -6,7 +6,6 @@ Every line is a command that works as printed, or one with a single placeholder 
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -55,14 +54,13 @@ def lines(settings: Settings) -> list[str]:
         found += [
             "put this run on the Hub: HF_TOKEN=YOUR_TOKEN OUTPUT_REPO=YOUR_ORG/my-model "
             f"trainbox sync --once {run_dir}",
-            "your own data (a folder with a data.yaml): tar -czf data.tar.gz -C DATASET_FOLDER . "
-            "&& hf upload YOUR_ORG/my-data data.tar.gz --repo-type dataset --private",
+            "your own data (a folder with a data.yaml): tar -cf data.tar -C DATASET_FOLDER . "
+            "&& hf upload YOUR_ORG/my-data data.tar --repo-type dataset --private",
             "then train on it (a rented GPU: templates/README.md): "
             "DATASET_REPO=YOUR_ORG/my-data OUTPUT_REPO=YOUR_ORG/my-model HF_TOKEN=YOUR_TOKEN trainbox run",
         ]
     else:
-        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-        found.append(f"the run and its model card: {endpoint}/{settings.output_repo}")
+        found.append(f"the run and its model card: {settings.hub_url}/{settings.output_repo}")
     return [PREFIX + line for line in found]
 
 

@@ -23,7 +23,7 @@ class Monitor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
         argv = [
-            libreyolo.executable(),
+            libreyolo.executable(settings.libreyolo_command),
             "monitor",
             str(settings.workdir / "runs"),
             "--host",

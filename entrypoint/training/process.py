@@ -63,7 +63,14 @@ def check_batch(args: RunArgs, workers: int, what: str = "GPUs") -> None:
 
 
 def build_command(
-    args: RunArgs, *, data_yaml: Path, workdir: Path, run_name: str, device: str, extra: RunArgs | None = None
+    args: RunArgs,
+    *,
+    data_yaml: Path,
+    workdir: Path,
+    run_name: str,
+    device: str,
+    extra: RunArgs | None = None,
+    libreyolo_command: str | None = None,
 ) -> TrainCommand:
     """The argv for ``libreyolo train``: the user's options, then the keys the agent owns."""
     merged = args
@@ -76,7 +83,7 @@ def build_command(
         "exist_ok=true",
         f"device={device}",
     ]
-    argv = (libreyolo.executable(), "train", *merged.argv(), *owned)
+    argv = (libreyolo.executable(libreyolo_command), "train", *merged.argv(), *owned)
     # cwd on the volume: libreyolo downloads bare weight names into ./weights/.
     return TrainCommand(argv=argv, cwd=workdir, run_dir=workdir / "runs" / run_name)
 
@@ -92,6 +99,7 @@ def job_command(
         run_name=settings.run_name,
         device=device_arg(gpu_indices),
         extra=extra,
+        libreyolo_command=settings.libreyolo_command,
     )
 
 

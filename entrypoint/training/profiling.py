@@ -22,7 +22,7 @@ _SIZE = re.compile(r"(?i)libreyolo\d+([a-z])\.pt$")
 
 def profile_command(settings: Settings, data_yaml: Path, device: int) -> list[str]:
     args = settings.run_args
-    argv = [libreyolo.executable(), "profile", "run", str(data_yaml)]
+    argv = [libreyolo.executable(settings.libreyolo_command), "profile", "run", str(data_yaml)]
     model = args.get("model")
     if model:
         argv += ["--weights", model]

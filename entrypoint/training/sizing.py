@@ -161,10 +161,11 @@ def plan(
     data_yaml: Path | None,
     cpus: grant.CpuGrant | None = None,
     available: int | None = None,
+    proc: Path | None = None,
 ) -> Feed:
     """The feed of a training with ``args`` (the arguments libreyolo gets) of which ``user_args`` came from
     RUN_ARGS (the rest: the demo's defaults), on ``processes`` training processes of this node."""
-    cpus = cpus or grant.cpus()
+    cpus = cpus or grant.cpus(proc)  # proc: a folder standing in for /proc/self (TRAINBOX_PROC_SELF)
     thread_env, thread_record = threads(cpus, processes, env)
     added: list[tuple[str, str]] = []
     record: dict[str, Any] = {"cpus": cpus.record(), "processes": processes, "threads": thread_record}
@@ -187,7 +188,7 @@ def plan(
     else:
         decoded = decoded_size(data_yaml, imgsz(args)) if data_yaml is not None and count == 0 else None
         if count == 0 and available is None:
-            available = grant.memory_available()
+            available = grant.memory_available(proc)
         choice, why = cache(count if count is not None else 1, processes, decoded, available)
         if choice is not None:
             added.append(("cache", choice))
@@ -228,6 +229,7 @@ def for_job(settings: Settings, args: RunArgs, gpu_indices: tuple[int, ...] | No
         processes=len(gpu_indices) if gpu_indices else 1,
         on_gpu=bool(gpu_indices),
         data_yaml=data_yaml,
+        proc=settings.proc_self,
     )
     demo = demo_cpu_batch(settings, gpu_indices)
     return replace(feed, args=RunArgs(feed.args.pairs + (demo.pairs if demo is not None else ())))

@@ -350,10 +350,12 @@ def test_huggingface_hubs_own_retries_never_nest_inside_ours(hub_ctx: HubContext
 
 
 _FAILING_CAS = """
-import sys, time
-from entrypoint.hub import Hub, bound_library_retries
+import os, sys, tempfile, time
+os.environ["WORKDIR"] = tempfile.mkdtemp()
+from entrypoint import settings
+settings.load(os.environ)  # as the agent starts: hf_xet's retries bounded before its first use
+from entrypoint.hub import Hub
 from entrypoint.sync.bucket import Bucket
-bound_library_retries()
 bucket = Bucket(Hub(token=sys.argv[1]), sys.argv[2])
 began = time.monotonic()
 try:

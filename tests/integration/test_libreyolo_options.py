@@ -35,9 +35,8 @@ def test_help_json_where_the_installed_typer_allows_it(tmp_path: Path, monkeypat
 
 def test_the_image_answer_is_read_without_starting_libreyolo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The image asks libreyolo once at build time into TRAINBOX_CACHE_DIR; a start then reads that answer."""
-    monkeypatch.setenv("TRAINBOX_CACHE_DIR", str(tmp_path))
-    path = libreyolo._schema_cache_path()
+    path = libreyolo._schema_cache_path(tmp_path, None)
     assert path.parent == tmp_path
     path.write_text('{"epochs": "int", "only_in_the_cache": "str"}')
-    monkeypatch.setattr(libreyolo, "_options_from_help_json", lambda: pytest.fail("libreyolo was started"))
-    assert libreyolo.help_json_options() == {"epochs": "int", "only_in_the_cache": "str"}
+    monkeypatch.setattr(libreyolo, "_options_from_help_json", lambda _command: pytest.fail("libreyolo was started"))
+    assert libreyolo.help_json_options(tmp_path) == {"epochs": "int", "only_in_the_cache": "str"}

@@ -44,7 +44,6 @@ def starts(tmp_path: Path) -> int:
 
 @pytest.fixture(autouse=True)
 def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TRAINBOX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(libreyolo, "installed_version", lambda: "9.9.9.dev0")  # a release it does not know
     libreyolo.train_options.cache_clear()
     yield
@@ -52,12 +51,12 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_the_schema_gives_names_and_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})")))
+    command = str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})"))
     expected = {"epochs": "int", "lr0": "float", "amp": "bool", "model": "str", "imgsz": "int"}
-    assert libreyolo.train_options() == expected
+    assert libreyolo.train_options(tmp_path / "cache", command) == expected
     # kept: the next agent start does not pay for starting libreyolo again
     libreyolo.train_options.cache_clear()
-    assert libreyolo.train_options() == expected and starts(tmp_path) == 1
+    assert libreyolo.train_options(tmp_path / "cache", command) == expected and starts(tmp_path) == 1
 
 
 @pytest.mark.parametrize(
@@ -70,22 +69,22 @@ def test_the_schema_gives_names_and_types(tmp_path: Path, monkeypatch: pytest.Mo
     ],
 )
 def test_where_it_fails_the_source_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, body)))
-    assert libreyolo.help_json_options() == {}
-    options = libreyolo.train_options()
+    command = str(stand_in(tmp_path, body))
+    assert libreyolo.help_json_options(tmp_path / "cache", command) == {}
+    options = libreyolo.train_options(tmp_path / "cache", command)
     assert {"epochs", "batch", "imgsz", "lr0"} <= set(options) and options["epochs"] == "int"
     # the failure is kept too: no second start of libreyolo for the same versions
     libreyolo.train_options.cache_clear()
-    assert libreyolo.train_options() == options and starts(tmp_path) == 1
+    assert libreyolo.train_options(tmp_path / "cache", command) == options and starts(tmp_path) == 1
 
 
 def test_outside_the_image_the_answer_is_kept_on_the_volume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from entrypoint import settings
 
-    monkeypatch.delenv("TRAINBOX_CACHE_DIR")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})")))
-    settings.from_env({"WORKDIR": str(tmp_path / "work"), "GPUS": "cpu", "RUN_ARGS": "epochs=3"})
+    command = str(stand_in(tmp_path, f"print({json.dumps(json.dumps(SCHEMA))})"))
+    environ = {"WORKDIR": str(tmp_path / "work"), "GPUS": "cpu", "RUN_ARGS": "epochs=3", "TRAINBOX_LIBREYOLO": command}
+    settings.from_env(environ)
     assert [path.parent for path in (tmp_path / "work").rglob("libreyolo-train-options-*.json")] == [
         tmp_path / "work" / ".cache" / "trainbox"
     ]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import pytest
-
 from entrypoint.report import nextsteps
 from entrypoint.settings import Settings, from_env
 
@@ -35,14 +33,19 @@ def test_a_local_demo_run_says_where_the_weights_are_and_how_to_go_on(tmp_path: 
     assert "imgsz=128" in words
     text = "\n".join(lines)
     assert f"trainbox sync --once {shlex.quote(str(settings.run_dir))}" in text
-    assert "tar -czf data.tar.gz" in text and "hf upload YOUR_ORG/my-data data.tar.gz --repo-type dataset" in text
+    assert "tar -cf data.tar" in text and "hf upload YOUR_ORG/my-data data.tar --repo-type dataset" in text
     assert "DATASET_REPO=YOUR_ORG/my-data" in text
     assert "Hub is not known" not in text
 
 
-def test_a_run_with_an_output_repo_points_at_it_instead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
-    settings = trained(tmp_path, HF_TOKEN=TOKEN, OUTPUT_REPO="acme/model", DATASET_REPO=str(tmp_path))
+def test_a_run_with_an_output_repo_points_at_it_instead(tmp_path: Path) -> None:
+    settings = trained(
+        tmp_path,
+        HF_TOKEN=TOKEN,
+        OUTPUT_REPO="acme/model",
+        DATASET_REPO=str(tmp_path),
+        HF_ENDPOINT="http://127.0.0.1:9/",
+    )
     lines = nextsteps.lines(settings)
     assert lines[-1] == "next: the run and its model card: http://127.0.0.1:9/acme/model"
     assert "source=IMAGE_OR_FOLDER" in lines[1]

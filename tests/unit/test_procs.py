@@ -182,13 +182,12 @@ def test_libreyolo_doctor_never_sees_a_provider_key(tmp_path: Path, monkeypatch:
         "print(json.dumps({'findings': []}))\n"
     )
     standin.chmod(0o755)
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(standin))
     for key, value in PROVIDER_KEYS.items():
         monkeypatch.setenv(key, value)
     data_yaml = tmp_path / "data" / "data.yaml"
     data_yaml.parent.mkdir()
     data_yaml.write_text("names: [a]\n")
-    checks.doctor(data_yaml, imgsz=64, fingerprint="x")
+    checks.doctor(data_yaml, imgsz=64, fingerprint="x", command=str(standin))
     seen = json.loads((tmp_path / "env.json").read_text())
     assert not set(PROVIDER_KEYS) & set(seen)
 
@@ -201,10 +200,9 @@ def test_a_hung_profile_is_stopped_with_its_whole_tree(tmp_path: Path, monkeypat
         f"open({str(pid_file)!r}, 'w').write(str(subprocess.Popen(['sleep', '600']).pid))\ntime.sleep(600)\n"
     )
     standin.chmod(0o755)
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(standin))
     monkeypatch.setattr(profiling, "PROFILE_TIMEOUT", 2.0)
     (tmp_path / "work").mkdir()
-    config = settings.from_env({"WORKDIR": str(tmp_path / "work"), "PROFILE": "1"})
+    config = settings.from_env({"WORKDIR": str(tmp_path / "work"), "PROFILE": "1", "TRAINBOX_LIBREYOLO": str(standin)})
     assert finishes(lambda: profiling.profile(config, tmp_path / "data.yaml", (0,))) is None
     wait_until(lambda: gone(int(pid_file.read_text())), "the profiler's own child outlived the timeout")
 
@@ -250,7 +248,6 @@ def test_a_dataset_check_whose_second_doctor_cannot_start_stops_the_first(
     standin = tmp_path / "libreyolo"
     standin.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
     standin.chmod(0o755)
-    monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(standin))
     started: list[procs.Child] = []
 
     class SecondFails(procs.Child):
@@ -265,7 +262,7 @@ def test_a_dataset_check_whose_second_doctor_cannot_start_stops_the_first(
     for data_yaml, _ in wanted.values():
         data_yaml.parent.mkdir()
     with pytest.raises(OSError, match="too many open files"):
-        checks.DatasetCheck(wanted)
+        checks.DatasetCheck(wanted, str(standin))
     [first] = started
     assert first.poll() == -signal.SIGKILL
 

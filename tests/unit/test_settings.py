@@ -239,12 +239,20 @@ def test_bad_bucket_settings_name_the_fix(env: dict[str, str], words: str) -> No
 # Settings fields that are not one variable's value, and where they come from.
 NOT_ONE_ROW = {
     "env": "the whole environment, secrets removed, for the child processes",
+    "hub_url": "HF_ENDPOINT, which huggingface_hub reads itself (its row has no parser)",
     "dataset_kind": "DATASET_REPO's row gives the kind with the repo",
     "run_args": "RUN_ARGS's row, with the demo defaults and batch=-1",
     "provider": "PROVIDER, CONTAINER_ID, CONTAINER_API_KEY, RUNPOD_POD_ID, RUNPOD_API_KEY and the two API URLs",
     "topology": "the nodes' rows (read by topology.py), DDP_TIMEOUT and RENDEZVOUS_TIMEOUT",
 }
-ROW_OF_FIELD = {"card_license": "LICENSE", "user_run_args": "RUN_ARGS"}  # else the field's name in capitals
+ROW_OF_FIELD = {
+    "card_license": "LICENSE",
+    "user_run_args": "RUN_ARGS",
+    "libreyolo_command": "TRAINBOX_LIBREYOLO",
+    "cache_dir": "TRAINBOX_CACHE_DIR",
+    "gpu_probe": "TRAINBOX_GPU_PROBE",
+    "proc_self": "TRAINBOX_PROC_SELF",
+}  # else the field's name in capitals
 # Rows with a parser that feed a grouped field above, or only the redaction list.
 GROUPED = {"PROVIDER", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
 GROUPED |= {"VAST_API_URL", "RUNPOD_API_URL", "DDP_TIMEOUT", "RENDEZVOUS_TIMEOUT", "VAST_API_KEY"}

@@ -155,7 +155,7 @@ def test_the_dry_run_shows_the_cpus_threads_and_workers(tmp_path: Path) -> None:
     (tmp_path / "sys/fs/cgroup/cpu.max").write_text("100000 100000\n")
     proc = proc_self(tmp_path, "0::/\n", "40 30 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
     env = {"WORKDIR": str(tmp_path / "w"), "PROVIDER": "none", "GPUS": "0,1", "DATASET_REPO": "acme/cones"}
-    env[grant.PROC_SELF_VAR] = str(proc)
+    env["TRAINBOX_PROC_SELF"] = str(proc)
     out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
     assert f"cpus       1 granted (affinity {len(os.sched_getaffinity(0))}, cgroup quota 1)" in out
     assert (

@@ -47,6 +47,8 @@ def test_a_known_release_starts_nothing_and_writes_nothing(tmp_path: Path, monke
 def test_an_unknown_release_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(libreyolo, "installed_version", lambda: "1.7.0")
     asked: list[str] = []
-    monkeypatch.setattr(libreyolo, "_options_from_help_json", lambda: asked.append("help-json") or {"only": "str"})
+    monkeypatch.setattr(
+        libreyolo, "_options_from_help_json", lambda _command: asked.append("help-json") or {"only": "str"}
+    )
     assert libreyolo.train_options(tmp_path / "cache") == {"only": "str"} and asked == ["help-json"]
     assert libreyolo.release_options("1.7.0") == {} and libreyolo.release_options(None) == {}
