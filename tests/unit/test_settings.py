@@ -244,7 +244,8 @@ NOT_ONE_ROW = {
     "provider": "PROVIDER, CONTAINER_ID, CONTAINER_API_KEY, RUNPOD_POD_ID, RUNPOD_API_KEY and the two API URLs",
     "topology": "the nodes' rows (read by topology.py), DDP_TIMEOUT and RENDEZVOUS_TIMEOUT",
 }
-ROW_OF_FIELD = {"card_license": "LICENSE", "user_run_args": "RUN_ARGS"}  # else the field's name in capitals
+# Else the field's name in capitals.
+ROW_OF_FIELD = {"card_license": "LICENSE", "user_run_args": "RUN_ARGS", "workdir_given": "WORKDIR"}
 # Rows with a parser that feed a grouped field above, or only the redaction list.
 GROUPED = {"PROVIDER", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
 GROUPED |= {"VAST_API_URL", "RUNPOD_API_URL", "DDP_TIMEOUT", "RENDEZVOUS_TIMEOUT", "VAST_API_KEY"}
