@@ -67,6 +67,25 @@ def test_sync_stopped_while_the_hub_refuses_commits_ends_within_the_bound_naming
     assert not hub_ctx.hub.repo_exists(repo) or "weights/last.pt" not in hub_ctx.hub.files(repo)
 
 
+@pytest.mark.slow  # a real `trainbox sync` process, stopped while its first calls are retried
+def test_sync_stopped_before_its_upload_began_says_nothing_was_uploaded(hub_ctx: HubContext, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "unsent"
+    write_epoch(run_dir, 1, state="completed")
+    down = hub_ctx.hub.inject("503", path=r"^/api/")  # not even the repo can be made: retried, then stopped
+    process = start_trainbox("sync", str(run_dir), env=env_for(hub_ctx, tmp_path, hub_ctx.repo_id("down")))
+    try:
+        wait_for(lambda: down.fired >= 2, "the Hub answering 503", process)
+        process.send_signal(signal.SIGTERM)
+        code, output = ended(process, EXIT_BOUND)
+    finally:
+        down.remove()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert code == SyncError.exit_code, output[-3000:]
+    assert "stopped by SIGTERM before its upload began: nothing of unsent was uploaded" in output
+
+
 @pytest.mark.slow  # a real `trainbox sync` process
 def test_sync_stopped_after_everything_landed_exits_143(hub_ctx: HubContext, tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "running"
