@@ -137,9 +137,10 @@ def fetch(as_json: bool) -> None:
 @cli.command("sync")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--once", is_flag=True, help="Upload what is there now, then exit.")
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds the final upload may take.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds the final upload may take (a stop: 5).")
 def sync_command(run_dir: Path, once: bool, timeout: float) -> None:
-    """Mirror any LibreYOLO run folder to OUTPUT_REPO until its training ends."""
+    """Mirror any LibreYOLO run folder to OUTPUT_REPO until its training ends. SIGTERM or Ctrl-C ends it within
+    5 s: exit 143, or 70 naming what is not on the Hub yet (still in the run folder)."""
     settings = load_settings(quiet_transfers=True)  # before huggingface_hub is imported
     from .sync.mirror import mirror
 

@@ -44,6 +44,10 @@ DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
 DEFAULT_PUBLISH_EVERY = 10 * 60
+# The Hub allows 128 commits an hour per repo; the agent keeps to 100 (room for people and other tools), so no
+# milestone comes more often than this (sync/ledger.py spends the same budget).
+COMMITS_PER_HOUR = 100
+MIN_PUBLISH_EVERY = 3600 / COMMITS_PER_HOUR
 # The host check's floors, why each (docs/checks.md): a healthy card reaches 60-80 % of its datasheet matmul;
 # PCIe 3.0 x16 copies ~12 GB/s, an x4 link or x1 riser under 4; a local SSD 500+ MB/s, a cheap network volume 50-100.
 DEFAULT_HOST_MIN_GPU_FRACTION = 0.5
@@ -122,7 +126,9 @@ class Settings:
     topology: topology.Topology = field(default_factory=topology.Topology)  # one node unless the launcher says
     oom_retries: int = DEFAULT_OOM_RETRIES  # out of GPU memory after an epoch: resumes with half the batch
     checkpoint_bucket: str | None = None  # the working state's Storage Bucket; None: commits to OUTPUT_REPO
-    publish_every: float = DEFAULT_PUBLISH_EVERY  # seconds between milestone commits to OUTPUT_REPO (bucket mode)
+    # Seconds between milestone commits to OUTPUT_REPO (bucket mode); None: only at the end.
+    publish_every: float | None = DEFAULT_PUBLISH_EVERY
+    workdir_given: bool = False  # WORKDIR was set, not defaulted: `trainbox sync` keeps its work there
     squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
     host_check: HostCheck = HostCheck.WARN
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
@@ -266,7 +272,8 @@ class Vars:
         None,
     )
     PUBLISH_EVERY = Variable[float | None](
-        "with a bucket: at most one milestone commit to OUTPUT_REPO per this long",
+        "with a bucket: at most one milestone commit to OUTPUT_REPO per this long (off: only at the end;"
+        f" under {MIN_PUBLISH_EVERY:.0f}s is raised to it, the Hub's commit limit)",
         parse.optional_duration,
         DEFAULT_PUBLISH_EVERY,
         "10m",
@@ -405,6 +412,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         run_args=effective,
         gpus=Vars.GPUS.read(env),
         workdir=workdir,
+        workdir_given="WORKDIR" in env,
         hf_home=hf_home,
         run_name=Vars.RUN_NAME.read(env)
         or _derived_name(workdir, dataset_repo, dataset_file, data_yaml, output_repo, args=user_args),
@@ -428,7 +436,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         topology=_topology(env),
         oom_retries=Vars.OOM_RETRIES.read(env),
         checkpoint_bucket=_checkpoint_bucket(env, output_repo),
-        publish_every=Vars.PUBLISH_EVERY.read(env) or 0.0,
+        publish_every=_publish_every(env),
         squash_history=Vars.SQUASH_HISTORY.read(env),
         host_check=Vars.HOST_CHECK.read(env),
         host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
@@ -500,6 +508,22 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
     if value is not None and output_repo is None:
         raise ConfigError("CHECKPOINT_BUCKET without OUTPUT_REPO", "set OUTPUT_REPO=org/name as well")
     return value
+
+
+def _publish_every(env: Mapping[str, str]) -> float | None:
+    """PUBLISH_EVERY: off (None) publishes only at the end; more often than the Hub's commit budget allows is
+    raised to its floor, said in one line."""
+    every = Vars.PUBLISH_EVERY.read(env)
+    if every is not None and every < MIN_PUBLISH_EVERY:
+        log.logger.warning(
+            "PUBLISH_EVERY=%s is more often than the Hub allows commits (%d an hour for the agent):"
+            " milestones go at most every %.0f s",
+            env["PUBLISH_EVERY"],
+            COMMITS_PER_HOUR,
+            MIN_PUBLISH_EVERY,
+        )
+        return MIN_PUBLISH_EVERY
+    return every
 
 
 def _derived_name(workdir: Path, *identity: str | None, args: RunArgs) -> str:

@@ -206,9 +206,12 @@ def report(uploader: Uploader) -> dict[str, Any]:
     return record
 
 
-def sync_error(uploader: Uploader) -> SyncError:
+def sync_error(uploader: Uploader, why: str = "") -> SyncError:
+    """Exit 70, naming what the Hub lacks (``why``: e.g. that a signal cut the upload short)."""
+    left = uploader.pending
+    names = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
     return SyncError(
-        f"{len(uploader.pending)} file(s) could not be uploaded to {uploader.repo_id}: {uploader.last_error}",
+        f"{len(left)} file(s) are not on {uploader.repo_id}{why}: {names} ({uploader.last_error or 'out of time'})",
         "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",
     )
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..settings import COMMITS_PER_HOUR
 from ..state import write_json_atomic
 from .staging import StagedFile
 
-# The Hub allows 128 commits per hour per repo; leave room for people and other tools.
-COMMITS_PER_HOUR = 100
+__all__ = ["COMMITS_PER_HOUR", "CommitBudget", "Ledger"]  # settings.py holds the hourly figure (PUBLISH_EVERY's floor)
+
 COMMIT_BURST = 20
 
 
@@ -49,7 +51,8 @@ class Ledger:
 
 
 class CommitBudget:
-    """A token bucket: bursts of ``burst`` commits, refilled at ``per_hour``."""
+    """A token bucket: bursts of ``burst`` commits, refilled at ``per_hour`` (0: never of its own accord; only a
+    flush, which spends over budget, commits)."""
 
     def __init__(
         self, per_hour: int = COMMITS_PER_HOUR, burst: int = COMMIT_BURST, recent: Iterable[float] = ()
@@ -69,7 +72,7 @@ class CommitBudget:
 
     def wait_time(self) -> float:
         self._refill()
-        own = 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
+        own = 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate if self.rate > 0 else math.inf
         return max(own, self.hold())
 
     def hold(self) -> float:

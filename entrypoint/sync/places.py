@@ -2,13 +2,18 @@
 
 With a bucket, the bucket takes every file at every boundary (the working state), and the model repo
 milestones: ``best.pt``, ``metrics.jsonl``, ``trainbox.json``, the card and the plot, at most once per
-PUBLISH_EVERY (the newest state wins), and at the end the final ``last.pt`` and ``best.pt``
-(``final_milestone``). When the bucket fails ``FALLBACK_AFTER`` boundaries in a row, or refuses the
-token, the repo takes everything at every boundary until the bucket answers again (uploader.py).
+PUBLISH_EVERY (the newest state wins; off: none until the end), and at the end the final ``last.pt`` and
+``best.pt`` (``final_milestone``). The final ``last.pt`` is staged again for the repo (the bucket's copy is
+gone by then): at once at a normal end, after SIGTERM only once the working state is in (``restage_due``).
+When the bucket fails ``FALLBACK_AFTER`` boundaries in a row, or refuses the token, the repo takes
+everything at every boundary until the bucket answers again (uploader.py).
 Without a bucket, the repo takes everything at every boundary.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from .. import libreyolo
 from .lane import Lane
@@ -39,14 +44,20 @@ def final_milestone(relative: str) -> bool:
     return libreyolo.EPOCH_CHECKPOINT.match(relative) is None
 
 
+def final_restaged(relative: str) -> bool:
+    """Staged again for the repo at the end: the final last.pt (the bucket's staged copy is gone by then)."""
+    return relative == libreyolo.LAST_CHECKPOINT
+
+
 def unlimited_budget() -> CommitBudget:
     return CommitBudget(per_hour=UNLIMITED, burst=UNLIMITED)
 
 
-def publish_budget(publish_every: float, recent: list[float]) -> CommitBudget:
-    """At most one milestone commit per ``publish_every`` seconds (0: the Hub's own budget)."""
-    if publish_every <= 0:
-        return CommitBudget(recent=recent)
+def publish_budget(publish_every: float | None, recent: list[float]) -> CommitBudget:
+    """At most one milestone commit per ``publish_every`` seconds; None (or 0): none of its own, only the
+    commits a flush asks for (the run id before training, the end)."""
+    if publish_every is None or publish_every <= 0:
+        return CommitBudget(per_hour=0, burst=0)
     per_hour = 3600.0 / publish_every
     budget = CommitBudget(per_hour=max(1, int(per_hour)), burst=1)
     if per_hour < 1:  # slower than one an hour: the rate itself, not rounded up
@@ -63,13 +74,14 @@ class Routing:
     """Which lane holds the working state and what the repo takes: bucket mode, its fallback to the repo,
     the end's final publish. Read and changed under the uploader's condition."""
 
-    def __init__(self, repo: Lane, bucket: Lane | None, publish_every: float) -> None:
+    def __init__(self, repo: Lane, bucket: Lane | None, publish_every: float | None) -> None:
         self.repo = repo
         self.bucket = bucket
         self.publish_every = publish_every
         self.fallback: str | None = None  # why the repo holds the working state instead of the bucket
         self.final = False  # the end: the repo takes the final last.pt too
         self.everywhere = False  # a flush waits for the repo's milestones too
+        self.restage_waiting = False  # the end: the final last.pt is still to be staged again for the repo
         if bucket is not None:
             repo.takes = milestone
             repo.budget = publish_budget(publish_every, repo.ledger.commit_times)
@@ -105,13 +117,45 @@ class Routing:
         return unused
 
     def to_final(self) -> bool:
-        """Bucket mode, at the end: the repo takes the final last.pt too. True when this changed it."""
+        """Bucket mode, at the end: the repo takes the final last.pt too, staged again for it (the bucket's
+        copy is gone; with the fallback the repo holds it already). True when this changed it."""
         if self.bucket is None or self.final:
             return False
         self.final = True
         if self.fallback is None:
             self.repo.takes = final_milestone
+            self.restage_waiting = True
         return True
+
+    def restage_due(self, *, pressed: bool, boundary_staged: bool) -> bool:
+        """Whether the final last.pt is to be staged again for the repo now: at once, or under a stop that
+        presses (SIGTERM), once the working state's final boundary is staged and committed: it comes first,
+        and what time it leaves goes to the repo. True once; the caller asks the snapshot."""
+        working = self.working
+        if not self.restage_waiting or (pressed and (not boundary_staged or working.pending or working.busy)):
+            return False
+        self.restage_waiting = False
+        return True
+
+    def final_left(self, skipped: dict[str, str], last: Path) -> dict[str, str]:
+        """What the repo's final publish lacks that no commit will carry: the files not staged again for it
+        (``skipped``), and the final last.pt (``last``) while its staging waits for the working state."""
+        if self.bucket is None or not self.final:
+            return {}
+        left = dict(skipped)
+        if self.restage_waiting and last.is_file():
+            left[libreyolo.LAST_CHECKPOINT] = "no time left before the exit: the working state went first"
+        return left
+
+    def final_outcome(self, seen: bool, failed: dict[str, str], skipped: dict[str, str]) -> tuple[bool, dict[str, Any]]:
+        """Bucket mode, after the end's flush: whether the bucket holds every file, and trainbox.json's
+        ``sync.final_publish``. ``seen``: a snapshot read the volume to its end (else what it holds is not
+        known); ``failed``: not staged; ``skipped``: not staged for the repo, no time being left."""
+        assert self.bucket is not None
+        complete = seen and self.fallback is None and not self.bucket.pending and not failed
+        published = seen and not self.repo.pending and not failed and not skipped
+        record = {"done": published, "commit": self.repo.commits[-1] if self.repo.commits else None}
+        return complete, record | ({"skipped": skipped} if skipped else {})
 
     def fall_back(self, why: str) -> bool:
         """The bucket keeps failing: the repo takes everything at every boundary. True when this changed it."""

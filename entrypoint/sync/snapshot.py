@@ -1,9 +1,15 @@
 """The snapshotter: each epoch boundary's changed files staged once (one private copy, one hash, one check),
-then handed to the uploader, which gives each store the copies it needs."""
+then handed to the uploader, which gives each store the copies it needs.
+
+Staging runs under the shutdown clock: past ``cutoff`` (SIGTERM: the process must exit) no copy starts;
+what is left unstaged is listed in ``failed`` (the stores lack it), and a file asked for again (``again``:
+the repo's final last.pt) is not staged when the time left is shorter than the copy would take (``skipped``).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import threading
 import time
@@ -20,6 +26,7 @@ from .watcher import BOUNDARY_FILE
 UNREAD = "(run folder not read)"
 # A checkpoint ahead of its row gets one more pass: libreyolo writes the row right after the weights.
 _BOUNDARY_PASSES = 2
+LATE = "not staged: no time left before the exit"
 
 
 class Snapshotter:
@@ -58,7 +65,12 @@ class Snapshotter:
         self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
         # Refused and not uploaded since in a valid version: the Hub lacks part of the run.
         self.refused_missing: dict[str, str] = {}
+        # Asked for again and not staged again, no time being left: path → why (read under ``changed``).
+        self.skipped: dict[str, str] = {}
+        self.cutoff = math.inf  # no copy starts past it (a time.monotonic() value); set from a signal handler
         self.last_error: str | None = None
+        self._again: Callable[[str], bool] | None = None  # what a store wants staged again (under ``changed``)
+        self._rate: float | None = None  # bytes per second the last checkpoint took to stage
         self._seen: dict[str, Signature] = {}
         self._snapshot_lock = threading.Lock()
         self._asked = 0
@@ -85,12 +97,13 @@ class Snapshotter:
         """The snapshot asked as ``ticket`` (or a later one) has run (under ``changed``)."""
         return self._done >= ticket
 
-    def forget(self, wanted: Callable[[str], bool]) -> None:
-        """Stage the files ``wanted`` picks again at the next snapshot, changed or not (a store
-        that did not take them before does now)."""
-        with self._snapshot_lock:
-            for relative in [r for r in self._seen if wanted(r)]:
-                del self._seen[relative]
+    def again(self, wanted: Callable[[str], bool]) -> int:
+        """Under ``changed``: stage the unchanged files ``wanted`` picks again at the next snapshot, after its
+        boundary's own files and only with the time the clock leaves (another store takes them now); the
+        ticket ``answered`` takes. It never waits for a snapshot under way."""
+        earlier = self._again
+        self._again = wanted if earlier is None else (lambda relative: earlier(relative) or wanted(relative))
+        return self.ask()
 
     # -- the snapshot thread ---------------------------------------------------------------
     def run(self, stopping: threading.Event) -> None:
@@ -166,7 +179,47 @@ class Snapshotter:
                 staged.update((item.relative, item) for item in taken)
                 if not waiting:
                     break
+            staged.update((item.relative, item) for item in self._stage_again())
             return list(staged)
+
+    def _stage_again(self) -> list[StagedFile]:
+        """Stage the unchanged files asked for again (``again``), each only when the time left before the
+        cutoff covers its copy at the pace the last checkpoint took; the others go to ``skipped``."""
+        with self.changed:
+            wanted, self._again = self._again, None
+        if wanted is None:
+            return []
+        staged: list[StagedFile] = []
+        for path, relative in self._files():
+            if not wanted(relative):
+                continue
+            try:
+                signature = Signature.of(path)
+            except OSError:
+                continue
+            if self._seen.get(relative) != signature:
+                continue  # changed since, or waiting for its row: the boundary's own staging takes it to every store
+            needed = signature.size / self._rate if self._rate else 0.0
+            left = self.cutoff - time.monotonic()
+            if left <= needed:
+                why = f"no time left before the exit to stage it ({needed:.1f} s needed, {max(left, 0.0):.1f} s left)"
+                logger.info("sync: %s not staged again: %s", relative, why)
+                with self.changed:
+                    self.skipped[relative] = why
+                continue
+            del self._seen[relative]
+            try:
+                item = self._stage(path, relative, signature, time.monotonic())
+            except Exception as error:  # as in a pass: failed, and staged by the next snapshot
+                self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                continue
+            if item is not None:
+                staged.append(item)
+        with self.changed:
+            if staged:
+                self.deliver(staged)
+            self.changed.notify_all()
+        return staged
 
     def _pass(self) -> tuple[list[StagedFile], list[str]]:
         """Stage the changed files: those staged, and the checkpoints that wait for their epoch's row."""
@@ -174,7 +227,7 @@ class Snapshotter:
         with contextlib.suppress(OSError):
             self._boundary_signature = Signature.of(self.run_dir / BOUNDARY_FILE)
         staged: list[StagedFile] = []
-        present = set()
+        present, late = set(), []
         for path, relative in self._files():
             present.add(relative)
             try:
@@ -182,6 +235,9 @@ class Snapshotter:
             except OSError:
                 continue
             if self._seen.get(relative) == signature:
+                continue
+            if time.monotonic() >= self.cutoff:
+                late.append(relative)  # the process exits now: left on the volume, and said
                 continue
             try:
                 result = self._stage(path, relative, signature, seen_at)
@@ -191,10 +247,16 @@ class Snapshotter:
             if result is not None:
                 staged.append(result)
         staged, waiting = self._hold_unrecorded(staged)
+        if late:
+            logger.warning(
+                "sync: %d changed file(s) not staged, no time left before the exit: %s", len(late), ", ".join(late[:5])
+            )
+            self.last_error = LATE
         with self.changed:
             # deleted since (or read now, for a failed snapshot): nothing left to upload
             for gone in set(self.failed) - present:
                 del self.failed[gone]
+            self.failed.update(dict.fromkeys(late, LATE))
             if staged:
                 self.deliver(staged)
             self.changed.notify_all()
@@ -233,6 +295,7 @@ class Snapshotter:
         target = self.staging / f"{self._copies}-{time.monotonic_ns()}-{path.name}"
         is_checkpoint = path.suffix == ".pt"
         epochs: int | None = None
+        began = time.monotonic()
         try:
             sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
             unchanged = Signature.of(path) == signature
@@ -248,6 +311,7 @@ class Snapshotter:
             return None
         with self.changed:
             self.failed.pop(relative, None)
+            self.skipped.pop(relative, None)
         if not unchanged:
             # Written while we copied: the next boundary brings the finished version.
             target.unlink(missing_ok=True)
@@ -269,6 +333,8 @@ class Snapshotter:
                 raise
             with self.changed:
                 self.refused_missing.pop(relative, None)
+            took = time.monotonic() - began  # copied, hashed and checked: what staging it again would take
+            self._rate = signature.size / took if took > 0 else None
         self._seen[relative] = signature
         return StagedFile(
             relative=relative,

@@ -20,6 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from math import inf
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ class Uploader:
         on_commit: Callable[[str, list[str]], None] | None = None,
         on_card: Callable[[str | None], None] | None = None,
         bucket: BucketStore | None = None,
-        publish_every: float = 0.0,
+        publish_every: float | None = None,
         on_storage: Callable[[dict[str, Any]], None] | None = None,
         on_taken_over: Callable[[TakenOverError], None] | None = None,
     ) -> None:
@@ -97,7 +98,7 @@ class Uploader:
         self.poll_interval = poll_interval
         self._discard: list[StagedFile] = []  # copies no lane needs; deleted once no commit reads them
         self._flush_deadlines: list[float] = []
-        self._cutoff = float("inf")  # no flush waits past this (SIGTERM: the process must exit)
+        self._cutoff = inf  # no flush waits past this (SIGTERM: the process must exit)
         self._stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._threads: list[threading.Thread] = []
@@ -124,7 +125,8 @@ class Uploader:
             return self._lacking()
 
     def _lacking(self) -> list[str]:
-        return sorted(set().union(*(lane.pending for lane in self.routing.required())) | set(self.snapshots.failed))
+        required = set().union(*(lane.pending for lane in self.routing.required()))
+        return sorted(required | set(self.snapshots.failed) | set(self._final_left()))
 
     @property
     def last_error(self) -> str | None:
@@ -165,10 +167,10 @@ class Uploader:
         the repo's milestones too (trainbox.json on the repo at a run's first start)."""
         began = time.monotonic()
         deadline = began + timeout
-        if final:
-            self._publish_final()
-        self.routing.everywhere = everywhere
         with self._changed:
+            if final:
+                self.routing.to_final()  # bucket mode: the repo takes the final last.pt too
+            self.routing.everywhere = everywhere
             ticket = self.snapshots.ask()
             self._flush_deadlines.append(deadline)
             for lane in self.lanes:
@@ -180,11 +182,17 @@ class Uploader:
                 while (remaining := min(deadline, self._cutoff) - time.monotonic()) > 0:
                     if self.taken_over is not None:
                         break
+                    # Bucket mode, the end: the final last.pt staged again for the repo (after SIGTERM, once
+                    # the working state is in); the flush waits for that snapshot then.
+                    if self.routing.restage_due(
+                        pressed=self._cutoff < inf, boundary_staged=self.snapshots.answered(ticket)
+                    ):
+                        ticket = self.snapshots.again(places.final_restaged)
                     if self.snapshots.answered(ticket):
                         required = self.routing.required()
                         waiting = [lane for lane in required if lane.pending or lane.busy]
                         if not waiting and not self.snapshots.failed:
-                            done = True
+                            done = not self._final_left()  # else no time was left to stage it: nothing comes
                             break
                         # A refused token or a rate limit longer than our time: no use waiting on that lane (a
                         # refused bucket: the repo takes over); the others still get their time.
@@ -193,11 +201,11 @@ class Uploader:
                             for lane in waiting
                             if (lane.denied_at > began and lane is not self.bucket) or lane.budget.hold() > remaining
                         ]
-                        if len(hopeless) == len(waiting):
+                        if waiting and len(hopeless) == len(waiting):
                             break
                         waiting = [lane for lane in waiting if lane not in hopeless]
-                        if self.snapshots.failed and not waiting:
-                            # Nothing left to commit, so no staged copy will free room: a file that
+                        if not waiting:
+                            # Only files that could not be staged, nothing to commit to free room: one that
                             # still cannot be staged after one more try (disk full) will not be by waiting.
                             if restaged:
                                 break
@@ -213,7 +221,7 @@ class Uploader:
             with self._changed:
                 self._flush_deadlines.remove(deadline)
                 self.routing.everywhere = False
-        self._account(final)
+        self._account(final, answered)
         if done:
             return True
         if self.taken_over is not None:
@@ -226,9 +234,10 @@ class Uploader:
         return False
 
     def cut_short(self, deadline: float) -> None:
-        """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value).
-        Safe in a signal handler: it takes no lock."""
+        """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value), and no staging
+        starts past it. Safe in a signal handler: it takes no lock."""
         self._cutoff = min(self._cutoff, deadline)
+        self.snapshots.cutoff = min(self.snapshots.cutoff, deadline)
 
     def stop(self, timeout: float = 5.0) -> None:
         """End every thread; waits at most ``timeout`` (a commit in flight is abandoned)."""
@@ -248,25 +257,23 @@ class Uploader:
         """The snapshotter's hand-over (under ``_changed``): each lane that wants a copy holds it."""
         self._discard.extend(self.routing.deliver(staged))
 
-    def _publish_final(self) -> None:
-        """Bucket mode, at the end: the repo takes the final last.pt too (staged again for it)."""
-        with self._changed:
-            changed = self.routing.to_final()
-        if changed:
-            self.snapshots.forget(lambda relative: relative == libreyolo.LAST_CHECKPOINT)
+    def _final_left(self) -> dict[str, str]:
+        """Under ``_changed``: what the repo's final publish lacks that no commit carries (no time left), and why."""
+        return self.routing.final_left(self.snapshots.skipped, self.run_dir / libreyolo.LAST_CHECKPOINT)
 
-    def _account(self, final: bool) -> None:
+    def _account(self, final: bool, answered: bool) -> None:
         if self.bucket is None or not final:
             return
+        said = self.final_publish
         with self._changed:
-            self.bucket_complete = self.fallback is None and not self.bucket.pending and not self.snapshots.failed
-            published = not self.repo.pending and not self.snapshots.failed
-        self.final_publish = {"done": published, "commit": self.repo.commits[-1] if self.repo.commits else None}
-        if not published and self.taken_over is None:
+            skipped, seen = self._final_left(), answered or self.bucket_complete  # the volume was read to the end
+            self.bucket_complete, self.final_publish = self.routing.final_outcome(seen, self.snapshots.failed, skipped)
+        if not self.final_publish["done"] and self.taken_over is None and self.final_publish != said:
+            why = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
             logger.warning(
                 "bucket: the final publish to %s did not finish (%s); the bucket %s holds the run",
                 self.repo_id,
-                self.repo.last_error or "out of time",
+                why or self.repo.last_error or "out of time",
                 self.bucket.name,
             )
 
@@ -276,6 +283,7 @@ class Uploader:
         with self._changed:
             if not self.routing.fall_back(why):
                 return
+            self.snapshots.again(places.working_state_only)  # staged again, for the repo this time
         logger.warning(
             "bucket: %s failed %d boundaries in a row (%s); the working state goes to %s as commits until it answers",
             self.bucket.name,
@@ -283,10 +291,7 @@ class Uploader:
             why,
             self.repo_id,
         )
-        self.snapshots.forget(places.working_state_only)  # staged again, for the repo this time
-        with self._changed:
-            self.snapshots.ask()
-        self._tell_storage({"mode": "repo", "fallback": True, "why": why})
+        _tell(self.on_storage, {"mode": "repo", "fallback": True, "why": why}, "storage")
 
     def _bucket_back(self) -> None:
         assert self.bucket is not None
@@ -296,16 +301,7 @@ class Uploader:
                 return
             self._discard.extend(dropped)
         logger.info("bucket: %s answers again; the working state goes there", self.bucket.name)
-        self._tell_storage({"mode": "bucket", "fallback": False, "why": None})
-
-    def _tell_storage(self, change: dict[str, Any]) -> None:
-        if self.on_storage is not None:
-            try:
-                self.on_storage(change)
-            except StopRequested:
-                raise
-            except Exception:  # trainbox.json is told; the upload must go on whatever
-                logger.exception("sync: storage hook failed")
+        _tell(self.on_storage, {"mode": "bucket", "fallback": False, "why": None}, "storage")
 
     def _taken(self, error: TakenOverError) -> None:
         """A newer attempt writes the run: nothing more is written anywhere, and the job is told."""
@@ -435,7 +431,7 @@ class Uploader:
         if why != self.card_refused:
             logger.warning("sync: the Hub refused the model card (README.md), the rest is uploaded: %s", why)
         self.card_refused = why  # before the card leaves `pending`: a flush waiting on it then sees why
-        self._tell_card(why)
+        _tell(self.on_card, why, "card")
         with self._changed:
             for item in batch:
                 if lane.pending.get(item.relative) is item:
@@ -443,15 +439,6 @@ class Uploader:
                     self._discard.append(item)
             lane.in_flight = []
             self._changed.notify_all()
-
-    def _tell_card(self, refused: str | None) -> None:
-        if self.on_card is not None:
-            try:
-                self.on_card(refused)
-            except StopRequested:
-                raise
-            except Exception:
-                logger.exception("sync: card hook failed")
 
     def _confirm_earlier(self, lane: Lane, deadline: float | None) -> None:
         """A commit that failed without an answer may have landed: then it is done, not redone."""
@@ -467,7 +454,7 @@ class Uploader:
     def _landed(self, lane: Lane, batch: list[StagedFile], sha: str, *, measured: bool = True) -> None:
         if self.card_refused is not None and any(item.relative == CARD_FILE for item in batch):
             self.card_refused = None  # before the batch leaves `pending`, like a refusal
-            self._tell_card(None)
+            _tell(self.on_card, None, "card")
         self._settle(lane, batch, committed=True)
         lane.budget.spend()
         lane.commits.append(sha)
@@ -498,3 +485,14 @@ class Uploader:
                 if committed or not current:
                     self._discard.append(item)
             self._changed.notify_all()
+
+
+def _tell(hook: Callable[[Any], None] | None, news: Any, what: str) -> None:
+    """trainbox.json is told; the upload goes on whatever the hook does (a stop excepted)."""
+    if hook is not None:
+        try:
+            hook(news)
+        except StopRequested:
+            raise
+        except Exception:
+            logger.exception("sync: %s hook failed", what)

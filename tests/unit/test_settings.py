@@ -252,6 +252,7 @@ ROW_OF_FIELD = {
     "cache_dir": "TRAINBOX_CACHE_DIR",
     "gpu_probe": "TRAINBOX_GPU_PROBE",
     "proc_self": "TRAINBOX_PROC_SELF",
+    "workdir_given": "WORKDIR",
 }  # else the field's name in capitals
 # Rows with a parser that feed a grouped field above, or only the redaction list.
 GROUPED = {"PROVIDER", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}

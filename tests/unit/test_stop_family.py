@@ -38,6 +38,7 @@ NO_STOP_HERE = {
     ("sync/snapshot.py", "Snapshotter._snapshot_loop"): _THREAD,
     ("sync/snapshot.py", "Snapshotter.snapshot"): "called by the snapshot thread only",
     ("sync/snapshot.py", "Snapshotter._pass"): "called by the snapshot thread only",
+    ("sync/snapshot.py", "Snapshotter._stage_again"): "called by the snapshot thread only",
     ("sync/uploader.py", "Uploader._commit_loop"): _THREAD,
     ("sync/uploader.py", "Uploader._commit_pending"): "the committer thread",
     ("sync/uploader.py", "Uploader._landed"): "the committer thread",
