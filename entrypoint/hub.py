@@ -299,8 +299,9 @@ class Hub:
             if "README.md" in str(error):
                 raise CardRefusedError(" ".join(str(error).split())) from None
             raise
-        # This folder's next large copies go up here while they are staged.
-        xetahead.repo_took([path for _, path in files], xetahead.Destination(repo_id, self.api.endpoint, self.token))
+        # This folder's next large copies go up here while they are staged (a final upload has no next ones).
+        destination = xetahead.Destination(repo_id, self.api.endpoint, self.token)
+        xetahead.repo_took([path for _, path in files], destination, more=deadline is None)
         return sha
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:

@@ -66,15 +66,16 @@ _copies: dict[Path, _Copy] = {}  # staged copy → what was sent of it
 
 
 # -- where staged copies go (told by the commit paths) ------------------------------------------------
-def repo_took(paths: Sequence[Path], destination: Destination) -> None:
+def repo_took(paths: Sequence[Path], destination: Destination, *, more: bool = True) -> None:
     """A commit of these staged copies landed in ``destination``: that folder's large checkpoints go there
     next, from the moment they are staged. A folder that had large copies gets its next child now, so the
-    next boundary finds it started (its Python and hf_xet loaded: under 40 MiB while it waits)."""
+    next boundary finds it started (its Python and hf_xet loaded: under 40 MiB while it waits), unless no
+    more boundaries are coming (``more``: false for the final upload)."""
     with _lock:
         for folder in {path.parent for path in paths}:
             _repo_of[folder] = destination
             kept = _sessions.get(folder)
-            if kept and _destination(folder) == destination and not any(s.open for s in kept):
+            if more and kept and _destination(folder) == destination and not any(s.open for s in kept):
                 _start_locked(folder, destination)
 
 

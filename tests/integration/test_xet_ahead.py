@@ -24,7 +24,7 @@ from entrypoint.hub import Hub
 from entrypoint.sync import staging
 from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
-from tests.integration.test_cas_faults import XORB
+from tests.integration.test_cas_faults import SYNC_FAULTS, XORB
 from tests.integration.test_sync import _checkpoint_bytes, _write_slowly, assert_every_checkpoint_valid
 from tests.integration.test_sync_faults import WAIT
 
@@ -238,3 +238,53 @@ def test_an_uploader_sends_each_new_checkpoint_ahead_once_its_first_commit_lande
         if entry is not None and (not committed or committed[-1] != entry.sha256):
             committed.append(entry.sha256)
     assert committed == shas, "each version, in order, whole"
+
+
+@pytest.mark.parametrize(("kind", "path", "extra"), SYNC_FAULTS, ids=lambda v: v if isinstance(v, str) else "")
+def test_a_fault_on_a_cas_route_while_a_copy_goes_ahead_loses_and_tears_nothing(
+    hub_ctx: HubContext,
+    tmp_path: Path,
+    children: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    path: str,
+    extra: dict[str, Any],
+) -> None:
+    monkeypatch.setattr(xetchild, "CHILD_MIN_BYTES", MIB)
+    hub, repo, folder = _armed(hub_ctx, tmp_path, "faults")
+    fault = hub_ctx.hub.inject(kind, method="POST", path=path, **extra)
+    source = tmp_path / "last.pt"
+    source.write_bytes(os.urandom(3 * MIB))
+    before = len(hub_ctx.hub.commits(repo))
+
+    staging.copy_checked(source, folder / "1-last.pt", is_checkpoint=True)
+    sha = hub.commit(repo, [("weights/last.pt", folder / "1-last.pt")], "Epoch boundary: weights/last.pt")
+
+    assert fault.fired and _kind(children, AHEAD) >= 1
+    commits = hub_ctx.hub.commits(repo)
+    assert commits[0].oid == sha and len(commits) == before + 1, "one commit"
+    assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == source.read_bytes()
+
+
+def test_nothing_goes_ahead_to_the_repo_while_a_bucket_takes_the_boundaries(
+    hub_ctx: HubContext, tmp_path: Path, children: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.integration.test_bucket_sync import boundary, folder_of, keys, uploader
+
+    monkeypatch.setattr(xetchild, "CHILD_MIN_BYTES", 1)  # every checkpoint counts as large
+    folder = folder_of(hub_ctx)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "trainbox.json").write_text(json.dumps({"run_name": "run-a"}))
+    up = uploader(hub_ctx, folder, run_dir, tmp_path / "work")
+    up.start()
+    try:
+        assert up.flush(WAIT, final=False, everywhere=True)  # a run's start: the bucket and the repo both took it
+        for completed in (1, 2, 3):
+            boundary(run_dir, completed)
+            assert up.flush(WAIT, final=False), up.last_error
+    finally:
+        up.stop()
+    assert _kind(children, AHEAD) == 0, "the bucket's boundaries go as before, and nothing to the repo ahead"
+    assert up.bucket is not None and len(up.bucket.commits) >= 3
+    assert any(key.endswith("/weights/last.pt") for key in keys(hub_ctx, folder))
