@@ -287,7 +287,7 @@ def table(report: dict[str, Any]) -> str:
         "| the same, p95 | "
         + " | ".join(f"{lat[n]['p95']:.2f} s (max {lat[n]['max']:.2f})" for n in names)
         + f" | ≤ {P95_GOAL_S:.0f} s |",
-        f"| time on the wire alone per checkpoint | {report['wire_s_per_checkpoint']} s" + " |" * len(names),
+        f"| time on the wire alone per checkpoint | {report['wire_s_per_checkpoint'] or '–'} s" + " |" * len(names),
         "| peak RSS: the agent / its upload children / both at once | "
         + " | ".join(
             f"{peaks[n]['agent']:.0f} / {peaks[n]['upload_children']:.0f} / {peaks[n]['together']:.0f} MiB"
