@@ -308,6 +308,11 @@ class _Session:
                 self.child.process.stdin.close()
         if self.child.poll() is None:  # SIGTERM ends it at once (its default action), reaped here
             self.child.stop(signal.SIGTERM, grace=_STOP_GRACE)
+        with self._lock:
+            if self._answer is None:
+                self._answer = {"why": "abandoned: nobody was to claim its copies"}
+                for handle in (self._out, self._err):
+                    handle.close()
 
     def answer(self, deadline: float | None) -> dict[str, Any]:
         """The child's answer once it has exited: ``{"files": {path: {sha256, size} | {short}}}``, or

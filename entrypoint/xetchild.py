@@ -9,7 +9,8 @@ more of them the faster it chunks than the CAS accepts: the agent's peak grew wi
 is returned to the system when it exits; a child that dies is an attempt that failed without an
 answer (retried like a network error: hf_xet skips the xorbs the CAS already holds). Its errors come
 back as the exceptions ``create_commit`` would have raised, so the retry policy and the error table
-see no difference. The token reaches it in its environment, never in its argv.
+see no difference. The token reaches it in its environment, never in its argv. ``--ahead`` starts the other
+kind of child: the one a staging copy feeds while it is written (xetahead.py has the parent's side).
 """
 
 from __future__ import annotations

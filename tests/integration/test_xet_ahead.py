@@ -103,6 +103,7 @@ def test_the_upload_starts_while_the_copy_is_made_and_the_commit_sends_nothing_a
 
     assert _kind(children, AHEAD) >= 1
     assert _kind(children, COMMIT) == 0, "the commit uploaded nothing itself"
+    assert not any(hub_ctx.token in part for argv in children for part in argv), "the token stays out of argv"
     assert hub_ctx.hub.commits(repo)[0].oid == sha
     entry = hub_ctx.hub.files(repo)["weights/last.pt"]
     assert entry.sha256 == sha256 == hashlib.sha256(source.read_bytes()).hexdigest() and entry.xet_hash
@@ -288,3 +289,65 @@ def test_nothing_goes_ahead_to_the_repo_while_a_bucket_takes_the_boundaries(
     assert _kind(children, AHEAD) == 0, "the bucket's boundaries go as before, and nothing to the repo ahead"
     assert up.bucket is not None and len(up.bucket.commits) >= 3
     assert any(key.endswith("/weights/last.pt") for key in keys(hub_ctx, folder))
+
+
+AGENT = """
+import sys, time
+from pathlib import Path
+from entrypoint import xetchild
+from entrypoint.hub import Hub
+from entrypoint.sync import staging
+xetchild.CHILD_MIN_BYTES = 1024 * 1024
+hub, folder = Hub(token=sys.argv[1]), Path(sys.argv[3])
+hub.commit(sys.argv[2], [("status.json", folder / "0-status.json")], "Epoch boundary: status.json")
+staging.copy_checked(Path(sys.argv[4]), folder / "1-last.pt", is_checkpoint=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_no_child_sending_ahead_outlives_the_agent(hub_ctx: HubContext, tmp_path: Path, signum: int) -> None:
+    import subprocess
+    import sys
+
+    repo = hub_ctx.repo_id("orphan")
+    Hub(token=hub_ctx.token).ensure_writable_repo(repo)
+    folder = tmp_path / "staging"
+    folder.mkdir()
+    (folder / "0-status.json").write_text("{}")
+    source = tmp_path / "last.pt"
+    source.write_bytes(os.urandom(3 * MIB))
+    hub_ctx.hub.inject("slow", method="POST", path=XORB, rate=1)  # the upload never finishes
+    hub_ctx.hub.reset_log()
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT, hub_ctx.token, repo, str(folder), str(source)], env=hub_ctx.env()
+    )
+    try:
+        end, child = time.monotonic() + WAIT, None
+        while child is None and time.monotonic() < end:
+            for pid in procs.descendants(agent.pid):
+                with contextlib.suppress(OSError):
+                    if b"entrypoint.xetchild\x00--ahead" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        child = pid
+            time.sleep(0.05)
+        assert child is not None, "the child sending ahead started"
+        while not hub_ctx.hub.find_requests("GET", r"/xet-write-token/") and time.monotonic() < end:
+            time.sleep(0.05)  # the child has opened its upload
+        agent.send_signal(signum)
+        agent.wait(WAIT)
+        end = time.monotonic() + 5.0
+        while _alive(child) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not _alive(child), "the child ended with the agent"
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
