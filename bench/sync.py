@@ -448,14 +448,19 @@ def main() -> None:
     parser.add_argument("--link-mbit", type=float, help="with --checkpoint-mb: the CAS capped at this link speed")
     parser.add_argument("--boundaries", type=int, default=6, help="with --checkpoint-mb: epoch boundaries")
     parser.add_argument("--gap", type=float, default=3.0, help="with --checkpoint-mb: seconds between boundaries")
-    parser.add_argument("--code", type=Path, help="with --checkpoint-mb: the agent of this checkout instead")
+    parser.add_argument(
+        "--compare", type=Path, help="with --checkpoint-mb: the agent of this checkout too, side by side (before)"
+    )
+    parser.add_argument("--checkpoint-rounds", type=int, default=1, help="with --checkpoint-mb: rounds per agent")
     args = parser.parse_args()
     if args.checkpoint_mb:  # bench/sync_checkpoint.py: no training can write such checkpoints cheaply here
         from bench import sync_checkpoint
 
         name = f"sync-checkpoint-{args.checkpoint_mb:g}mb" + (f"-link{args.link_mbit:g}" if args.link_mbit else "")
         out = args.out or ROOT / "bench" / "results" / f"{name}.json"
-        sync_checkpoint.run(args.checkpoint_mb, args.link_mbit, args.boundaries, args.gap, out, args.code)
+        sync_checkpoint.run(
+            args.checkpoint_mb, args.link_mbit, args.boundaries, args.gap, out, args.compare, args.checkpoint_rounds
+        )
         return
     TRANSFER["mode"] = args.transfer
     if args.transfer == "xet":

@@ -28,7 +28,7 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from . import xetchild
+from . import xetahead, xetchild
 from .errors import (
     AccessError,
     AgentError,
@@ -252,7 +252,9 @@ class Hub:
             # Operations are mutated by create_commit: build fresh ones for every attempt.
             operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
             api = self.api
-            # Large files travel from a child process first (the agent's memory stays flat): xetchild.py.
+            # Large staged copies sent while they were staged need no upload now (xetahead.py); the other large
+            # files travel from a child process first (the agent's memory stays flat: xetchild.py).
+            xetahead.take(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             xetchild.preupload(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             info = api.create_commit(
                 repo_id, operations, commit_message=message, commit_description=description, repo_type="model"
@@ -260,7 +262,7 @@ class Hub:
             return info.oid
 
         try:
-            return with_retries(
+            sha = with_retries(
                 attempt,
                 f"committing to {repo_id}",
                 sleep=sleep,
@@ -285,6 +287,10 @@ class Hub:
             if "README.md" in str(error):
                 raise CardRefusedError(" ".join(str(error).split())) from None
             raise
+        # This folder's next large copies go up here while they are staged (a final upload has no next ones).
+        destination = xetahead.Destination(repo_id, self.api.endpoint, self.token)
+        xetahead.repo_took([path for _, path in files], destination, more=deadline is None)
+        return sha
 
     def landed(self, repo_id: str, commit_id: str, *, deadline: float | None = None) -> str | None:
         """The sha of the commit marked ``commit_id`` among the newest of ``repo_id``, or None.

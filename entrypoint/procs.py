@@ -156,6 +156,7 @@ class Child:
         errors: IO[bytes] | int = subprocess.STDOUT,
         echo: bool = True,
         label: str | None = None,
+        stdin: int = subprocess.DEVNULL,
     ) -> None:
         self.label = label or " ".join([Path(argv[0]).name, *argv[1:2]])  # for log lines
         if echo:
@@ -164,7 +165,7 @@ class Child:
             list(argv),
             cwd=cwd,
             env=scrubbed_env(env),
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,  # subprocess.PIPE: the child takes commands (xetahead.py)
             stdout=output,
             stderr=errors,
             start_new_session=True,

@@ -9,7 +9,8 @@ more of them the faster it chunks than the CAS accepts: the agent's peak grew wi
 is returned to the system when it exits; a child that dies is an attempt that failed without an
 answer (retried like a network error: hf_xet skips the xorbs the CAS already holds). Its errors come
 back as the exceptions ``create_commit`` would have raised, so the retry policy and the error table
-see no difference. The token reaches it in its environment, never in its argv.
+see no difference. The token reaches it in its environment, never in its argv. ``--ahead`` starts the other
+kind of child: the one a staging copy feeds while it is written (xetahead.py has the parent's side).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitOperationAdd
@@ -40,6 +43,7 @@ _STOP_GRACE = 1.0  # a child stopped early (deadline, signal) gets this long bef
 _POLL = 0.2
 _KEEP_HEADERS = ("retry-after", "x-error-code", "x-error-message", "content-type", "x-request-id")
 _BODY_LIMIT = 64 * 1024
+_READ_BLOCK = 8 * 1024 * 1024  # the ahead child's reads of a staged copy: hf_xet ingests 8 MB blocks
 
 
 class XetChildDied(ConnectionError):
@@ -76,19 +80,12 @@ def preupload(
     if not todo:
         return
     files = [[op.path_in_repo, op.path_or_fileobj] for op in todo]
-    env = {key: value for key, value in procs.scrubbed_env().items() if key != "HF_TOKEN"}
-    env.update({"HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1", _PARENT_VAR: str(os.getpid())})
-    env.setdefault("GLIBC_TUNABLES", _CHILD_MALLOC)
-    if token:
-        env["HF_TOKEN"] = token
-    else:
-        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
     argv = [sys.executable, "-m", "entrypoint.xetchild", repo_id, json.dumps(files)]
     # From the folder that holds this package: the child imports the very code the parent runs.
     child = procs.Child(
         argv,
         cwd=Path(__file__).resolve().parent.parent,
-        env=env,
+        env=child_env(endpoint, token),
         errors=subprocess.PIPE,
         echo=False,
         label="xet upload",
@@ -115,6 +112,21 @@ def preupload(
         if state["sha256"]:
             op.upload_info.sha256 = bytes.fromhex(state["sha256"])
         op._is_uploaded = state["uploaded"]
+
+
+def child_env(endpoint: str, token: str | None) -> dict[str, str]:
+    """An upload child's environment: ours without provider keys, the Hub to write and the token (in the
+    environment, never in its argv)."""
+    from . import procs
+
+    env = {key: value for key, value in procs.scrubbed_env().items() if key != "HF_TOKEN"}
+    env.update({"HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1", _PARENT_VAR: str(os.getpid())})
+    env.setdefault("GLIBC_TUNABLES", _CHILD_MALLOC)
+    if token:
+        env["HF_TOKEN"] = token
+    else:
+        env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    return env
 
 
 def _wait(process: subprocess.Popen[bytes], deadline: float | None, count: int) -> tuple[bytes, bytes]:
@@ -183,7 +195,7 @@ def _rebuilt(error: dict[str, Any]) -> Exception:
 
 
 # -- the child ---------------------------------------------------------------------------------------
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """SIGKILL when the parent dies (Linux), so an agent killed outright leaves no upload running."""
     import ctypes
 
@@ -193,7 +205,7 @@ def _die_with_parent() -> None:
         os._exit(1)  # the parent was gone before the line above
 
 
-def _encoded(error: BaseException) -> dict[str, Any]:
+def encoded(error: BaseException) -> dict[str, Any]:
     from huggingface_hub.errors import HfHubHTTPError
 
     from .retry import NETWORK_ERRORS
@@ -218,8 +230,10 @@ def _encoded(error: BaseException) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> int:
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if argv[:1] == ["--ahead"]:
+        _ahead_main(argv[1])
     repo_id, files = argv[0], json.loads(argv[1])
     from huggingface_hub import CommitOperationAdd, HfApi
 
@@ -227,7 +241,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         HfApi().preupload_lfs_files(repo_id, additions=operations, repo_type="model")
     except Exception as error:
-        print(json.dumps({"error": _encoded(error)}), flush=True)
+        print(json.dumps({"error": encoded(error)}), flush=True)
         return 1
     states = [
         {
@@ -242,6 +256,151 @@ def main(argv: Sequence[str]) -> int:
     ]
     print(json.dumps({"files": states}), flush=True)
     return 0
+
+
+# -- the child that takes a staging copy's bytes as they are written (xetahead.py) -------------------------
+class _AheadCommands:
+    """The parent's commands, read by a thread: the copies in order, how far each is cleared, their ends."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._changed = threading.Condition()
+        self._files: deque[str] = deque()
+        self._cleared: dict[str, int] = {}
+        self._ends: set[str] = set()
+        self._dropped: set[str] = set()
+        self._closed = False  # no more copies: finish the upload once these are whole
+        self.abandoned = False  # the parent is gone or gave up: finish nothing
+        threading.Thread(target=self._read, args=(stream,), name="commands", daemon=True).start()
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            with self._changed:
+                try:
+                    self._take(json.loads(line))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue  # a command cut short (the parent gave up writing): the end of stdin follows
+                self._changed.notify_all()
+        with self._changed:
+            self.abandoned = True  # stdin ends only when the parent is gone or abandons the session
+            self._changed.notify_all()
+
+    def _take(self, command: dict[str, Any]) -> None:
+        if "file" in command:
+            self._files.append(command["file"])
+            self._cleared[command["file"]] = 0
+        elif "upto" in command or "end" in command:
+            path = command.get("upto") or command["end"]
+            self._cleared[path] = max(self._cleared[path], int(command["n"]))
+            if "end" in command:
+                self._ends.add(path)
+        elif "drop" in command:
+            self._dropped.add(command["drop"])
+        elif command.get("close"):
+            self._closed = True
+
+    def files(self) -> Iterator[str]:
+        """Each copy to send, in order, until the session is closed (and none is left) or abandoned."""
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._files) or self._closed or self.abandoned)
+                if self.abandoned or not self._files:
+                    return
+                path = self._files.popleft()
+            yield path
+
+    def wait(self, path: str, sent: int) -> tuple[int, bool]:
+        """How far ``path`` is cleared once that is past ``sent`` or it ended, and whether to go on sending it
+        (no when it was dropped or the session abandoned)."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._cleared[path] > sent or path in self._ends or path in self._dropped or self.abandoned
+            )
+            return self._cleared[path], path not in self._dropped and not self.abandoned
+
+    def ended(self, path: str) -> bool:
+        with self._changed:
+            return path in self._ends
+
+
+def _stream_copy(upload: Any, path: str, commands: _AheadCommands) -> dict[str, Any]:
+    """Stream the staged copy ``path`` as the parent clears it; its sha256 and size once whole, else how
+    much was sent (a drop, a copy deleted meanwhile, the parent gone)."""
+    import hf_xet
+
+    try:
+        source = open(path, "rb")  # noqa: SIM115 (the with below closes it)
+    except OSError:  # refused and deleted before its turn came
+        return {"short": 0}
+    stream = upload.start_upload_stream(name=os.path.basename(path), sha256=hf_xet.COMPUTE_SHA256)
+    sent, whole = 0, False
+    with source:
+        while True:
+            cleared, going = commands.wait(path, sent)
+            if not going:
+                break
+            if sent >= cleared:
+                whole = commands.ended(path)
+                break
+            if not os.path.exists(path):  # refused or discarded meanwhile: no commit will name it
+                break
+            block = source.read(min(_READ_BLOCK, cleared - sent))
+            if not block:
+                break
+            stream.write(block)
+            sent += len(block)
+    if commands.abandoned:
+        return {"short": sent}  # the child exits without finishing anything
+    # Never aborted: an aborted stream fails the whole upload (hf_xet 1.8); a short one is a file nobody names.
+    info = stream.finish().xet_info
+    return {"sha256": info.sha256, "size": info.file_size} if whole else {"short": sent}
+
+
+def _open_upload(repo_id: str) -> Any:
+    """hf_xet's upload to ``repo_id``'s CAS, authorised as huggingface_hub's own Xet upload is."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils._xet import (
+        XetTokenType,
+        get_xet_session,
+        xet_connection_info_refresh_url,
+        xet_headers_without_auth,
+    )
+
+    headers = build_hf_headers()
+    url = xet_connection_info_refresh_url(
+        token_type=XetTokenType.WRITE, repo_id=repo_id, repo_type="model", revision="main", endpoint=constants.ENDPOINT
+    )
+    return get_xet_session().new_upload_commit(
+        token_refresh_url=url, token_refresh_headers=headers, custom_headers=xet_headers_without_auth(headers)
+    )
+
+
+def _ahead_main(repo_id: str) -> NoReturn:
+    """``python -m entrypoint.xetchild --ahead REPO``: commands on stdin, one JSON answer on stdout."""
+    from huggingface_hub.utils._xet import get_xet_session
+
+    get_xet_session()  # hf_xet's runtime, while the child waits for its first copy
+    commands = _AheadCommands(sys.stdin.buffer)
+    upload, sent, code = None, {}, 0
+    try:
+        for path in commands.files():
+            upload = upload or _open_upload(repo_id)
+            sent[path] = _stream_copy(upload, path, commands)
+            if commands.abandoned:
+                break
+        if commands.abandoned:
+            code = 1  # the shard is never sent: nothing of it becomes a file
+        elif upload is not None:
+            upload.wait_to_finish()
+    except Exception as error:
+        print(json.dumps({"error": encoded(error)}), flush=True)
+        code = 1
+    if code == 0:
+        print(json.dumps({"files": sent}), flush=True)
+    sys.stderr.flush()
+    # No interpreter shutdown: the command thread holds stdin's lock (a shutdown then aborts), and hf_xet's
+    # runtime would flush telemetry for up to 2 s. The upload is whole once wait_to_finish returned.
+    os._exit(code)
 
 
 if __name__ == "__main__":

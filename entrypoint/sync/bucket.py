@@ -31,6 +31,7 @@ from typing import Any
 from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from .. import xetahead
 from ..errors import AccessError
 from ..hub import Hub, with_retries
 from ..log import logger
@@ -136,6 +137,7 @@ class Bucket:
         adds: list[tuple[str | Path | bytes, str]] = [
             (str(source) if isinstance(source, Path) else source, key) for source, key in add
         ]
+        staged = [source for source, _ in add if isinstance(source, Path)]
         try:
             with_retries(
                 lambda: self.hub.api.batch_bucket_files(self.bucket_id, add=adds or None, delete=list(delete) or None),
@@ -150,6 +152,8 @@ class Bucket:
                     "give the token write access to buckets, or set CHECKPOINT_BUCKET=off",
                 ) from None
             raise
+        # A bucket takes this folder's working state: none of its copies is sent to the repo ahead of a commit.
+        xetahead.bucket_took(staged)
 
     def listing(self, prefix: str, *, recursive: bool = True, deadline: float | None = None) -> dict[str, int | None]:
         """``key → size`` under ``prefix`` (``None`` for a folder, when not ``recursive``); empty when absent."""

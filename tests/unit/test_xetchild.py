@@ -32,7 +32,7 @@ def _http(status: int, headers: dict[str, str], body: str = "") -> dict[str, obj
 
         hf_raise_for_status(response)
     except HfHubHTTPError as error:
-        return xetchild._encoded(error)
+        return xetchild.encoded(error)
     raise AssertionError("no error raised")
 
 
@@ -54,7 +54,7 @@ def test_an_http_error_comes_back_with_its_class_status_and_retry_after() -> Non
     ],
 )
 def test_other_errors_come_back_as_the_same_class(error: Exception, expected: type[Exception], retryable: bool) -> None:
-    rebuilt = xetchild._rebuilt(xetchild._encoded(error))
+    rebuilt = xetchild._rebuilt(xetchild.encoded(error))
     assert type(rebuilt) is expected and str(rebuilt) == str(error)
     assert is_retryable(rebuilt) is retryable
 
