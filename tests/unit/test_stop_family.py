@@ -60,6 +60,7 @@ NO_STOP_HERE = {
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,
     ("xetchild.py", "main"): _CHILD,
+    ("xetchild.py", "_ahead_main"): _CHILD,
     ("report/notify.py", "Notifier._deliver"): _THREAD,
 }
 
