@@ -16,11 +16,16 @@ import pytest
 from entrypoint.hub import Hub
 from entrypoint.sync.uploader import Uploader
 from tests.hubfixtures import HubContext
-from tests.integration.test_dataset_hub import FAST_ARGS, big_dataset, publish
+from tests.integration.test_dataset_hub import (
+    FAST_ARGS,
+    big_dataset,
+    doctor,  # noqa: F401  (autouse: the stand-in's doctor checks the data)
+    publish,
+)
 from tests.integration.test_sync_faults import WAIT, boundary
 from tests.support import trainbox_env
 
-pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]  # the fetches run libreyolo's dataset check
+pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]
 
 RECONSTRUCTION, DATA = r"^/cas/v1/reconstructions/", r"^/cas/xorbs/default/"
 XORB, SHARD = r"^/cas/v1/xorbs/default/", r"^/cas/v1/shards$"
