@@ -61,12 +61,18 @@ os.environ.update(
         # libreyolo's train options, asked once per session (as the image asks once at build time): each
         # agent's fresh WORKDIR would otherwise pay seconds to start libreyolo and ask again.
         "TRAINBOX_CACHE_DIR": _SESSION_CACHE,
-        # One torch thread per real training (torchrun's own default for its workers): the suite runs several
-        # at once on pytest-xdist's workers, and torch's threads spin-wait for a core another process holds.
-        # A 3-epoch test training on a busy 2-core machine: 20 s instead of 68 s, 15 s of CPU instead of 37.
-        "OMP_NUM_THREADS": "1",
     }
 )
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_in_the_contract_lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract tests' real trainings get one torch thread each (tests/support.py: ONE_TORCH_THREAD)."""
+    from tests.support import ONE_TORCH_THREAD  # not at the top: it imports huggingface_hub (see above)
+
+    if request.node.get_closest_marker("contract") is not None:
+        for name, value in ONE_TORCH_THREAD.items():
+            monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")

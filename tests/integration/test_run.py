@@ -20,7 +20,7 @@ from entrypoint import errors, libreyolo, settings
 from entrypoint.run_args import parse
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.training import oom
-from tests.support import TINY_RUN_ARGS, Result, make_dataset, run_trainbox, trainbox_env
+from tests.support import ONE_TORCH_THREAD, TINY_RUN_ARGS, Result, make_dataset, run_trainbox, trainbox_env
 
 pytestmark = pytest.mark.slow  # every test here runs the agent; the contract ones train real models
 
@@ -54,7 +54,7 @@ def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     data = make_dataset(tmp_path / "cones", relative_path=False)
     workdir = tmp_path / "work"
     run_args = f"{TINY_RUN_ARGS} epochs=2 save_period=1"  # save_period: the epoch_N.pt files the sync names
-    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=run_args)
+    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=run_args, **ONE_TORCH_THREAD)
     return TrainedRun(workdir, env, run_trainbox("run", env=env))
 
 
