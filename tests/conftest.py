@@ -10,7 +10,13 @@ tokens, cache and repo names, faults cleared).
 Transfer modes. ``xet`` (the default; what production takes): the Hub hands out a Xet CAS on local disk and
 nothing sets HF_HUB_DISABLE_XET. ``lfs``: a Hub without Xet, and clients with HF_HUB_DISABLE_XET=1 (set on
 the imported ``huggingface_hub.constants`` and in the environment children inherit). The tests of
-``BOTH_TRANSFERS`` run in both modes, Xet first; any test can pin one with ``@pytest.mark.transfer("lfs")``.
+``BOTH_TRANSFERS`` (and any test marked ``both_transfers``) run in both modes, Xet first; any test can pin one
+with ``@pytest.mark.transfer("lfs")``.
+
+Lanes (docs/testing.md): ``-m "not slow"`` is the fast lane; ``contract`` marks the tests of what Trainbox reads
+from and passes to real libreyolo (always ``slow`` too); ``container`` and ``gpu`` need an engine or a card. The
+hooks below give every test a timeout by its lane and start the longest tests first; ``WORKER_GROUPS`` keeps the
+tests that must not overlap on one pytest-xdist worker.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from tests.fakes.hub import HubServer
 from tests.hubfixtures import TRANSFERS, HubContext
 
 _HF_HOME = tempfile.mkdtemp(prefix="trainbox-hf-home-")
+# libreyolo's train options, asked once per session: pytest-xdist's workers inherit the controller's folder.
+_SESSION_CACHE = os.environ.get("TRAINBOX_TEST_SESSION_CACHE") or os.path.join(_HF_HOME, "trainbox")
+os.environ["TRAINBOX_TEST_SESSION_CACHE"] = _SESSION_CACHE
 _HUB = HubServer().start()  # serving from the start, so a stray client fails fast instead of hanging
 atexit.register(shutil.rmtree, _HF_HOME, True)
 atexit.register(_HUB.stop)
@@ -51,9 +60,19 @@ os.environ.update(
         "CHECKPOINT_BUCKET": "off",
         # libreyolo's train options, asked once per session (as the image asks once at build time): each
         # agent's fresh WORKDIR would otherwise pay seconds to start libreyolo and ask again.
-        "TRAINBOX_CACHE_DIR": os.path.join(_HF_HOME, "trainbox"),
+        "TRAINBOX_CACHE_DIR": _SESSION_CACHE,
     }
 )
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread_in_the_contract_lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract tests' real trainings get one torch thread each (tests/support.py: ONE_TORCH_THREAD)."""
+    from tests.support import ONE_TORCH_THREAD  # not at the top: it imports huggingface_hub (see above)
+
+    if request.node.get_closest_marker("contract") is not None:
+        for name, value in ONE_TORCH_THREAD.items():
+            monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(scope="session")
@@ -74,15 +93,73 @@ def hub() -> Iterator[HubServer]:
 BOTH_TRANSFERS = ("test_sync", "test_resume", "test_dataset_hub")
 
 
+# Per-test timeouts (pytest-timeout) by lane, where a test names none and the command line gives no --timeout.
+FAST_TIMEOUT = 120  # the fast lane: seconds at most, even on a busy machine
+SLOW_TIMEOUT = 600  # an agent run on the stand-in libreyolo, real timers: minutes on a busy machine
+LONG_TIMEOUT = 1800  # real libreyolo training on the CPU; a container test, the first building the images
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", 'transfer(mode): run with the Hub in this transfer mode ("xet" or "lfs")')
+    config.addinivalue_line("markers", "both_transfers: run in both transfer modes (where the transfer differs)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     pinned = metafunc.definition.get_closest_marker("transfer")
-    if "hub_ctx" in metafunc.fixturenames and module in BOTH_TRANSFERS and pinned is None:
+    both = module in BOTH_TRANSFERS or metafunc.definition.get_closest_marker("both_transfers") is not None
+    if "hub_ctx" in metafunc.fixturenames and both and pinned is None:
         metafunc.parametrize("transfer", TRANSFERS, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a contract test is a slow one
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A hang fails its test instead of the run. "thread": the agent's own SIGALRM (MAX_RUNTIME) must never meet
+    # pytest-timeout's; a test that runs out stops its pytest-xdist worker, which xdist replaces.
+    timeouts = config.pluginmanager.hasplugin("timeout") and config.getoption("timeout", None) is None
+    for item in items:
+        contract, slow = item.get_closest_marker("contract"), item.get_closest_marker("slow")
+        container = item.get_closest_marker("container")
+        if contract is not None and slow is None:
+            item.add_marker(pytest.mark.slow)
+        if timeouts and item.get_closest_marker("timeout") is None:
+            seconds = LONG_TIMEOUT if contract or container else SLOW_TIMEOUT if slow else FAST_TIMEOUT
+            item.add_marker(pytest.mark.timeout(seconds, method="thread"))
+    # The longest allowed first (stable: files keep their order), so that no worker is still on a long test
+    # started last while the others are idle.
+    items.sort(key=lambda item: -_timeout_of(item))
+
+
+# Tests that one pytest-xdist worker runs, one after the other, whatever -n: the container tests (one builds the
+# images the others reuse: session fixtures), and the tests whose agents meet on loopback ports they picked free
+# (no other test may take them meanwhile). By path: with pytest 9.2, xdist 3.8 can no longer read the
+# `xdist_group` mark (pytest-dev/pytest-xdist#1386).
+WORKER_GROUPS = {
+    "tests/container/": "docker",
+    "tests/integration/test_multinode.py::": "nodes",
+    "tests/integration/test_nodes_check.py::": "nodes",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`-n N` (xdist's "load") and `--dist loadgroup` schedule test by test, but ``WORKER_GROUPS`` as one unit."""
+    if config.getoption("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByWorkerGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = next((name for prefix, name in WORKER_GROUPS.items() if nodeid.startswith(prefix)), None)
+            return group or super()._split_scope(nodeid)
+
+    return ByWorkerGroup(config, log)  # type: ignore[arg-type]
+
+
+def _timeout_of(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is None:
+        return 0.0
+    return float(marker.args[0] if marker.args else marker.kwargs.get("timeout", 0))
 
 
 @pytest.fixture

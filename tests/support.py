@@ -13,6 +13,11 @@ from entrypoint.dataset.demo import _image
 
 # Fast, offline, from-scratch training settings for tests.
 TINY_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=64 workers=0 eval_interval=1"
+# One torch thread per real training, as torchrun sets it for its workers: the contract lane's trainings run
+# beside other tests (pytest-xdist), and torch's default threads spin-wait for cores other processes hold. Three
+# 3-epoch test trainings at once on a 2-core machine: 27 s and 47 s of CPU, against 48 s and 92 s with the
+# default threads. Set for every contract test (tests/conftest.py); a module fixture passes it itself.
+ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def make_dataset(root: Path, *, train: int = 8, val: int = 4, seed: int = 7, relative_path: bool = True) -> Path:

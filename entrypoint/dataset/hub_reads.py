@@ -186,6 +186,7 @@ def xet_stream_dataset_file(
 
     worker = threading.Thread(target=produce, name="xet-download", daemon=True)
     worker.start()
+    offset = start
     try:
         while True:
             asks.put(True)
@@ -194,9 +195,12 @@ def xet_stream_dataset_file(
             except queue.Empty:
                 raise XetStalled(f"no byte from the Xet CAS for {stall_s:.0f} s") from None
             if item is end:
+                if offset < remote.size:  # hf_xet may end a failed stream (a 401 from the CAS) as if it were done
+                    raise ConnectionError(f"the Xet stream ended at byte {offset} of {remote.size}")
                 return
             if isinstance(item, BaseException):
                 raise item
+            offset += len(item)
             for at in range(0, len(item), _PIECE):
                 yield item[at : at + _PIECE]
             del item

@@ -6,6 +6,9 @@ it and a changed one rebuilds only the layers after the change (Docker's layer c
 
 The base is ``TRAINBOX_TEST_BASE_IMAGE`` where a registry is reachable (e.g. the real PyTorch image on GitHub
 Actions), else the stand-in built by ``standin_base.py`` (no registry needed; built once, then reused).
+
+``python -m tests.container.images`` builds both ahead of the tests (.ci/run starts it beside the lint and the
+other tests); a build under way holds a lock that the tests' fixtures wait on, so nothing is built twice.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tests.container import standin_base
@@ -88,15 +92,20 @@ def project_image(base: str, log: Path, **build_args: str) -> str:
         raise BuildError(f"no image {base}")
     variant = "".join(f"-{key.lower()}{value}" for key, value in sorted(build_args.items()))
     tag = f"{IMAGE_NAME}:{build_inputs_digest(base_id)}{variant}"
-    if image_id(tag) is None:
-        argv = ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test", "-t", tag]
-        argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
-        with log.open("w") as out:
-            built = subprocess.run([*argv, str(REPO)], stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
-        if built.returncode != 0:
-            raise BuildError(f"docker build failed ({built.returncode}):\n{log.read_text()[-4000:]}")
-        remove_older_builds(keep=tag)
+    with standin_base.building(tag):
+        if image_id(tag) is None:
+            _build(tag, base, log, build_args)
     return tag
+
+
+def _build(tag: str, base: str, log: Path, build_args: dict[str, str]) -> None:
+    argv = ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test", "-t", tag]
+    argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
+    with log.open("w") as out:
+        built = subprocess.run([*argv, str(REPO)], stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
+    if built.returncode != 0:
+        raise BuildError(f"docker build failed ({built.returncode}):\n{log.read_text()[-4000:]}")
+    remove_older_builds(keep=tag)
 
 
 def remove_older_builds(keep: str) -> None:
@@ -106,3 +115,20 @@ def remove_older_builds(keep: str) -> None:
     for tag in listed.stdout.split():
         if tag != keep and tag.split(":", 1)[1][16:] == variant:
             docker("image", "rm", tag)  # refused while a container uses it: fine, next time
+
+
+def main() -> None:
+    """Build the base and the project image the container tests use (each only if missing); print their tags."""
+    reason = engine_unavailable()
+    if reason:
+        raise SystemExit(f"no images built: {reason}")
+    try:
+        base = base_image()
+        print(base, flush=True)
+        print(project_image(base, Path(tempfile.gettempdir()) / "trainbox-image-build.log"), flush=True)
+    except (Unavailable, BuildError) as error:
+        raise SystemExit(f"no images built: {error}") from None
+
+
+if __name__ == "__main__":
+    main()

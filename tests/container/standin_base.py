@@ -18,6 +18,8 @@ Run standalone: ``python tests/container/standin_base.py [--force]`` prints the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import re
 import shlex
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 TORCH = "2.14.1"
@@ -198,10 +201,21 @@ def build(tag: str = TAG, scratch: Path | None = None) -> str:
     return tag
 
 
+@contextlib.contextmanager
+def building(tag: str) -> Iterator[None]:
+    """Held while ``tag`` is checked and built: a second process (the CI script's early build, a pytest-xdist
+    worker) waits for the first one's image instead of building it again beside it."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+    with open(Path(tempfile.gettempdir()) / f"trainbox-build-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure(tag: str = TAG, *, force: bool = False) -> str:
     """The stand-in's tag, building it first unless it exists."""
-    if force or not image_exists(tag):
-        build(tag)
+    with building(tag):
+        if force or not image_exists(tag):
+            build(tag)
     return tag
 
 

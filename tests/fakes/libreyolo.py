@@ -8,7 +8,11 @@ resumes it for real.
 epoch, every ``FAKE_EPOCH_SECONDS`` (default 0), tiny real checkpoints (``weights/epoch_N.pt``, ``last.pt``,
 ``best.pt``: a zip holding the pickled epoch, rewritten in place like ``torch.save``), a ``metrics.jsonl``
 line, and ``status.json`` last (renamed into place). ``resume=true model=<checkpoint>`` continues after the
-checkpoint's epoch; ``epochs=`` sets the length (default 2). ``FAKE_TRAIN_MODE``:
+checkpoint's epoch; ``epochs=`` sets the length (default 2). A ``metrics.jsonl`` row carries the columns the
+agent reads from libreyolo's (``epoch``, ``time``, ``train/loss``, ``validated``, ``is_best``, ``metrics/mAP50``,
+``metrics/mAP50-95``, ``best_epoch``...; mAP rises every epoch, so each one is the best so far), plus ``loss``;
+``status.json`` has libreyolo's per-epoch keys; the end of a run writes ``summary.json`` and ``results.csv``
+and prints libreyolo's ``Training complete`` line. ``FAKE_TRAIN_MODE``:
 
     ok       (default) train, exit 0; SIGINT saves and exits 130, like libreyolo
     deaf     train, but ignore SIGINT and SIGTERM (stuck in native code)
@@ -122,22 +126,35 @@ def train(args: dict[str, str], mode: str) -> int:
             torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"
             with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
                 f.write(b"" if torn else data)
-        row: dict[str, object] = {"epoch": epoch, "loss": 1.0 / epoch}
-        if curve:
+        row = _row(epoch, pause)
+        if curve:  # FAKE_MAP's scripted mAP50-95
             row.update(_validated(run_dir, epoch, curve, pause))
         with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
+        progress = {
+            "current_epoch": epoch,
+            "epoch_seconds": pause,
+            "mean_epoch_seconds": pause,
+            "train_loss": row["train/loss"],
+            "metrics": {"mAP50": row["metrics/mAP50"], "mAP50-95": row["metrics/mAP50-95"]},
+            "validated": True,
+            "best_metric": row["best_metric"],
+            "best_metric_name": row["best_metric_name"],
+            "best_epoch": epoch,
+        }
         if mode == "forever":
-            status = {"state": "running", "completed_epochs": epoch, "pid": os.getpid()}
+            status = {"state": "running", "completed_epochs": epoch, "pid": os.getpid(), **progress}
         else:
             state = "completed" if epoch == total else "running"
             status = {"state": state, "completed_epochs": epoch, "total_epochs": total, "pid": os.getpid()}
+            status |= progress | {"eta_seconds": pause * (total - epoch)}
         tmp = os.path.join(run_dir, ".status.json.tmp")
         with open(tmp, "w") as f:
             json.dump(status, f)
         os.replace(tmp, os.path.join(run_dir, "status.json"))
         print(f"epoch {epoch}/{'?' if mode == 'forever' else total} done", flush=True)
         epoch += 1
+    _finish(run_dir, total)
     return 0
 
 
@@ -165,6 +182,52 @@ def _validated(run_dir: str, epoch: int, curve: list[float], seconds: float) -> 
         "best_metric_name": "mAP50-95",
         "best_epoch": best_epoch,
     }
+
+
+def _row(epoch: int, seconds: float) -> dict[str, object]:
+    """A ``metrics.jsonl`` row with (a subset of) the columns of libreyolo 1.6.0's, on a rising mAP curve."""
+    map50 = round(0.9 * (1 - 0.6**epoch), 4)
+    map50_95 = round(0.6 * map50, 4)
+    return {
+        "epoch": epoch,
+        "loss": 1.0 / epoch,
+        "time": seconds,
+        "train/loss": round(1.0 / epoch, 4),
+        "validated": True,
+        "is_best": True,
+        "current_metric": map50_95,
+        "current_metric_name": "mAP50-95",
+        "best_metric": map50_95,
+        "best_metric_name": "mAP50-95",
+        "best_epoch": epoch,
+        "metrics/precision": map50,
+        "metrics/recall": map50,
+        "metrics/mAP50": map50,
+        "metrics/mAP50-95": map50_95,
+    }
+
+
+def _finish(run_dir: str, total: int) -> None:
+    """What libreyolo leaves at the end of a run: ``results.csv`` (its rows), ``summary.json``, one line."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    columns = list(rows[-1]) if rows else []
+    with open(os.path.join(run_dir, "results.csv"), "w") as f:
+        f.write(",".join(columns) + "\n")
+        for row in rows:
+            f.write(",".join(str(int(v) if isinstance(v, bool) else v) for v in (row.get(c, "") for c in columns)))
+            f.write("\n")
+    last = rows[-1] if rows else {}
+    summary = {
+        "total_epochs": total,
+        "completed_epochs": last.get("epoch", 0),
+        "best_metric": last.get("best_metric"),
+        "best_epoch": last.get("best_epoch"),
+        "checkpoints": {"best": "weights/best.pt", "last": "weights/last.pt"},
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    print(f"Training complete: {last.get('epoch', 0)} epochs, results in {run_dir}", flush=True)
 
 
 def _out_of_memory(run_dir: str, epoch: int) -> int:

@@ -95,7 +95,8 @@ fi
 # Warnings stay visible but are not errors here: this run proves GPU behaviour, and the machine's own packages
 # (another torch, another numpy) warn about things CI never sees.
 export GPU_RESULTS_DIR="$OUT"  # tests/gpu/test_feeding.py writes its figures there (feeding-gpu.json)
-timeout -k 10 "$WHOLE" "$PYTHON" -m pytest tests/gpu -m gpu -s -v -W default -p no:cacheprovider \
+# -o addopts=: one process, one test at a time on the card (pyproject.toml's -n 4 needs pytest-xdist, not carried).
+timeout -k 10 "$WHOLE" "$PYTHON" -m pytest tests/gpu -m gpu -s -v -W default -p no:cacheprovider -o addopts= \
     --basetemp "$SCRATCH/pytest" --junitxml "$OUT/junit.xml" "${limits[@]}" 2>&1 | tee "$OUT/pytest.log"
 code=${PIPESTATUS[0]}
 

@@ -1,4 +1,8 @@
-"""What a person opens after a real run: the model card, the plot, the receipt and the log."""
+"""What a person opens after a run: the model card, the plot, the receipt and the log.
+
+The stand-in libreyolo (tests/fakes/libreyolo.py) trains: its ``metrics.jsonl`` rows carry the columns the card
+and the plot read, which test_run.py checks real libreyolo writes (the contract lane).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,21 @@ from huggingface_hub import ModelCard, metadata_load
 from PIL import Image
 
 from entrypoint.report import card, plot
+from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 from tests.integration.test_dataset_hub import dataset_tar, publish
 from tests.support import TINY_RUN_ARGS, run_trainbox, trainbox_env
+
+pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+
+
+def stand_in(tmp_path: Path, epoch_seconds: float = 0.2) -> dict[str, str]:
+    """The environment that makes the agent run the stand-in libreyolo, ``epoch_seconds`` an epoch."""
+    return {
+        "TRAINBOX_LIBREYOLO": str(fake_libreyolo.install(tmp_path / "bin")),
+        "FAKE_EPOCH_SECONDS": str(epoch_seconds),
+    }
+
 
 USER_CARD = """---
 license: mit
@@ -29,7 +45,6 @@ Written by hand before the run; Trainbox must keep this line.
 """
 
 
-@pytest.mark.slow
 def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: HubContext, tmp_path: Path) -> None:
     hub = hub_ctx.hub
     data_repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
@@ -46,6 +61,7 @@ def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: 
         GPUS="cpu",
         PRICE_PER_HOUR="2.5",
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3",
+        **stand_in(tmp_path, epoch_seconds=2),  # long enough for the log to see each epoch, as a real one
     )
     started = time.time()
     result = run_trainbox("run", env=env)
@@ -112,13 +128,16 @@ def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: 
     assert shown.returncode == 0 and "receipt: setup" in shown.stdout and "epoch 3/3" in shown.stdout
 
 
-@pytest.mark.slow
 def test_without_output_repo_the_card_and_plot_stay_in_the_run_folder(tmp_path: Path) -> None:
     from tests.support import make_dataset
 
     data = make_dataset(tmp_path / "cones")
     env = trainbox_env(
-        tmp_path / "work", DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2"
+        tmp_path / "work",
+        DATASET_REPO=str(data.parent),
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2",
+        **stand_in(tmp_path),
     )
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]

@@ -4,6 +4,9 @@ Every error of the stage, public and private repos, a pinned revision, the cache
 mid-download and a restart mid-download, both transports, and one `trainbox run` that trains on a Hub
 dataset end to end. The module runs with the Hub in Xet mode (the tar is Xet-backed and streamed from
 the CAS) and in LFS mode (a plain HTTP stream); see tests/conftest.py.
+
+The data check at the end of the stage runs the stand-in libreyolo's doctor (tests/fakes/libreyolo.py:
+no finding, no torch to import); the contract tests run libreyolo's own, and read its findings.
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from entrypoint import errors
+from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
 from tests.support import Result, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
-# every test here runs the agent: real libreyolo checks the data (doctor), or trains
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # every test here runs the agent, or its dataset stage in-process
 
 FAST_ARGS = "imgsz=64"  # what the dataset check uses; nothing is trained in `fetch`
 TRAIN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=2 workers=0"
@@ -55,8 +58,22 @@ def publish(ctx: HubContext, files: dict[str, Path | bytes], *, private: bool = 
     return repo
 
 
+@pytest.fixture(autouse=True)
+def doctor(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in's doctor checks the data, in this process and (``dataset_env``) in the agents it starts;
+    a contract test keeps libreyolo's own."""
+    if request.node.get_closest_marker("contract") is None:
+        monkeypatch.setenv("TRAINBOX_LIBREYOLO", str(fake_libreyolo.install(tmp_path / "stand-in")))
+
+
+def dataset_env(workdir: Path, **env: str) -> dict[str, str]:
+    """``trainbox_env``, with the libreyolo ``doctor`` chose for this test."""
+    chosen = os.environ.get("TRAINBOX_LIBREYOLO")
+    return trainbox_env(workdir, **env) | ({"TRAINBOX_LIBREYOLO": chosen} if chosen else {})
+
+
 def fetch(workdir: Path, repo: str, **env: str) -> Result:
-    return run_trainbox("fetch", "--json", env=trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, **env))
+    return run_trainbox("fetch", "--json", env=dataset_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, **env))
 
 
 def left_behind(workdir: Path) -> list[str]:
@@ -149,7 +166,7 @@ def test_gzipped_tar_chosen_by_dataset_file_and_the_download_then_extract_path(
     repo = publish(hub_ctx, {"packed/cones.tar.gz": gz, "old.tar": b"not even a tar"})
     workdir = tmp_path / "work"
     # The transport xet-backed files take (hf_hub_download, then the same safe extraction).
-    env = trainbox_env(workdir, DATASET_REPO=repo, DATASET_FILE="packed/cones.tar.gz", RUN_ARGS=FAST_ARGS)
+    env = dataset_env(workdir, DATASET_REPO=repo, DATASET_FILE="packed/cones.tar.gz", RUN_ARGS=FAST_ARGS)
     prepared = dataset_hub.prepare(settings.from_env(env), stream=False)
     assert prepared.revision == hub_ctx.hub.head(repo, repo_type="dataset")
     assert (prepared.root / "cones" / "labels" / "val" / "000.txt").is_file()
@@ -178,7 +195,7 @@ def test_plan_sizes_the_disk_from_the_hub_without_downloading(hub_ctx: HubContex
 
     tar = dataset_tar(tmp_path)
     repo = publish(hub_ctx, {"cones.tar": tar}, private=True)
-    env = trainbox_env(
+    env = dataset_env(
         tmp_path / "work", DATASET_REPO=repo, HF_TOKEN=hub_ctx.read_token, RUN_ARGS="model=LibreYOLO9s.pt epochs=100"
     )
     fields, lines = dataset.disk_report(settings.from_env(env))
@@ -235,7 +252,7 @@ def test_restart_after_a_kill_mid_download_continues_from_the_partial_file(hub_c
     size = tar.stat().st_size
     repo = publish(hub_ctx, {"cones.tar": tar})
     workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    env = dataset_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     slow = hub_ctx.hub.inject("slow", method="GET", path="/resolve/", rate=2 * 1024 * 1024)
 
     process = start_trainbox("fetch", env=env)
@@ -274,7 +291,7 @@ def test_a_stopped_download_is_kept_and_the_next_start_continues_it(
     tar = dataset_tar(tmp_path, extra={"cones/extras/blob.bin": os.urandom(48 * 1024 * 1024)})
     size = tar.stat().st_size
     repo = publish(hub_ctx, {"cones.tar": tar})
-    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    env = dataset_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     extract_all = extract.extract
 
     def stopped_at_a_quarter(chunks: object, *args: object, **kwargs: object) -> object:
@@ -327,7 +344,7 @@ def test_a_stalled_xet_download_is_retried_then_continued_over_http(
     repo = publish(hub_ctx, {"cones.tar": tar})
     monkeypatch.setattr(hub_reads, "XET_STALL_S", 1.0)  # a minute in production
     hub_ctx.hub.inject("slow", method="GET", path="/xet-read-token/", rate=1)  # the CAS never answers
-    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    env = dataset_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
     with caplog.at_level("WARNING", logger="trainbox"):
         prepared = dataset_hub.prepare(settings.from_env(env))
     assert (prepared.root / "cones" / "images" / "train" / "000.png").is_file()
@@ -335,12 +352,13 @@ def test_a_stalled_xet_download_is_retried_then_continued_over_http(
     assert hub_ctx.hub.bytes_served("/resolve/") == tar.stat().st_size
 
 
+@pytest.mark.contract  # libreyolo's doctor, started by the agent, writes nothing under $HOME either
 @pytest.mark.transfer("xet")
 def test_the_agents_hugging_face_state_lives_on_the_volume(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
     workdir, home = tmp_path / "work", tmp_path / "home"
     home.mkdir()
-    env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, HOME=str(home))
+    env = dataset_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, HOME=str(home))
     for name in ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE", "XDG_CACHE_HOME"):
         env.pop(name, None)
     assert_ready(run_trainbox("fetch", "--json", env=env))
@@ -453,7 +471,7 @@ def test_disk_too_small_stops_before_downloading(hub_ctx: HubContext, tmp_path: 
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)})
     # A run that keeps a checkpoint of the biggest model every epoch for a million epochs needs petabytes.
     huge = "model=LibreYOLO9x.pt epochs=1000000 save_period=1"
-    result = run_trainbox("fetch", env=trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=huge))
+    result = run_trainbox("fetch", env=dataset_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=huge))
     assert result.returncode == errors.DiskSpaceError.exit_code, result.output[-2000:]
     assert "GB free" in result.stderr and "rent a disk of at least" in result.stderr
     assert hub_ctx.hub.find_requests(method="GET", path="/resolve/") == []
@@ -471,6 +489,7 @@ def test_no_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
     assert left_behind(workdir) == []
 
 
+@pytest.mark.contract  # libreyolo doctor's report, read by the agent
 @pytest.mark.transfer("xet")  # an error path: the transport is covered above
 def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> None:
     root = tmp_path / "src" / "cones"
@@ -485,12 +504,13 @@ def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> No
 
 
 # -- the whole job ----------------------------------------------------------------------------------
+@pytest.mark.contract  # a real training leaves nothing in $HOME: what the agent passes to libreyolo
 @pytest.mark.transfer("xet")  # the transfers are covered in both modes above; this one trains
 def test_run_trains_on_a_private_hub_dataset(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = publish(hub_ctx, {"cones.tar": dataset_tar(tmp_path)}, private=True)
     workdir, home = tmp_path / "work", tmp_path / "home"
     home.mkdir()
-    env = trainbox_env(workdir, DATASET_REPO=repo, HF_TOKEN=hub_ctx.token, GPUS="cpu", RUN_ARGS=TRAIN_ARGS)
+    env = dataset_env(workdir, DATASET_REPO=repo, HF_TOKEN=hub_ctx.token, GPUS="cpu", RUN_ARGS=TRAIN_ARGS)
     env["OUTPUT_REPO"] = output = hub_ctx.repo_id("trained")
     for name in ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE", "XDG_CACHE_HOME"):
         env.pop(name, None)  # the agent's own defaults: its Hugging Face state on the volume
@@ -514,7 +534,7 @@ def test_run_trains_on_a_private_hub_dataset(hub_ctx: HubContext, tmp_path: Path
 # -- a local tar goes through the same safe extraction and cache -----------------------------------
 def test_local_tar_is_extracted_safely_and_cached(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=str(dataset_tar(tmp_path)), RUN_ARGS=FAST_ARGS)
+    env = dataset_env(workdir, DATASET_REPO=str(dataset_tar(tmp_path)), RUN_ARGS=FAST_ARGS)
     assert_ready(run_trainbox("fetch", "--json", env=env))
     again = run_trainbox("fetch", "--json", env=env)
     assert_ready(again)
@@ -522,7 +542,7 @@ def test_local_tar_is_extracted_safely_and_cached(tmp_path: Path) -> None:
 
     evil = tmp_path / "evil.txt"
     hostile = dataset_tar(tmp_path / "hostile", extra={str(evil): b"pwned"})
-    result = run_trainbox("fetch", env=trainbox_env(workdir, DATASET_REPO=str(hostile), RUN_ARGS=FAST_ARGS))
+    result = run_trainbox("fetch", env=dataset_env(workdir, DATASET_REPO=str(hostile), RUN_ARGS=FAST_ARGS))
     assert result.returncode == errors.UnsafeArchiveError.exit_code, result.output[-2000:]
     assert f"'{evil}'" in result.stderr and "absolute" in result.stderr
     assert not evil.exists() and not list((workdir / "data" / "local").glob(".*staging"))

@@ -7,7 +7,7 @@ import pytest
 
 from entrypoint import libreyolo
 
-pytestmark = pytest.mark.slow  # runs real libreyolo
+pytestmark = pytest.mark.contract  # runs real libreyolo: the train options the agent accepts are its own
 
 
 def test_source_reader_and_help_reader_agree() -> None:

@@ -11,7 +11,7 @@ import pytest
 from entrypoint.training.monitor import MONITOR_PORT
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # `trainbox run` with a real training
+pytestmark = pytest.mark.contract  # `trainbox run` with a real training: MONITOR=1 is passed on to libreyolo
 
 
 def runs_listed(port: int) -> list | None:

@@ -18,7 +18,9 @@ from entrypoint.sync.checkpoint import inspect
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset, start_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # every test here trains real models
+# Run on one pytest-xdist worker with test_nodes_check.py (tests/conftest.py: WORKER_GROUPS): no other test
+# takes the loopback ports they picked, and a lost peer's bound is not measured beside another pair of nodes.
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
@@ -54,6 +56,7 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.returncode, output
 
 
+@pytest.mark.contract  # torchrun, libreyolo's DDP worker, batch=-1 sized on rank 0
 @pytest.mark.transfer("xet")
 def test_two_nodes_train_one_run_and_only_node_0_writes_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     dataset = make_dataset(tmp_path / "cones", train=8, val=4).parent
@@ -115,6 +118,7 @@ def hub_epochs(hub_ctx: HubContext, repo: str) -> int:
     return max((row["epoch"] for row in rows), default=0)
 
 
+@pytest.mark.contract  # what torchrun and gloo say when a peer vanishes, and a real DDP resume
 @pytest.mark.transfer("xet")
 def test_a_lost_node_ends_the_other_then_both_resume_from_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     lose_a_node_then_resume(hub_ctx, tmp_path, epochs=5)

@@ -15,7 +15,7 @@ from entrypoint.gpu import nodes
 from entrypoint.topology import Topology
 from tests.integration.test_multinode import free_port
 
-pytestmark = pytest.mark.slow  # each node imports torch
+pytestmark = pytest.mark.slow  # each node imports torch; one worker for these and test_multinode (WORKER_GROUPS)
 
 
 def topologies(join_timeout: float = 60.0) -> list[Topology]:

@@ -1,19 +1,32 @@
-"""`trainbox run` end to end: real libreyolo trainings on tiny generated data, on the CPU."""
+"""`trainbox run` end to end: real libreyolo trainings on tiny generated data, on the CPU.
+
+The contract lane's core: one real two-epoch run (a module fixture, trained once) is read by the tests of what
+the agent reads from libreyolo's run folder, and resumed (on a copy) by the test of what it passes to resume.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from entrypoint import errors, settings
-from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, trainbox_env
+from entrypoint import errors, libreyolo, settings
+from entrypoint.run_args import parse
+from entrypoint.sync.checkpoint import inspect
+from entrypoint.training import oom
+from tests.support import ONE_TORCH_THREAD, TINY_RUN_ARGS, Result, make_dataset, run_trainbox, trainbox_env
 
-pytestmark = pytest.mark.slow  # every test here trains real models
+pytestmark = pytest.mark.slow  # every test here runs the agent; the contract ones train real models
+
+# The metrics.jsonl columns the agent reads (epoch line, plot, card): real libreyolo writes them, and so does
+# the stand-in (tests/fakes/libreyolo.py) the agent-behaviour tests run.
+READ_COLUMNS = ("epoch", "time", "train/loss", "is_best", "metrics/mAP50", "metrics/mAP50-95")
 
 
 def state_of(workdir: Path) -> dict:
@@ -21,11 +34,33 @@ def state_of(workdir: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def test_local_dataset_trains_two_epochs(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished real run: its workspace, the environment it ran with, and what `trainbox run` printed."""
+
+    workdir: Path
+    env: dict[str, str]
+    result: Result
+
+    @property
+    def run_dir(self) -> Path:
+        return self.workdir / "runs" / state_of(self.workdir)["run_name"]
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """Two real epochs on a local dataset, trained once for the tests that only read the result."""
+    tmp_path = tmp_path_factory.mktemp("two-epochs")
     data = make_dataset(tmp_path / "cones", relative_path=False)
     workdir = tmp_path / "work"
-    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2")
-    result = run_trainbox("run", env=env)
+    run_args = f"{TINY_RUN_ARGS} epochs=2 save_period=1"  # save_period: the epoch_N.pt files the sync names
+    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=run_args, **ONE_TORCH_THREAD)
+    return TrainedRun(workdir, env, run_trainbox("run", env=env))
+
+
+@pytest.mark.contract
+def test_local_dataset_trains_two_epochs(two_epochs: TrainedRun) -> None:
+    workdir, env, result = two_epochs.workdir, two_epochs.env, two_epochs.result
     assert result.returncode == 0, result.output[-3000:]
 
     state = state_of(workdir)
@@ -51,11 +86,57 @@ def test_local_dataset_trains_two_epochs(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout)["phase"] == "done"
 
 
+@pytest.mark.contract
+def test_the_run_folder_holds_what_the_agent_reads(two_epochs: TrainedRun) -> None:
+    assert two_epochs.result.returncode == 0, two_epochs.result.output[-3000:]
+    run_dir = two_epochs.run_dir
+    rows = [json.loads(line) for line in (run_dir / libreyolo.METRICS_FILE).read_text().splitlines() if line.strip()]
+    assert [row["epoch"] for row in rows] == [1, 2] and libreyolo.epochs_done(run_dir) == 2
+    for row in rows:  # eval_interval=1: every epoch validated
+        missing = [column for column in READ_COLUMNS if column not in row]
+        assert not missing, f"metrics.jsonl lacks {missing}: {sorted(row)}"
+        assert all(isinstance(row[column], int | float) for column in READ_COLUMNS), row
+    # the checkpoints: what resume and the sync read (epochs done, epochs asked), and one file per epoch
+    last = inspect(run_dir / libreyolo.LAST_CHECKPOINT)
+    assert (last.completed_epochs, last.total_epochs) == (2, 2)
+    assert inspect(run_dir / libreyolo.BEST_CHECKPOINT).completed_epochs in (1, 2)
+    epochs = sorted(path.relative_to(run_dir).as_posix() for path in run_dir.glob(f"*/{libreyolo.EPOCH_GLOB}"))
+    assert epochs == ["weights/epoch_1.pt", "weights/epoch_2.pt"]
+    assert all(libreyolo.EPOCH_CHECKPOINT.match(name) for name in epochs)
+    assert inspect(run_dir / epochs[0]).completed_epochs == 1
+    # batch=-1 (the agent's default): AutoBatch's choice is in train_config.yaml, where the OOM handling reads it
+    assert "batch=-1" in json.dumps(state_of(two_epochs.workdir)["training"]["argv"])
+    assert oom.batch_in_use(run_dir, parse("batch=-1")) == 16  # on the CPU libreyolo keeps its default
+
+
+@pytest.mark.contract
+def test_a_finished_run_given_more_epochs_resumes_from_its_checkpoint(two_epochs: TrainedRun, tmp_path: Path) -> None:
+    assert two_epochs.result.returncode == 0, two_epochs.result.output[-3000:]
+    workdir = tmp_path / "work"
+    shutil.copytree(two_epochs.workdir, workdir, symlinks=True)
+    env = two_epochs.env | {"WORKDIR": str(workdir), "RUN_ARGS": f"{TINY_RUN_ARGS} epochs=3"}
+    env["RUN_NAME"] = state_of(workdir)["run_name"]  # the same run, one more epoch
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    state = state_of(workdir)
+    assert state["resume"]["from"] == "volume" and state["resume"]["epochs_done"] == 2, state.get("resume")
+    run_dir = workdir / "runs" / state["run_name"]
+    argv = state["training"]["argv"]  # libreyolo's resume switch, on the checkpoint of this volume
+    assert "resume=true" in argv and f"model={run_dir / libreyolo.LAST_CHECKPOINT}" in argv, argv
+    rows = [json.loads(line) for line in (run_dir / libreyolo.METRICS_FILE).read_text().splitlines() if line.strip()]
+    assert [row["epoch"] for row in rows] == [1, 2, 3]  # epoch 3 trained, 1 and 2 kept, none again
+    trained = (two_epochs.run_dir / libreyolo.METRICS_FILE).read_text().splitlines()
+    assert [json.loads(line) for line in trained] == rows[:2], "epochs 1 and 2 were trained again"
+    assert inspect(run_dir / libreyolo.LAST_CHECKPOINT).completed_epochs == 3
+
+
 # The demo's final mAP50 with README command 1 (all demo defaults) is measured in
 # docs/benchmarks.md; the floor sits well below it, so a slower or busier machine still passes.
 DEMO_MAP50_FLOOR = 0.5
 
 
+@pytest.mark.contract
+@pytest.mark.timeout(3600)  # 12 real epochs on the CPU (README command 1): the longest test
 def test_demo_default_needs_no_configuration_and_learns(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     # Nothing but a workspace: README command 1, the bundled demo on GPUS=all, which falls back to
@@ -98,6 +179,7 @@ def test_demo_default_needs_no_configuration_and_learns(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
 
 
+@pytest.mark.contract  # libreyolo's own check of the data
 def test_bad_data_fails_with_the_dataset_code(tmp_path: Path) -> None:
     data = make_dataset(tmp_path / "broken")
     for label in (data.parent / "images" / "train").iterdir():

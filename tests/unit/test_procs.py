@@ -195,8 +195,9 @@ def test_libreyolo_doctor_never_sees_a_provider_key(tmp_path: Path, monkeypatch:
 def test_a_hung_profile_is_stopped_with_its_whole_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pid_file = tmp_path / "grandchild"
     standin = tmp_path / "libreyolo"
-    standin.write_text(
-        f"#!{sys.executable}\nimport subprocess, time\n"
+    standin.write_text(  # hangs in `profile` only: `train --help-json` (the options, asked first) fails at once
+        f"#!{sys.executable}\nimport subprocess, sys, time\n"
+        "if sys.argv[1:2] != ['profile']:\n    sys.exit(1)\n"
         f"open({str(pid_file)!r}, 'w').write(str(subprocess.Popen(['sleep', '600']).pid))\ntime.sleep(600)\n"
     )
     standin.chmod(0o755)

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,19 @@ def test_hadolint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_shellcheck_engine_script() -> None:
-    result = lint(tool("shellcheck"), ".ci/docker.sh")
+def test_shellcheck_ci_scripts() -> None:
+    result = lint(tool("shellcheck"), ".ci/run", ".ci/docker.sh")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ci_runs_each_lane_with_the_durations() -> None:
+    """The lanes of docs/testing.md are jobs of their own; every pytest run prints where its time went."""
+    ci = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    lanes = {entry["lane"]: entry["select"] for entry in ci["jobs"]["tests"]["strategy"]["matrix"]["include"]}
+    assert lanes == {"fast": "not slow", "agent": "slow and not contract and not container", "contract": "contract"}
+    assert "-m container" in str(ci["jobs"]["container"]["steps"])
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--durations=" in config["addopts"]
 
 
 def uses_of(workflow: dict) -> list[str]:

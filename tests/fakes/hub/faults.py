@@ -32,6 +32,9 @@ class Fault:
     rate: int | None = None
     fired: int = 0
     id: str = field(default_factory=lambda: secrets.token_hex(4))
+    # Set when the fault is removed or cleared: a "slow" body still trickling under it then drops its
+    # connection, so a transfer slowed for one test never outlives it (holding the client's download slots).
+    lifted: bool = field(default=False, repr=False)
     _seen: int = field(default=0, repr=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
     _hub: HubServer | None = field(default=None, repr=False)
@@ -89,6 +92,8 @@ class FaultsMixin:
 
     def clear_faults(self) -> None:
         with self._lock:
+            for fault in self._faults:
+                fault.lifted = True
             self._faults.clear()
 
     @property
@@ -98,6 +103,7 @@ class FaultsMixin:
 
     def _remove_fault(self, fault: Fault) -> None:
         with self._lock:
+            fault.lifted = True
             if fault in self._faults:
                 self._faults.remove(fault)
 

@@ -201,6 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += len(chunk)
                 if rate:
                     time.sleep(len(chunk) / rate)  # throttle: the "slow body" fault
+                    if fault is not None and fault.lifted and sent < limit:
+                        raise _Abort()  # the fault was lifted (its test is over): the trickle ends with it
         if limit < length:
             raise _Abort()
 
