@@ -29,9 +29,12 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
     lines += ["", f"run name   {settings.run_name}", f"run folder {settings.run_dir}"]
     lines.append(f"dataset    {_dataset(settings)}")
     if settings.output_repo and settings.checkpoint_bucket:
+        when = (
+            "at the end only (PUBLISH_EVERY=off)" if settings.publish_every is None else "at most every PUBLISH_EVERY"
+        )
         lines.append(
-            f"output     {settings.output_repo} (created private if missing): the weights, metrics and card at most"
-            f" every PUBLISH_EVERY; every epoch's working state to the bucket {settings.checkpoint_bucket}"
+            f"output     {settings.output_repo} (created private if missing): the weights, metrics and card {when};"
+            f" every epoch's working state to the bucket {settings.checkpoint_bucket}"
         )
     elif settings.output_repo:
         lines.append(f"output     {settings.output_repo} (created private if missing): every epoch is a commit")
