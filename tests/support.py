@@ -78,3 +78,24 @@ def start_trainbox(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def run_standin_agent(
+    tmp_path: Path, env: dict[str, str], workdir: Path, timeout: float = 120, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``trainbox run`` on the CPU with the stand-in libreyolo (tests/fakes/libreyolo.py) installed in
+    ``tmp_path/bin``: ``env`` (the test Hub's), a volume at ``workdir``, no provider, and ``extra``."""
+    from tests.fakes import libreyolo as fake_libreyolo
+
+    script = fake_libreyolo.install(tmp_path / "bin")
+    full = env | {
+        "WORKDIR": str(workdir),
+        "GPUS": "cpu",
+        "PROVIDER": "none",
+        "TRAINBOX_LIBREYOLO": str(script),
+        "FAKE_EPOCH_SECONDS": "0.1",
+        **extra,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "entrypoint", "run"], env=full, capture_output=True, text=True, timeout=timeout
+    )

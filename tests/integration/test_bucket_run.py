@@ -194,7 +194,8 @@ def test_sigterm_puts_the_last_epoch_in_the_bucket_then_publishes(run: Run) -> N
 def test_a_bucket_refusing_manifests_never_costs_more_than_the_epoch_in_progress(run: Run, stop: str) -> None:
     """Objects land, manifests do not: the last whole boundary stays the bucket's; the repo takes the
     working state after a few refused boundaries; a new volume resumes within an epoch of the stop."""
-    process = run.start("m1")
+    # Epochs enough that the stop comes mid-run even on a loaded machine (fallback takes a few boundaries).
+    process = run.start("m1", RUN_ARGS="epochs=16", FAKE_EPOCH_SECONDS="1")
     wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
     before = run.bucket_epoch()
     run.hub.refuse_bucket_paths(r"/manifests/")
@@ -216,7 +217,7 @@ def test_a_bucket_refusing_manifests_never_costs_more_than_the_epoch_in_progress
         run.hub.refuse_bucket_paths(None)
     said = [line for line in output.splitlines() if "failed 3 boundaries in a row" in line]
     assert len(said) <= 1
-    code, output = run.run("m2")
+    code, output = run.run("m2", RUN_ARGS="epochs=16")
     assert code == 0, output[-3000:]
     resumed = run.state("m2")["resume"]
     assert resumed["epochs_done"] >= done - 1, f"resumed at {resumed}, the run had {done} epochs"

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from entrypoint.sync.checkpoint import inspect
-from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
-from tests.support import TINY_RUN_ARGS, make_dataset
+from tests.support import TINY_RUN_ARGS, make_dataset, run_standin_agent
 
 pytestmark = pytest.mark.slow  # real trainings and `trainbox run`
 AGENT_TIMEOUT = 120
@@ -51,18 +50,7 @@ def test_libreyolo_resumes_a_finished_run_to_a_new_total(tmp_path: Path) -> None
 
 
 def agent(tmp_path: Path, hub_ctx: HubContext, machine: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    fake_libreyolo.install(tmp_path / "bin")
-    env = hub_ctx.env() | {
-        "WORKDIR": str(tmp_path / machine),
-        "GPUS": "cpu",
-        "PROVIDER": "none",
-        "TRAINBOX_LIBREYOLO": str(tmp_path / "bin" / "libreyolo"),
-        "FAKE_EPOCH_SECONDS": "0.1",
-        **extra,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "entrypoint", "run"], env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT
-    )
+    return run_standin_agent(tmp_path, hub_ctx.env(), tmp_path / machine, AGENT_TIMEOUT, **extra)
 
 
 def state(workdir: Path) -> dict[str, Any]:

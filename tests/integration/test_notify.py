@@ -8,6 +8,7 @@ The agent trains with the stand-in libreyolo (tests/fakes/libreyolo.py) on the C
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -38,7 +39,8 @@ def test_start_and_end_messages_and_the_url_stays_secret(agent: Agent) -> None:
     assert end["title"] == "trainbox: order done (exit 0)" and end["type"] == "success"
     body = end["message"]
     assert "done: exit 0 (success): training finished" in body and "epochs: 4/4" in body
-    assert "best: no validated epoch" in body  # the stand-in trains without validation (tests/unit: the mAP line)
+    # The stand-in validates each epoch the way libreyolo logs it; the line names the best one.
+    assert re.search(r"^best: mAP50 \d\.\d{3} · mAP50-95 \d\.\d{3} \(epoch [1-4]\)$", body, re.M), body
     assert "cost: " in body and "at $2.49/h (PRICE_PER_HOUR)" in body
     assert f"on the Hub: {agent.repo} holds all 4 epoch(s)" in body
     assert f"model card: {agent.hub_ctx.url.rstrip('/')}/{agent.repo}" in body

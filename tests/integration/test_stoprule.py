@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,8 @@ import pytest
 
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.training import stoprule
-from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
+from tests.support import run_standin_agent
 
 pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 AGENT_TIMEOUT = 180
@@ -26,21 +25,14 @@ PRICE = "3600"  # $1 a second: an epoch is $1
 
 
 def run(tmp_path: Path, hub_ctx: HubContext, repo: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    fake_libreyolo.install(tmp_path / "bin")
-    env = hub_ctx.env() | {
-        "WORKDIR": str(tmp_path / "work"),
-        "GPUS": "cpu",
-        "OUTPUT_REPO": repo,
-        "PROVIDER": "none",
-        "TRAINBOX_LIBREYOLO": str(tmp_path / "bin" / "libreyolo"),
+    scripted = {
         "FAKE_EPOCH_SECONDS": EPOCH_SECONDS,
         "FAKE_MAP": CURVE,
         "PRICE_PER_HOUR": PRICE,
         "RUN_ARGS": "epochs=10",
-        **extra,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "entrypoint", "run"], env=env, capture_output=True, text=True, timeout=AGENT_TIMEOUT
+    return run_standin_agent(
+        tmp_path, hub_ctx.env(), tmp_path / "work", AGENT_TIMEOUT, OUTPUT_REPO=repo, **(scripted | extra)
     )
 
 
