@@ -13,7 +13,7 @@ The container stops when the function returns, so the run's end is the bill's en
 ``timeout`` bounds a hung run; MAX_RUNTIME is a little shorter, so the agent wraps up itself (final upload,
 trainbox.json) before Beam stops it. Beam uploads the folder it runs from as the function's code: the script moves
 to its own folder, where `.beamignore` lets beam_train.py alone go (not the repository, a dataset, or a `.env`).
-This script exits with the agent's exit code (README's table), and with 1 when the run failed on Beam (Beam's
+This script exits with the agent's exit code (docs/exit-codes.md), and with 1 when the run failed on Beam (Beam's
 message is printed) or this terminal stopped following it.
 """
 

@@ -86,7 +86,7 @@ def run_agent(argv: list[str], env: dict[str, str], grace_s: float) -> int:
     cpu=CPU,
     memory=MEMORY_MB,
     timeout=int(TIMEOUT_HOURS * 3600),
-    # A failed run is not retried: its exit code names the fix (README's table). Preemption restarts happen
+    # A failed run is not retried: its exit code names the fix (docs/exit-codes.md). Preemption restarts happen
     # regardless, and resume from the Hub.
     retries=0,
     volumes={"/workspace": workspace},
@@ -144,5 +144,5 @@ def main(
     code = call.get()
     if code in (80, 143):  # MAX_RUNTIME reached, or stopped: every finished epoch is on the Hub
         print("modal_train: the run stopped early; run the same command again to resume it", flush=True)
-    if code != 0:  # the agent's exit code (README's table): `modal run` exits with it
+    if code != 0:  # the agent's exit code (docs/exit-codes.md): `modal run` exits with it
         raise SystemExit(code if isinstance(code, int) else 1)

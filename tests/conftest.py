@@ -75,6 +75,19 @@ def _one_torch_thread_in_the_contract_lane(request: pytest.FixtureRequest, monke
             monkeypatch.setenv(name, value)
 
 
+@pytest.fixture(autouse=True)
+def _secrets_stay_with_their_test() -> Iterator[None]:
+    """The agent's secret list is process-wide: one test's value (a key of twenty x's) would otherwise make a
+    later test's checkpoint, which holds the same bytes, a file that "contains a secret"."""
+    from entrypoint import log
+
+    before = set(log._secrets)
+    yield
+    with log._secrets_lock:
+        log._secrets.clear()
+        log._secrets.update(before)
+
+
 @pytest.fixture(scope="session")
 def hub() -> Iterator[HubServer]:
     """The local Hub, shared by the session. Prefer ``hub_ctx``, which isolates tests from one another."""

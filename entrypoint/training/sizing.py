@@ -204,12 +204,16 @@ def describe(record: dict[str, Any]) -> str:
     """A trainbox.json ``sizing`` record in a phrase: ``2 CPUs: 2 threads per process, workers 0, cache ram``."""
     cpus = record.get("cpus") or {}
     threads_ = record.get("threads") or {}
-    parts = [f"{threads_.get('per_process') or 'user-set'} threads per process"]
+    per_process = threads_.get("per_process")
+    parts = [
+        f"{per_process} thread{'' if per_process == 1 else 's'} per process" if per_process else "user-set threads"
+    ]
     for key in ("workers", "cache"):
         value = (record.get(key) or {}).get("value")
         parts.append(f"{key} {value if value not in (None, '') else 'off' if key == 'cache' else '?'}")
     quota = f", quota {cpus['quota']:g}" if isinstance(cpus.get("quota"), int | float) else ""
-    return f"{cpus.get('cpus', '?')} CPUs{quota}: " + ", ".join(parts)
+    count = cpus.get("cpus", "?")
+    return f"{count} CPU{'' if count == 1 else 's'}{quota}: " + ", ".join(parts)
 
 
 def demo_cpu_batch(settings: Settings, gpu_indices: tuple[int, ...] | None) -> RunArgs | None:

@@ -131,7 +131,7 @@ def test_check_access_at_start(tmp_path: Path) -> None:
                 "WORKDIR": str(tmp_path),
                 "PROVIDER": "vast",
                 **provider.env(),
-                "CONTAINER_API_KEY": "x" * 20,
+                "CONTAINER_API_KEY": "vast-key-refused-0123456789",
                 "ON_EXIT": "stop",
             },
             options={},

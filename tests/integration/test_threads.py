@@ -68,7 +68,7 @@ def test_a_quota_of_one_cpu_gives_one_thread(tmp_path: Path) -> None:
     assert sizing["cpus"]["quota"] == 1.0 and sizing["cpus"]["cpus"] == 1
     assert sizing["cpus"]["quota_at"] == str(cgroup / "job" / "cpu.max")
     assert sizing["threads"] == {"per_process": 1, "source": "cgroup quota"} or os.cpu_count() == 1
-    assert "1 threads per process" in state["receipt"]["feeding"]
+    assert "1 thread per process" in state["receipt"]["feeding"]
 
 
 def test_the_users_threads_are_kept(tmp_path: Path) -> None:

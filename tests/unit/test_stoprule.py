@@ -143,9 +143,9 @@ def ended_state(reason: str, message: str) -> dict[str, Any]:
 def test_the_receipt_and_the_card_say_why_it_stopped() -> None:
     found = receipt.compute(ended_state(stoprule.REASON, "STOP_FLAT_SPEND: flat"), 2000.0, 2.0)
     assert found is not None and found.stopped == "STOP_FLAT_SPEND: flat"
-    assert found.feeding == "1 CPUs, quota 1: 1 threads per process, workers 0, cache ram"
+    assert found.feeding == "1 CPU, quota 1: 1 thread per process, workers 0, cache ram"
     assert "stopped early: STOP_FLAT_SPEND: flat" in found.one_line()
-    assert "fed: 1 CPUs, quota 1" in found.one_line()
+    assert "fed: 1 CPU, quota 1" in found.one_line()
     assert "Stopped early by the dollar rule: STOP_FLAT_SPEND: flat." in found.markdown()
     assert found.as_dict()["stopped"] == "STOP_FLAT_SPEND: flat"
     plain = receipt.compute(ended_state("success", "training finished"), 2000.0, 2.0)
