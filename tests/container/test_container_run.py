@@ -41,7 +41,8 @@ def hub_dataset(ctx: HubContext, tmp_path: Path) -> str:
 
 def docker_run_argv(image: str, name: str, workspace: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """``docker run`` with ``env`` passed by name: values travel in the CLI's environment."""
-    argv = ["docker", "run", "--name", name, "--network", "host", "-v", f"{workspace}:/workspace"]
+    # One CPU granted (tests/container/test_compose.py says why).
+    argv = ["docker", "run", "--name", name, "--network", "host", "--cpus", "1", "-v", f"{workspace}:/workspace"]
     for key in env:
         argv += ["-e", key]
     return [*argv, image], {**os.environ, **env}

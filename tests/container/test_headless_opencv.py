@@ -20,7 +20,8 @@ def run(image: str, *argv: str, volumes: dict[Path, str] | None = None, timeout:
     """``argv`` in a throwaway container with no network, as root's shell sees it."""
     mounts = [arg for host, inside in (volumes or {}).items() for arg in ("-v", f"{host}:{inside}")]
     result = docker(
-        "run", "--rm", "--network", "none", *mounts, "--entrypoint", "sh", image, "-c", " ".join(argv),
+        # One CPU granted, which libreyolo's train() reads (tests/container/test_compose.py says why).
+        "run", "--rm", "--network", "none", "--cpus", "1", *mounts, "--entrypoint", "sh", image, "-c", " ".join(argv),
         timeout=timeout,
     )  # fmt: skip
     return result.returncode, result.stdout + result.stderr

@@ -24,6 +24,9 @@ and prints libreyolo's ``Training complete`` line. ``FAKE_TRAIN_MODE``:
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
 ``FAKE_OUTPUT_BYTES=<n>`` prints about n bytes of progress lines per epoch (a progress bar's output).
 
+``FAKE_EPOCH_GATE=<dir>``: after epoch N (not the last), wait for the file ``<dir>/N`` before the next epoch (at
+most 120 s), so a test decides when training goes on (e.g. once the boundary is on the Hub).
+
 ``FAKE_PRINT_ENV=NAME,...`` prints ``env NAME=value`` for each at the start (what the agent passed on).
 
 ``FAKE_OOM_ABOVE=<N>``: a run whose ``batch`` (in ``train_config.yaml``, as libreyolo records it; -1 is
@@ -153,9 +156,18 @@ def train(args: dict[str, str], mode: str) -> int:
             json.dump(status, f)
         os.replace(tmp, os.path.join(run_dir, "status.json"))
         print(f"epoch {epoch}/{'?' if mode == 'forever' else total} done", flush=True)
+        _wait_at_the_gate(epoch, total)
         epoch += 1
     _finish(run_dir, total)
     return 0
+
+
+def _wait_at_the_gate(epoch: int, total: int) -> None:
+    gate = os.environ.get("FAKE_EPOCH_GATE")
+    if gate and epoch < total:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(gate, str(epoch))) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def _validated(run_dir: str, epoch: int, curve: list[float], seconds: float) -> dict[str, object]:

@@ -35,6 +35,14 @@ def hub_json(hub: HubServer, repo: str, path: str, revision: str = "main") -> di
     return json.loads(hub.file_bytes(repo, path, revision=revision))
 
 
+def _hub_epoch(hub: HubServer, repo: str) -> int:
+    """The completed epochs of the repo's status.json, 0 while it has none."""
+    try:
+        return int(hub_json(hub, repo, "status.json").get("completed_epochs") or 0)
+    except Exception:  # no repo, no file yet
+        return 0
+
+
 def assert_every_checkpoint_valid(hub: HubServer, repo: str) -> int:
     """Every .pt in every commit of ``repo`` is complete and safe; returns how many were checked."""
     checked: set[str] = set()
@@ -64,11 +72,25 @@ def agent_env(ctx: HubContext, workdir: Path, repo: str, **extra: str) -> dict[s
 def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("yolo")
     workdir = tmp_path / "work"
-    # Epochs slower than a commit, as real ones are: each boundary gets a commit of its own.
-    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_SECONDS="2")
-    result = run_trainbox("run", env=env)
-    assert result.returncode == 0, result.output[-3000:]
+    # Epochs slower than a commit, as real ones are: the next epoch starts once the boundary is on the Hub (a
+    # timed pause loses that race on a loaded machine), so each boundary gets a commit of its own.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_GATE=str(gate))
     hub = hub_ctx.hub
+    process = start_trainbox("run", env=env)
+    try:
+        for epoch in (1, 2):
+            deadline = time.monotonic() + 120
+            while _hub_epoch(hub, repo) < epoch:
+                assert process.poll() is None and time.monotonic() < deadline, f"epoch {epoch} never on the Hub"
+                time.sleep(0.1)
+            (gate / str(epoch)).touch()
+        output, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, output[-3000:]
 
     files = hub.files(repo)
     run_dir = next((workdir / "runs").iterdir())
