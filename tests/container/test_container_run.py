@@ -41,8 +41,10 @@ def hub_dataset(ctx: HubContext, tmp_path: Path) -> str:
 
 def docker_run_argv(image: str, name: str, workspace: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """``docker run`` with ``env`` passed by name: values travel in the CLI's environment."""
-    # One CPU granted (tests/container/test_compose.py says why).
-    argv = ["docker", "run", "--name", name, "--network", "host", "--cpus", "1", "-v", f"{workspace}:/workspace"]
+    # Both CPUs, not one as the demo tests grant: at one CPU libreyolo's in-place write of last.pt takes half of
+    # these 2-second epochs, and the stop test's boundary can find it mid-write at every epoch (then only
+    # epoch_N.pt reaches the Hub, which the stop test would not take for last.pt).
+    argv = ["docker", "run", "--name", name, "--network", "host", "-v", f"{workspace}:/workspace"]
     for key in env:
         argv += ["-e", key]
     return [*argv, image], {**os.environ, **env}
