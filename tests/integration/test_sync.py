@@ -10,6 +10,8 @@ import os
 import pickle
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -78,19 +80,22 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
     gate.mkdir()
     env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_GATE=str(gate))
     hub = hub_ctx.hub
-    process = start_trainbox("run", env=env)
-    try:
-        for epoch in (1, 2):
-            deadline = time.monotonic() + 120
-            while _hub_epoch(hub, repo) < epoch:
-                assert process.poll() is None and time.monotonic() < deadline, f"epoch {epoch} never on the Hub"
-                time.sleep(0.1)
-            (gate / str(epoch)).touch()
-        output, _ = process.communicate(timeout=180)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0, output[-3000:]
+    log = tmp_path / "agent.log"  # a file, not a pipe nobody reads while the test waits on the Hub
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "entrypoint", "run"], env=env, stdout=out, stderr=out)
+        try:
+            for epoch in (1, 2):
+                deadline = time.monotonic() + 120
+                while _hub_epoch(hub, repo) < epoch:
+                    alive = process.poll() is None and time.monotonic() < deadline
+                    assert alive, f"epoch {epoch} never on the Hub: {log.read_text()[-3000:]}"
+                    time.sleep(0.1)
+                (gate / str(epoch)).touch()
+            process.wait(timeout=180)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 0, log.read_text()[-3000:]
 
     files = hub.files(repo)
     run_dir = next((workdir / "runs").iterdir())
