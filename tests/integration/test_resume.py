@@ -31,6 +31,16 @@ def stand_in(tmp_path: Path, workdir: Path, **env: str) -> dict[str, str]:
     return trainbox_env(workdir, GPUS="cpu", TRAINBOX_LIBREYOLO=str(trainer), FAKE_EPOCH_SECONDS="0.5") | env
 
 
+def held_after(tmp_path: Path, epoch: int) -> dict[str, str]:
+    """The stand-in trainer stops after ``epoch`` until a signal comes: a test's SIGTERM then always finds the run
+    in training (timed epochs could let the whole run finish first on a loaded machine)."""
+    gate = tmp_path / "gate"
+    gate.mkdir(exist_ok=True)
+    for opened in range(1, epoch):
+        (gate / str(opened)).touch()
+    return {"FAKE_EPOCH_GATE": str(gate)}
+
+
 def local_epochs(workdir: Path) -> int:
     """Epochs completed in the run folder, as libreyolo's metrics.jsonl says."""
     for path in (workdir / "runs").glob("*/metrics.jsonl"):
@@ -90,7 +100,7 @@ def test_new_machine_resumes_from_the_hub_then_a_finished_run_is_not_trained_aga
     hub = hub_ctx.hub
     base = dict(HF_TOKEN=hub_ctx.token, OUTPUT_REPO=repo, RUN_ARGS="epochs=6")
     first = tmp_path / "machine1"
-    process = start_trainbox("run", env=stand_in(tmp_path, first, **base))
+    process = start_trainbox("run", env=stand_in(tmp_path, first, **held_after(tmp_path, 2), **base))
 
     def hub_epochs() -> int:
         if not hub.repo_exists(repo) or "metrics.jsonl" not in hub.files(repo):
@@ -131,7 +141,7 @@ def test_corrupt_last_pt_on_the_hub_falls_back(hub_ctx: HubContext, tmp_path: Pa
     repo = hub_ctx.repo_id("corrupt")
     hub = hub_ctx.hub
     base = dict(HF_TOKEN=hub_ctx.token, OUTPUT_REPO=repo, RUN_ARGS="epochs=5")
-    process = start_trainbox("run", env=stand_in(tmp_path, tmp_path / "m1", **base))
+    process = start_trainbox("run", env=stand_in(tmp_path, tmp_path / "m1", **held_after(tmp_path, 2), **base))
     wait_for(lambda: (hub.repo_exists(repo) and "weights/epoch_2.pt" in hub.files(repo)) or process.poll() is not None)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
