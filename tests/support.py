@@ -99,3 +99,13 @@ def run_standin_agent(
     return subprocess.run(
         [sys.executable, "-m", "entrypoint", "run"], env=full, capture_output=True, text=True, timeout=timeout
     )
+
+
+def process_alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for a parent that no longer reaps."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] != "Z"

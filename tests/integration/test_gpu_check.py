@@ -22,18 +22,9 @@ from entrypoint.gpu import problems as gpu_problems
 from entrypoint.gpu import run as gpu_run
 from entrypoint.settings import GpuSelection
 from tests.hubfixtures import HubContext
-from tests.support import make_dataset, run_trainbox, trainbox_env
+from tests.support import make_dataset, process_alive, run_trainbox, trainbox_env
 
 needs_no_gpu = pytest.mark.skipif(gpu_run.nvidia_present(), reason="this machine has an NVIDIA GPU")
-
-
-def _alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie waiting for a parent that no longer reaps."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _stand_in(tmp_path: Path, body: str) -> list[str]:
@@ -71,7 +62,7 @@ def test_watchdog_kills_a_hanging_check_and_names_the_step(tmp_path: Path) -> No
     problem = gpu_problems.find_problem(report, GpuSelection())
     assert isinstance(problem, GpuHangError)
     assert problem.message == "GPU 3 (CUDA context, memory, matmul) did not finish within 1 s"
-    assert not _alive(_grandchild(report))
+    assert not process_alive(_grandchild(report))
 
 
 def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> None:
@@ -87,7 +78,7 @@ def test_a_crashed_check_is_classified_and_leaves_no_orphan(tmp_path: Path) -> N
     assert report["crashed"] == "the GPU check exited with code 3 without a report"
     problem = gpu_problems.find_problem(report, GpuSelection())
     assert "uncorrectable ECC error" in problem.message and "faulty" in problem.hint
-    assert not _alive(_grandchild(report))
+    assert not process_alive(_grandchild(report))
 
 
 @pytest.mark.slow  # imports torch in a child

@@ -27,6 +27,7 @@ from tests.hubfixtures import HubContext
 from tests.integration.test_cas_faults import SYNC_FAULTS, XORB
 from tests.integration.test_sync import _checkpoint_bytes, _write_slowly, assert_every_checkpoint_valid
 from tests.integration.test_sync_faults import WAIT
+from tests.support import process_alive
 
 pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]  # real children, real uploads
 
@@ -336,18 +337,10 @@ def test_no_child_sending_ahead_outlives_the_agent(hub_ctx: HubContext, tmp_path
         agent.send_signal(signum)
         agent.wait(WAIT)
         end = time.monotonic() + 5.0
-        while _alive(child) and time.monotonic() < end:
+        while process_alive(child) and time.monotonic() < end:
             time.sleep(0.05)
-        assert not _alive(child), "the child ended with the agent"
+        assert not process_alive(child), "the child ended with the agent"
     finally:
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"

@@ -21,6 +21,7 @@ from entrypoint.hub import Hub
 from tests.hubfixtures import HubContext
 from tests.integration.test_cas_faults import SYNC_FAULTS, XORB, sync_two_epochs_through_a_fault
 from tests.integration.test_sync_faults import WAIT
+from tests.support import process_alive
 
 pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]  # each commit starts a Python child
 
@@ -187,21 +188,13 @@ def test_no_upload_child_outlives_the_agent(hub_ctx: HubContext, tmp_path: Path,
         agent.send_signal(signum)
         agent.wait(WAIT)
         end = time.monotonic() + 5.0
-        while _alive(child) and time.monotonic() < end:
+        while process_alive(child) and time.monotonic() < end:
             time.sleep(0.05)
-        assert not _alive(child), "the upload child ended with the agent"
+        assert not process_alive(child), "the upload child ended with the agent"
     finally:
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_deadline_stops_the_child_and_fails_the_commit_promptly(
