@@ -20,6 +20,22 @@ TINY_RUN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=64 workers=0 eval_i
 ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
+def held_after(tmp_path: Path, epoch: int) -> dict[str, str]:
+    """The stand-in trainer stops after ``epoch`` until ``open_gate(tmp_path, epoch)`` (or a signal): a test's
+    SIGTERM then always finds the run in training (timed epochs could let the whole run finish first on a loaded
+    machine)."""
+    gate = tmp_path / "gate"
+    gate.mkdir(exist_ok=True)
+    for opened in range(1, epoch):
+        (gate / str(opened)).touch()
+    return {"FAKE_EPOCH_GATE": str(gate)}
+
+
+def open_gate(tmp_path: Path, epoch: int) -> None:
+    """Let a stand-in trainer held by ``held_after(tmp_path, ...)`` go on past ``epoch``."""
+    (tmp_path / "gate" / str(epoch)).touch()
+
+
 def make_dataset(root: Path, *, train: int = 8, val: int = 4, seed: int = 7, relative_path: bool = True) -> Path:
     """A tiny YOLO dataset (coloured boxes) under ``root``; returns its data.yaml."""
     rng = random.Random(seed)

@@ -35,6 +35,12 @@ class InvalidCheckpoint(Exception):
     """Torn, truncated, or holding something a safe loader would refuse."""
 
 
+class TornCheckpoint(InvalidCheckpoint):
+    """Cut short or changed while written (0 bytes, a zip archive without its end, a CRC that fails): the
+    bytes hold no checkpoint, so a copy of them is worth nothing either. The other refusals are whole
+    files (a secret inside, a pickle a safe loader refuses, not a zip at all) that only their volume holds."""
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     epoch: int | None  # libreyolo's 0-based epoch of the last completed epoch
@@ -104,7 +110,7 @@ def inspect(path: Path, *, check_crc: bool = True) -> CheckpointInfo:
         with zipfile.ZipFile(path) as archive:
             broken = archive.testzip() if check_crc else None
             if broken is not None:
-                raise InvalidCheckpoint(f"{broken} fails its CRC check (file changed while being read)")
+                raise TornCheckpoint(f"{broken} fails its CRC check (file changed while being read)")
             names = [info.filename for info in archive.infolist()]
             pickles = [name for name in names if name.endswith("/data.pkl") and name.count("/") == 1]
             if len(pickles) != 1:
@@ -113,7 +119,9 @@ def inspect(path: Path, *, check_crc: bool = True) -> CheckpointInfo:
             records = {info.filename: info.file_size for info in archive.infolist()}
             data = archive.read(pickles[0])
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
-        raise InvalidCheckpoint(f"not a complete zip archive ({error})") from None
+        if _begins_as_zip(path):  # torch.save writes the archive from its first entry: cut short
+            raise TornCheckpoint(f"not a complete zip archive ({error})") from None
+        raise InvalidCheckpoint(f"not a zip archive ({error})") from None
     try:
         loaded = _SafeUnpickler(data, records, prefix).load()
     except (InvalidCheckpoint, StopRequested):  # a stop (signal handler, resume) is never a bad pickle
@@ -143,3 +151,13 @@ def is_valid(path: Path) -> bool:
     except InvalidCheckpoint:
         return False
     return True
+
+
+def _begins_as_zip(path: Path) -> bool:
+    """Empty, or a zip archive's first bytes: a file whose writing stopped before its end."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(4)
+    except OSError:
+        return False
+    return b"PK\x03\x04".startswith(head)

@@ -238,11 +238,16 @@ def hub_holds_everything(
     synced = uploader.flush(timeout)
     if uploader.bucket_complete:
         synced = True  # every epoch is in the bucket: the repo's final publish is reported, not required
-    refused = dict(uploader.refused_missing)
-    if refused:  # a checkpoint the sync would not upload (torn, 0 bytes) exists only on this volume
+    refused, torn = uploader.refusals()
+    if refused:  # a whole checkpoint the sync would not upload (a secret inside) exists only on this volume
         logger.warning(
             "the Hub lacks checkpoints the sync refused: %s",
             "; ".join(f"{name} ({why})" for name, why in sorted(refused.items())[:3]),
+        )
+    if torn:  # cut short while written (a trainer stopped mid-save): no copy anywhere would hold more
+        logger.info(
+            "torn on this volume, nothing in them to keep: %s",
+            "; ".join(f"{name} ({why})" for name, why in sorted(torn.items())[:3]),
         )
     return synced and not refused
 

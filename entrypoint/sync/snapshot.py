@@ -32,7 +32,7 @@ LATE = "not staged: no time left before the exit"
 class Snapshotter:
     """Stages the run folder's changed files and hands them to ``deliver``.
 
-    ``changed`` is the uploader's condition: ``failed``, ``refused_missing`` and the snapshot counts are
+    ``changed`` is the uploader's condition: ``failed``, ``refused_missing``, ``torn`` and the snapshot counts are
     read and written under it, and ``deliver`` is called holding it. ``snapshot`` runs on the snapshot
     thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock`` keeps two
     from interleaving. A file that cannot be staged (a full disk, an I/O error) stays in ``failed``
@@ -63,8 +63,11 @@ class Snapshotter:
         self.wake = threading.Event()  # a boundary, or someone waits on a snapshot
         self.failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
         self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
-        # Refused and not uploaded since in a valid version: the Hub lacks part of the run.
+        # Whole checkpoints refused (a secret inside, an unsafe pickle) and not uploaded since in a valid
+        # version: the Hub lacks what only this volume holds.
         self.refused_missing: dict[str, str] = {}
+        # Torn on the volume as last read (cut short while written): nothing in them is worth keeping.
+        self.torn: dict[str, str] = {}
         # Asked for again and not staged again, no time being left: path → why (read under ``changed``).
         self.skipped: dict[str, str] = {}
         self.cutoff = math.inf  # no copy starts past it (a time.monotonic() value); set from a signal handler
@@ -256,6 +259,9 @@ class Snapshotter:
             # deleted since (or read now, for a failed snapshot): nothing left to upload
             for gone in set(self.failed) - present:
                 del self.failed[gone]
+            for refusals in (self.refused_missing, self.torn):  # deleted: no longer on this volume either
+                for gone in set(refusals) - present:
+                    del refusals[gone]
             self.failed.update(dict.fromkeys(late, LATE))
             if staged:
                 self.deliver(staged)
@@ -324,8 +330,10 @@ class Snapshotter:
             except checkpoint.InvalidCheckpoint as error:
                 logger.warning("sync: not uploading %s: %s", relative, error)
                 self.refused.append(relative)
+                torn = isinstance(error, checkpoint.TornCheckpoint)
                 with self.changed:
-                    self.refused_missing[relative] = str(error)
+                    (self.torn if torn else self.refused_missing)[relative] = str(error)
+                    (self.refused_missing if torn else self.torn).pop(relative, None)
                 target.unlink(missing_ok=True)
                 return None
             except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
@@ -333,6 +341,7 @@ class Snapshotter:
                 raise
             with self.changed:
                 self.refused_missing.pop(relative, None)
+                self.torn.pop(relative, None)
             took = time.monotonic() - began  # copied, hashed and checked: what staging it again would take
             self._rate = signature.size / took if took > 0 else None
         self._seen[relative] = signature

@@ -133,10 +133,10 @@ class Uploader:
         errors = [lane.last_error for lane in self.routing.required()] + [self.snapshots.last_error]
         return next((error for error in errors if error), None)
 
-    @property
-    def refused_missing(self) -> dict[str, str]:
+    def refusals(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Checkpoints refused whole (only this volume holds them), and torn ones (worth nothing): path → why."""
         with self._changed:
-            return dict(self.snapshots.refused_missing)
+            return dict(self.snapshots.refused_missing), dict(self.snapshots.torn)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

@@ -22,6 +22,8 @@ and prints libreyolo's ``Training complete`` line. ``FAKE_TRAIN_MODE``:
     enospc   epoch 1, then fails writing epoch 2 with "No space left on device", exit 1
 
 ``FAKE_TORN=<file>@<epoch>`` writes that checkpoint as 0 bytes at that epoch, as a full disk leaves it.
+``FAKE_SECRET=<file>@<epoch>`` writes that checkpoint whole with ``HF_TOKEN``'s value in it (a config that
+captured the environment).
 ``FAKE_OUTPUT_BYTES=<n>`` prints about n bytes of progress lines per epoch (a progress bar's output).
 
 ``FAKE_EPOCH_GATE=<dir>``: after epoch N (not the last), wait for the file ``<dir>/N`` before the next epoch (at
@@ -63,10 +65,10 @@ def install(bin_dir: Path) -> Path:
     return script
 
 
-def _checkpoint(epoch: int, total: int) -> bytes:
+def _checkpoint(epoch: int, total: int, note: str = "") -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        payload = {"epoch": epoch - 1, "config": {"epochs": total}, "pad": "x" * 4096}
+        payload = {"epoch": epoch - 1, "config": {"epochs": total, "note": note}, "pad": "x" * 4096}
         archive.writestr("ckpt/data.pkl", pickle.dumps(payload, protocol=2))
     return buffer.getvalue()
 
@@ -122,13 +124,15 @@ def train(args: dict[str, str], mode: str) -> int:
         if oom_above and batch > oom_above and epoch == oom_epoch:
             return _out_of_memory(run_dir, epoch)
         data = _checkpoint(epoch, total)
+        secret = _checkpoint(epoch, total, os.environ.get("HF_TOKEN", ""))
         if mode == "enospc" and epoch == 2:
             print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
             return 1
         for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
             torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"
+            leaks = os.environ.get("FAKE_SECRET") == f"{name}@{epoch}"
             with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
-                f.write(b"" if torn else data)
+                f.write(b"" if torn else secret if leaks else data)
         row = _row(epoch, pause)
         if curve:  # FAKE_MAP's scripted mAP50-95
             row.update(_validated(run_dir, epoch, curve, pause))

@@ -28,6 +28,7 @@ from entrypoint.sync.places import FALLBACK_AFTER
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
+from tests.support import held_after, open_gate
 
 pytestmark = pytest.mark.slow  # each test runs `trainbox run` (the stand-in trains for seconds) and breaks it
 
@@ -178,7 +179,7 @@ def test_kill_9_then_a_new_volume_resumes_from_the_bucket_and_finishes(run: Run)
 
 
 def test_sigterm_puts_the_last_epoch_in_the_bucket_then_publishes(run: Run) -> None:
-    process = run.start("m1")
+    process = run.start("m1", **held_after(run.tmp_path, 3))  # still training when the SIGTERM comes
     wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
@@ -316,10 +317,11 @@ STALLS = {
 @pytest.mark.parametrize("stop", ["kill-9", "sigterm"])
 @pytest.mark.parametrize("step", list(STALLS))
 def test_a_boundary_torn_at_any_step_resumes_at_the_last_whole_one(run: Run, step: str, stop: str) -> None:
-    process = run.start("m1")
+    process = run.start("m1", **held_after(run.tmp_path, 2))
     wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
     kind, method, path = STALLS[step]
     fault = run.hub.inject(kind, method=method, path=path, **({"rate": 1} if kind == "slow" else {"times": 1}))
+    open_gate(run.tmp_path, 2)  # epoch 3's boundary meets the fault; the trainer then waits, so the stop finds it
     try:
         wait_for(lambda: fault.fired >= 1, f"a boundary reaching the {step}", process)
         time.sleep(0.3)  # the step under way (a stalled upload, a lost answer being checked, a listing)

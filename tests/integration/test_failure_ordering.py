@@ -370,14 +370,28 @@ def test_a_failure_with_nothing_on_the_volume_still_destroys(agent: Agent, vast:
 
 
 def test_a_checkpoint_the_sync_refused_never_lets_the_disk_be_destroyed(agent: Agent, vast: FakeVast) -> None:
-    # epoch_1.pt is left 0 bytes (torn): the sync refuses it, so the Hub lacks that epoch.
+    # epoch_1.pt is whole but holds the token: the sync refuses it, so only this disk holds that epoch.
+    code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", FAKE_SECRET="epoch_1.pt@1"))
+
+    assert code == 0, output[-3000:]
+    assert agent.hub_ctx.token.encode() in (agent.run_dir / "weights" / "epoch_1.pt").read_bytes()
+    assert "weights/epoch_1.pt" not in agent.hub_files()
+    assert [action.method for action in vast.actions()] == ["PUT"], "destroyed while the Hub lacks epoch_1.pt"
+    assert agent.state()["release"]["downgraded_from"] == "destroy"
+    assert "the Hub lacks checkpoints the sync refused: weights/epoch_1.pt (it contains a secret value)" in output
+    assert agent.hub_ctx.token not in output
+
+
+def test_a_torn_checkpoint_holds_nothing_to_keep_and_the_disk_is_destroyed(agent: Agent, vast: FakeVast) -> None:
+    # epoch_1.pt is left 0 bytes (a trainer stopped mid-save): no copy anywhere could hold more.
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", FAKE_TORN="epoch_1.pt@1"))
 
     assert code == 0, output[-3000:]
     assert (agent.run_dir / "weights" / "epoch_1.pt").stat().st_size == 0
-    assert [action.method for action in vast.actions()] == ["PUT"], "destroyed while the Hub lacks epoch_1.pt"
-    assert agent.state()["release"]["downgraded_from"] == "destroy"
-    assert "the Hub lacks checkpoints the sync refused: weights/epoch_1.pt" in output
+    assert "torn on this volume, nothing in them to keep: weights/epoch_1.pt" in output
+    assert [action.method for action in vast.actions()] == ["DELETE"], "a worthless file kept a machine billing"
+    assert "downgraded_from" not in agent.state()["release"]
+    assert agent.hub_ctx.hub.file_bytes(agent.repo, "weights/epoch_2.pt")  # the run itself is on the Hub
 
 
 def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:

@@ -369,7 +369,7 @@ def test_a_limit_wraps_up_politely_and_releases(
     assert agent.hub_ctx.hub.file_bytes(agent.repo, "metrics.jsonl").decode().splitlines() == epochs
     assert state["release"]["status"] == "confirmed"
     (destroy,) = runpod.actions()
-    assert destroy.method == "DELETE"
+    assert destroy.method == "DELETE", result.stderr[-3000:]
 
 
 def test_max_cost_without_any_price_is_refused_at_start(agent: Agent, vast: FakeVast) -> None:

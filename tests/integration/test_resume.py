@@ -18,7 +18,7 @@ from entrypoint import errors
 from entrypoint.sync.checkpoint import inspect
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
-from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
+from tests.support import TINY_RUN_ARGS, held_after, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
 pytestmark = pytest.mark.slow  # every test here runs the agent (a real training in one of them)
 
@@ -29,16 +29,6 @@ def stand_in(tmp_path: Path, workdir: Path, **env: str) -> dict[str, str]:
     """``trainbox run`` with the stand-in trainer, on the demo data, an epoch every half second."""
     trainer = fake_libreyolo.install(tmp_path / "bin")
     return trainbox_env(workdir, GPUS="cpu", TRAINBOX_LIBREYOLO=str(trainer), FAKE_EPOCH_SECONDS="0.5") | env
-
-
-def held_after(tmp_path: Path, epoch: int) -> dict[str, str]:
-    """The stand-in trainer stops after ``epoch`` until a signal comes: a test's SIGTERM then always finds the run
-    in training (timed epochs could let the whole run finish first on a loaded machine)."""
-    gate = tmp_path / "gate"
-    gate.mkdir(exist_ok=True)
-    for opened in range(1, epoch):
-        (gate / str(opened)).touch()
-    return {"FAKE_EPOCH_GATE": str(gate)}
 
 
 def local_epochs(workdir: Path) -> int:

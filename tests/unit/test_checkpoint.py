@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from entrypoint.sync.checkpoint import InvalidCheckpoint, inspect, is_valid
+from entrypoint.sync.checkpoint import InvalidCheckpoint, TornCheckpoint, inspect, is_valid
 
 
 def save(path: Path, epoch: int = 4) -> Path:
@@ -40,6 +40,8 @@ def test_truncated_file_is_refused(tmp_path: Path, keep: float) -> None:
     torn = tmp_path / "torn.pt"
     torn.write_bytes(data[: int(len(data) * keep)])
     assert not is_valid(torn)
+    with pytest.raises(TornCheckpoint):  # cut short: nothing in it worth keeping
+        inspect(torn)
 
 
 def test_bytes_changed_in_place_are_refused(tmp_path: Path) -> None:
@@ -48,7 +50,7 @@ def test_bytes_changed_in_place_are_refused(tmp_path: Path) -> None:
     data[len(data) // 3] ^= 0xFF
     mixed = tmp_path / "mixed.pt"
     mixed.write_bytes(bytes(data))
-    with pytest.raises(InvalidCheckpoint, match="CRC"):
+    with pytest.raises(TornCheckpoint, match="CRC"):
         inspect(mixed)
 
 
@@ -61,8 +63,9 @@ def test_code_in_the_pickle_is_refused_and_never_run(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     evil = tmp_path / "evil.pt"
     torch.save({"epoch": 1, "x": _Payload()}, evil, pickle_protocol=2)
-    with pytest.raises(InvalidCheckpoint, match="refuses"):
+    with pytest.raises(InvalidCheckpoint, match="refuses") as refused:
         inspect(evil)
+    assert not isinstance(refused.value, TornCheckpoint)  # whole: only its volume holds it
     assert not (tmp_path / "pwned-by-checkpoint").exists()
 
 
@@ -83,3 +86,15 @@ def test_plain_pickle_is_not_a_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "plain.pt"
     path.write_bytes(pickle.dumps({"epoch": 1}))
     assert not is_valid(path)
+    with pytest.raises(InvalidCheckpoint, match="not a zip archive") as refused:
+        inspect(path)
+    assert not isinstance(refused.value, TornCheckpoint)
+
+
+def test_a_legacy_torch_file_is_refused_whole_not_torn(tmp_path: Path) -> None:
+    """torch.save's pre-1.6 format is whole, only not what a safe loader takes: never treated as worthless."""
+    path = tmp_path / "legacy.pt"
+    torch.save({"epoch": 1}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(InvalidCheckpoint) as refused:
+        inspect(path)
+    assert not isinstance(refused.value, TornCheckpoint)
