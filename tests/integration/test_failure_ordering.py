@@ -662,8 +662,11 @@ KILL_PHASES = ["preflight", "resume", "dataset", "training", "sync", "finishing"
 def hold_phase(agent: Agent, vast: FakeVast, phase: str) -> tuple[dict[str, str], Callable[[], bool]]:
     """Extra env and a condition: the next start of the job is held in ``phase`` once it is true."""
     hub = agent.hub_ctx.hub
-    if phase in {"preflight", "resume"}:  # a slow answer while the agent checks access / lists the repo
-        fault = hub.inject("slow", path=r"/whoami" if phase == "preflight" else r"/tree/", rate=40, times=1)
+    if phase == "preflight":  # a slow answer while the agent checks access
+        fault = hub.inject("slow", path=r"/whoami", rate=40, times=1)
+        return {}, lambda: local_phase(agent) == phase and fault.fired >= 1
+    if phase == "resume":  # a slow listing of the repo while resume reads it (the first listing is preflight's)
+        fault = hub.inject("slow", path=r"/tree/", rate=40, skip=1, times=1)
         return {}, lambda: local_phase(agent) == phase and fault.fired >= 1
     if phase == "dataset":  # the dataset check (libreyolo doctor) runs long beside the training's start
         return {"FAKE_DOCTOR_SECONDS": "60"}, lambda: local_phase(agent) == "dataset"
