@@ -31,9 +31,10 @@ def held_after(tmp_path: Path, epoch: int) -> dict[str, str]:
     return {"FAKE_EPOCH_GATE": str(gate)}
 
 
-def open_gate(tmp_path: Path, epoch: int) -> None:
-    """Let a stand-in trainer held by ``held_after(tmp_path, ...)`` go on past ``epoch``."""
-    (tmp_path / "gate" / str(epoch)).touch()
+def open_gate(tmp_path: Path, *epochs: int) -> None:
+    """Let a stand-in trainer held by ``held_after(tmp_path, ...)`` go on past each of ``epochs``."""
+    for epoch in epochs:
+        (tmp_path / "gate" / str(epoch)).touch()
 
 
 def make_dataset(root: Path, *, train: int = 8, val: int = 4, seed: int = 7, relative_path: bool = True) -> Path:

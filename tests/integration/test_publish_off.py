@@ -12,7 +12,7 @@ import pytest
 from entrypoint.settings import MIN_PUBLISH_EVERY
 from tests.hubfixtures import HubContext
 from tests.integration.test_bucket_run import Run, finish, wait_for
-from tests.support import run_trainbox, trainbox_env
+from tests.support import held_after, open_gate, run_trainbox, trainbox_env
 
 
 @pytest.fixture
@@ -24,9 +24,10 @@ def run(tmp_path: Path, hub_ctx: HubContext) -> Iterator[Run]:
 
 @pytest.mark.slow  # runs the agent with the stand-in trainer
 def test_off_gives_the_repo_its_milestones_only_at_the_end(run: Run) -> None:
-    process = run.start("m1")
+    process = run.start("m1", **held_after(run.tmp_path, 4))  # the end cannot come before the look
     wait_for(lambda: run.bucket_epoch() >= 4, "epoch 4 in the bucket", process)
     during = set(run.hub.files(run.repo))
+    open_gate(run.tmp_path, 4, 5)
     code, output = finish(process)
     assert code == 0, output[-3000:]
     assert "trainbox.json" in during, "the run id goes to the repo before training, off or not"

@@ -28,6 +28,7 @@ from entrypoint.sync.bucket_store import BucketStore
 from entrypoint.sync.staging import StagedFile, sha256_of
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.hubfixtures import HubContext
+from tests.support import held_after, open_gate
 
 AGENT_TIMEOUT = 120
 
@@ -155,7 +156,8 @@ def start_agent(hub_ctx: HubContext, tmp_path: Path, repo: str, **extra: str) ->
         OUTPUT_REPO=repo,
         RUN_NAME="follow",
         RUN_ARGS="epochs=6",
-        FAKE_EPOCH_SECONDS="2",
+        FAKE_EPOCH_SECONDS="0.5",
+        **held_after(tmp_path, 1),  # each epoch waits for a look at the one before (follow_while_training)
         TRAINBOX_LIBREYOLO=str(tmp_path / "bin" / "libreyolo"),
         PROVIDER="none",
         PRICE_PER_HOUR="1.5",
@@ -183,7 +185,8 @@ def volume_epochs(tmp_path: Path) -> int:
 
 
 def follow_while_training(hub_ctx: HubContext, tmp_path: Path, repo: str, process: subprocess.Popen[str]) -> list[int]:
-    """Look from the laptop while the box trains: the Hub's epoch never more than one boundary behind."""
+    """Look from the laptop while the box trains: the Hub's epoch never more than one boundary behind. The
+    trainer goes past an epoch only once a look showed it, so a slow look (a loaded machine) misses none."""
     seen = []
     end = time.monotonic() + AGENT_TIMEOUT
     try:
@@ -198,6 +201,7 @@ def follow_while_training(hub_ctx: HubContext, tmp_path: Path, repo: str, proces
                         f"the Hub shows epoch {epochs}, the volume had {before} before the look"
                     )
                     seen.append(epochs)
+                    open_gate(tmp_path, *range(1, epochs + 1))
             time.sleep(0.5)
         output, _ = process.communicate(timeout=AGENT_TIMEOUT)
     finally:
