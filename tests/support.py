@@ -21,9 +21,9 @@ ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def held_after(tmp_path: Path, epoch: int) -> dict[str, str]:
-    """The stand-in trainer stops after ``epoch`` until ``open_gate(tmp_path, epoch)`` (or a signal): a test's
-    SIGTERM then always finds the run in training (timed epochs could let the whole run finish first on a loaded
-    machine)."""
+    """The stand-in trainer stops after ``epoch``, and after each later one, until ``open_gate`` opens that epoch
+    (or a signal comes): a test's SIGTERM or look then always finds the run in training (timed epochs could let
+    the whole run finish first on a loaded machine)."""
     gate = tmp_path / "gate"
     gate.mkdir(exist_ok=True)
     for opened in range(1, epoch):
