@@ -124,15 +124,15 @@ def train(args: dict[str, str], mode: str) -> int:
         if oom_above and batch > oom_above and epoch == oom_epoch:
             return _out_of_memory(run_dir, epoch)
         data = _checkpoint(epoch, total)
-        secret = _checkpoint(epoch, total, os.environ.get("HF_TOKEN", ""))
         if mode == "enospc" and epoch == 2:
             print("OSError: [Errno 28] No space left on device: 'last.pt'", flush=True)
             return 1
         for name in (f"epoch_{epoch}.pt", "last.pt", "best.pt"):
             torn = os.environ.get("FAKE_TORN") == f"{name}@{epoch}"
             leaks = os.environ.get("FAKE_SECRET") == f"{name}@{epoch}"
+            content = b"" if torn else _checkpoint(epoch, total, os.environ["HF_TOKEN"]) if leaks else data
             with open(os.path.join(weights, name), "wb") as f:  # in place, like torch.save
-                f.write(b"" if torn else secret if leaks else data)
+                f.write(content)
         row = _row(epoch, pause)
         if curve:  # FAKE_MAP's scripted mAP50-95
             row.update(_validated(run_dir, epoch, curve, pause))

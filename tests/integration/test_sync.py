@@ -28,7 +28,7 @@ from tests.fakes.hub import HubServer
 from tests.hubfixtures import HubContext
 from tests.integration.test_sync_command import write_epoch
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
-from tests.support import run_trainbox, start_trainbox, trainbox_env
+from tests.support import held_after, open_gate, run_trainbox, start_trainbox, trainbox_env
 
 pytestmark = pytest.mark.slow  # the agent tests run `trainbox run`; the others race real threads
 
@@ -76,9 +76,7 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
     workdir = tmp_path / "work"
     # Epochs slower than a commit, as real ones are: the next epoch starts once the boundary is on the Hub (a
     # timed pause loses that race on a loaded machine), so each boundary gets a commit of its own.
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", FAKE_EPOCH_GATE=str(gate))
+    env = agent_env(hub_ctx, workdir, repo, RUN_ARGS="epochs=3", **held_after(tmp_path, 1))
     hub = hub_ctx.hub
     log = tmp_path / "agent.log"  # a file, not a pipe nobody reads while the test waits on the Hub
     with log.open("w") as out:
@@ -90,7 +88,7 @@ def test_three_epochs_every_boundary_on_the_hub(hub_ctx: HubContext, tmp_path: P
                     alive = process.poll() is None and time.monotonic() < deadline
                     assert alive, f"epoch {epoch} never on the Hub: {log.read_text()[-3000:]}"
                     time.sleep(0.1)
-                (gate / str(epoch)).touch()
+                open_gate(tmp_path, epoch)
             process.wait(timeout=180)
         finally:
             if process.poll() is None:
