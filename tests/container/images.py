@@ -99,7 +99,10 @@ def project_image(base: str, log: Path, **build_args: str) -> str:
 
 
 def _build(tag: str, base: str, log: Path, build_args: dict[str, str]) -> None:
-    argv = ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test", "-t", tag]
+    # --force-rm: a failed step's container (test_a_bad_uid_fails_the_build's) is removed too, not left holding
+    # an image's layers on the disk.
+    argv = ["docker", "build", "--force-rm", "--build-arg", f"BASE_IMAGE={base}", "--build-arg", "REVISION=test"]
+    argv += ["-t", tag]
     argv += [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
     with log.open("w") as out:
         built = subprocess.run([*argv, str(REPO)], stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)

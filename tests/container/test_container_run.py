@@ -104,7 +104,8 @@ def test_docker_stop_mid_training_is_a_clean_preemption(
     output = hub_ctx.repo_id("preempted")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    run_args = f"{TINY_RUN_ARGS} epochs=200 save_period=1"
+    # Long enough to be stopped mid-way; not more: each kept epoch_N.pt counts in the disk check (≈35 MB each).
+    run_args = f"{TINY_RUN_ARGS} epochs=40 save_period=1"
     argv, env = docker_run_argv(
         trainbox_image, container_name, workspace, agent_env(hub_ctx, dataset, output, run_args)
     )

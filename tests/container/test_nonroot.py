@@ -27,6 +27,7 @@ def nonroot_image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def volume(container_name: str) -> Iterator[str]:
     name = f"{container_name}-workspace"
     yield name
+    docker("rm", "-f", container_name)  # a volume still mounted by the test's container is not removed
     docker("volume", "rm", "-f", name)
 
 

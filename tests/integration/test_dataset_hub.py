@@ -29,7 +29,9 @@ from tests.support import Result, make_dataset, run_trainbox, start_trainbox, tr
 
 pytestmark = pytest.mark.slow  # every test here runs the agent, or its dataset stage in-process
 
-FAST_ARGS = "imgsz=64"  # what the dataset check uses; nothing is trained in `fetch`
+# What the dataset check uses; nothing is trained in `fetch`. A small model and few epochs: the disk check sizes
+# the run's checkpoints from them, and a test must not need gigabytes free on the machine running it.
+FAST_ARGS = "model=LibreYOLO9t.pt epochs=2 imgsz=64"
 TRAIN_ARGS = "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=2 workers=0"
 
 
