@@ -256,12 +256,10 @@ class Snapshotter:
             )
             self.last_error = LATE
         with self.changed:
-            # deleted since (or read now, for a failed snapshot): nothing left to upload
-            for gone in set(self.failed) - present:
-                del self.failed[gone]
-            for refusals in (self.refused_missing, self.torn):  # deleted: no longer on this volume either
-                for gone in set(refusals) - present:
-                    del refusals[gone]
+            # deleted since (or read now, for a failed snapshot): nothing left to upload, nor kept on this volume
+            for pending in (self.failed, self.refused_missing, self.torn):
+                for gone in set(pending) - present:
+                    del pending[gone]
             self.failed.update(dict.fromkeys(late, LATE))
             if staged:
                 self.deliver(staged)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from pathlib import Path
 
@@ -108,3 +109,25 @@ def test_without_metrics_every_valid_checkpoint_goes(snapshotter: Delivered) -> 
     save_checkpoint(snapshotter.run_dir / "weights" / "last.pt", 7)
     assert snapshotter.snapshot() == ["weights/last.pt"]
     assert pending(snapshotter)["weights/last.pt"].epochs == 7
+
+
+def test_a_refused_checkpoint_is_whole_or_torn_and_forgotten_once_valid_or_gone(snapshotter: Delivered) -> None:
+    """Only a whole refused file keeps the disk (``refused_missing``); a torn one holds nothing (``torn``). A
+    file rewritten changes list, and one made valid or deleted leaves both."""
+    weights = snapshotter.run_dir / "weights"
+    weights.mkdir()
+    (weights / "epoch_1.pt").write_bytes(b"")  # cut short mid-save
+    (weights / "epoch_2.pt").write_bytes(pickle.dumps({"epoch": 1}))  # whole, but no zip a safe loader takes
+    assert snapshotter.snapshot() == []
+    assert list(snapshotter.torn) == ["weights/epoch_1.pt"]
+    assert list(snapshotter.refused_missing) == ["weights/epoch_2.pt"]
+
+    (weights / "epoch_1.pt").write_bytes(pickle.dumps({"epoch": 0}))  # rewritten whole, still refused
+    assert snapshotter.snapshot() == []
+    assert snapshotter.torn == {}
+    assert sorted(snapshotter.refused_missing) == ["weights/epoch_1.pt", "weights/epoch_2.pt"]
+
+    save_checkpoint(weights / "epoch_1.pt", 1)  # valid now: it goes
+    (weights / "epoch_2.pt").unlink()  # gone from the volume: nothing left here to keep
+    assert snapshotter.snapshot() == ["weights/epoch_1.pt"]
+    assert snapshotter.refused_missing == {} and snapshotter.torn == {}
