@@ -1,4 +1,4 @@
-"""Which data.yaml, made portable, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
+"""Which data.yaml, the refusals, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from .. import libreyolo, procs
 from ..errors import AmbiguousDataYamlError, DatasetInvalidError, DataYamlNotFoundError
 from ..log import logger
 from ..settings import Settings
 from ..state import write_json_atomic
+from . import verify
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
@@ -50,34 +49,20 @@ def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] |
     return found[0]
 
 
-def write_resolved_yaml(source: Path, target: Path) -> Path:
-    """A copy of ``source`` whose ``path`` is absolute, so libreyolo finds the data wherever it runs."""
-    try:
-        config = yaml.safe_load(source.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise DatasetInvalidError(f"{source.name} is not valid YAML: {error}".splitlines()[0], "fix the file") from None
-    if not isinstance(config, dict):
-        raise DatasetInvalidError(f"{source.name} is not a YAML mapping", "see libreyolo's dataset format")
-    root = source.parent
-    given = config.get("path")
-    if isinstance(given, str) and given:
-        given_path = Path(given)
-        # An absolute path from the machine the dataset was made on is meaningless here.
-        if not given_path.is_absolute() and (root / given_path).is_dir():
-            root = (root / given_path).resolve()
-    config["path"] = str(root.resolve())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(config, sort_keys=False))
-    return target
-
-
 def doctor(
-    data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred | None = None, command: str | None = None
+    data_yaml: Path,
+    *,
+    imgsz: int,
+    fingerprint: str,
+    defer_to: Deferred | None = None,
+    command: str | None = None,
+    root: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed.
+    """The refusals (``verify``), then ``libreyolo doctor``; stop on their errors. Skipped when this exact
+    data already passed. ``root``: the dataset's own folder, which messages name paths relative to.
 
-    ``defer_to``: note the check there instead of running it (``{}`` is returned), to run beside the
-    start of training (``prepare_checked_in_background``)."""
+    ``defer_to``: note libreyolo's check there instead of running it (``{}`` is returned), to run beside
+    the start of training (``prepare_checked_in_background``); the refusals never wait."""
     marker = data_yaml.parent / _DOCTOR_MARKER
     fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
     try:
@@ -87,6 +72,7 @@ def doctor(
             return cached["report"]
     except (OSError, ValueError, KeyError):
         pass
+    verify.refuse(data_yaml, root or data_yaml.parent, fingerprint)
     if defer_to is not None:  # started once the data is in place
         defer_to[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
         return {}
