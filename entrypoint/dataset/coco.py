@@ -5,9 +5,11 @@ images) and the classic one (``annotations/instances_<split>.json`` with the ima
 ``<split>/`` or ``images/``). Category ids are not indexes: the names are the categories in id order,
 less Roboflow's placeholder (a category with no box of its own that is the supercategory of others).
 
-libreyolo reads COCO JSON itself (``annotations:`` in its data.yaml), but maps every category to a class,
-the placeholder included, and refuses names that leave it out; converting gives the same classes either
-way. The images are hard links (symlinks across file systems), so the conversion costs label files only.
+libreyolo 1.6.0 trains from COCO JSON itself (``annotations:`` in its data.yaml; tried on the classic layout),
+but makes every category a class, Roboflow's placeholder included, and refuses names that leave it out; and
+``libreyolo doctor`` reads YOLO label files only (it finds every image of a COCO dataset unlabelled). Converting
+gives the right classes for both layouts and a dataset doctor can check. The images are hard links (symlinks
+across file systems), so the conversion costs label files only.
 """
 
 from __future__ import annotations
