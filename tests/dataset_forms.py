@@ -40,10 +40,8 @@ def yolo_roboflow(root: Path) -> Path:
             (root / split / "images").mkdir(parents=True, exist_ok=True)
             (root / split / "labels").mkdir(parents=True, exist_ok=True)
             (root / split / "images" / f"{index:03d}.png").write_bytes(png)
-            rows = [
-                f"{c} {(x + w / 2) / IMAGE_SIZE:.6f} {(y + h / 2) / IMAGE_SIZE:.6f} {w / IMAGE_SIZE:.6f} {h / IMAGE_SIZE:.6f}"
-                for c, x, y, w, h in boxes
-            ]
+            side = IMAGE_SIZE
+            rows = [f"{c} {(x + w / 2) / side} {(y + h / 2) / side} {w / side} {h / side}" for c, x, y, w, h in boxes]
             (root / split / "labels" / f"{index:03d}.txt").write_text("\n".join(rows) + "\n")
     (root / "data.yaml").write_text(
         "train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\nnc: 3\nnames: ['red', 'green', 'blue']\n"
@@ -54,7 +52,8 @@ def yolo_roboflow(root: Path) -> Path:
 
 def coco_document(items: list, *, category_ids: tuple[int, ...], placeholder: int | None) -> dict:
     """COCO JSON for ``items``; ``placeholder``: Roboflow's supercategory id with no box of its own."""
-    categories = [{"id": cid, "name": name, "supercategory": "shapes"} for cid, name in zip(category_ids, CLASSES)]
+    pairs = zip(category_ids, CLASSES, strict=True)
+    categories = [{"id": cid, "name": name, "supercategory": "shapes"} for cid, name in pairs]
     if placeholder is not None:
         categories.insert(0, {"id": placeholder, "name": "shapes", "supercategory": "none"})
     images, annotations = [], []
@@ -103,9 +102,9 @@ def parquet_table(items: list, *, fmt: str = "xywh") -> object:
 
     rows = []
     for index, (png, boxes) in enumerate(items):
-        bbox = []
-        for _cls, x, y, w, h in boxes:
-            bbox.append({"xywh": [x, y, w, h], "xyxy": [x, y, x + w, y + h], "cxcywh": [x + w / 2, y + h / 2, w, h]}[fmt])
+        formats = {"xywh": lambda x, y, w, h: [x, y, w, h], "xyxy": lambda x, y, w, h: [x, y, x + w, y + h]}
+        formats["cxcywh"] = lambda x, y, w, h: [x + w / 2, y + h / 2, w, h]
+        bbox = [formats[fmt](x, y, w, h) for _cls, x, y, w, h in boxes]
         rows.append(
             {
                 "image": {"bytes": png, "path": f"{index:03d}.png"},

@@ -124,13 +124,15 @@ class _Converter:
         self.writers = Writers(WRITERS)
         self.counts = {"train": 0, "val": 0}
         self.unreadable: list[str] = []
+        self.made: set[Path] = set()  # folders made so far: a mkdir per file costs more than the write
 
     def file(self, local: Path, shown: str, split: str) -> None:
         import pyarrow.parquet as pq
 
         self.sources.append(shown)
         try:
-            handle = pq.ParquetFile(local)
+            # 1 MB reads, no read-ahead threads: a row group's column chunks are the most held at once
+            handle = pq.ParquetFile(local, buffer_size=1 << 20, pre_buffer=False)
         except Exception as error:
             raise DatasetFormError(f"{shown} is not a readable parquet file: {error}", FORM_FIX) from None
         with handle:
@@ -147,7 +149,7 @@ class _Converter:
             sizes = [name for name in ("width", "height") if name in handle.schema_arrow.names]
             columns = [image_column, objects_column, *(sizes if len(sizes) == 2 else [])]
             row = 0
-            for batch in handle.iter_batches(batch_size=_ROWS, columns=columns):
+            for batch in handle.iter_batches(batch_size=_ROWS, columns=columns, use_threads=False):
                 for record in batch.to_pylist():
                     self.row(record, image_column, objects_column, split, f"{shown} row {row}")
                     row += 1
@@ -189,7 +191,9 @@ class _Converter:
         if self.max_bytes is not None and self.report.bytes > self.max_bytes:
             raise _too_big(self.max_bytes)
         path = self.folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent not in self.made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.made.add(path.parent)
         self.writers.submit(str(path), relative, 0o644, data)
         self.report.files += 1
 

@@ -9,7 +9,6 @@ trains them all (libreyolo is imported once): the module stays within a minute o
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -42,6 +41,7 @@ def tarred(source: Path, target: Path) -> Path:
 def _forms(tmp: Path) -> dict[str, tuple[dict[str, Path | bytes], dict]]:
     """form → (the repo's files, the class names the agent must find)."""
     parquet = make.parquet_dataset(tmp / "parquet")
+    shards: dict[str, Path | bytes] = {str(path.relative_to(parquet)): path for path in parquet.rglob("*.parquet")}
     return {
         "roboflow-yolo": ({"shapes.tar": tarred(make.yolo_roboflow(tmp / "yolo" / "shapes"), tmp / "yolo.tar")}, NAMES),
         "zip": ({"shapes.zip": make.zipped(make.yolo_roboflow(tmp / "zip" / "shapes"), tmp / "shapes.zip")}, NAMES),
@@ -51,7 +51,7 @@ def _forms(tmp: Path) -> dict[str, tuple[dict[str, Path | bytes], dict]]:
             {0: "green", 1: "red", 2: "blue"},  # category ids 3, 7, 11
         ),
         "parquet": (
-            {str(path.relative_to(parquet)): path for path in parquet.rglob("*.parquet")} | {"README.md": b"# shapes\n"},
+            shards | {"README.md": b"# shapes\n"},
             NAMES,
         ),
     }
@@ -92,7 +92,7 @@ def fetched(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[st
 @pytest.fixture(scope="module")
 def trained(fetched: dict[str, tuple[Result, dict, Path]], tmp_path_factory: pytest.TempPathFactory) -> dict:
     """form → libreyolo's result of two epochs on the data.yaml `trainbox fetch` made."""
-    paths = {form: json.loads(result.stdout)["data_yaml"] for form, (result, _, _) in fetched.items() if not result.returncode}
+    paths = {form: json.loads(got.stdout)["data_yaml"] for form, (got, _, _) in fetched.items() if not got.returncode}
     project = tmp_path_factory.mktemp("runs")
     process = subprocess.run(
         [sys.executable, "-c", TRAIN_ALL, str(project), *paths.values()],
@@ -114,7 +114,9 @@ def test_each_form_is_fetched_from_the_hub_and_trains_two_epochs(
     result, names, workdir = fetched[form]
     assert result.returncode == 0, result.output[-3000:]
     config = yaml.safe_load(Path(json.loads(result.stdout)["data_yaml"]).read_text())
-    assert {int(key): value for key, value in dict(enumerate(config["names"]) if isinstance(config["names"], list) else config["names"]).items()} == names
+    given = config["names"]
+    found = dict(enumerate(given)) if isinstance(given, list) else {int(key): value for key, value in given.items()}
+    assert found == names
     for split in ("train", "val"):
         folder = Path(config[split])
         assert folder.is_absolute() and folder.is_dir() and folder.is_relative_to(workdir), config
@@ -176,9 +178,7 @@ def test_a_label_less_dataset_is_refused_by_run_before_training(hub_ctx: HubCont
     repo = publish(hub_ctx, {"cones.tar": label_less(tmp_path)})
     standin = fake_libreyolo.install(tmp_path / "stand-in")
     workdir = tmp_path / "work"
-    env = trainbox_env(
-        workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, GPUS="cpu", TRAINBOX_LIBREYOLO=str(standin)
-    )
+    env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, GPUS="cpu", TRAINBOX_LIBREYOLO=str(standin))
     assert_no_labels(run_trainbox("run", env=env, timeout=300))
     (state_file,) = (workdir / "runs").glob("*/trainbox.json")
     state = json.loads(state_file.read_text())

@@ -65,7 +65,7 @@ def test_classic_coco_orders_classes_by_category_id(tmp_path: Path) -> None:
     for index, (_png, boxes) in enumerate(make.split_samples()["valid"]):
         got = rows[f"{index:03d}.txt"]
         assert [int(row[0]) for row in got] == [index_of[cls] for cls, *_ in boxes]
-        cls, x, y, w, h = boxes[0]
+        _cls, x, y, w, h = boxes[0]
         assert got[0][1:] == pytest.approx([(x + w / 2) / 128, (y + h / 2) / 128, w / 128, h / 128], abs=1e-5)
 
 
@@ -188,7 +188,7 @@ def test_a_zip_is_extracted_and_its_data_yaml_noted(tmp_path: Path) -> None:
     ("name", "words"),
     [("../escaped.txt", "climbs out"), ("/etc/evil", "absolute"), ("link", "symlink")],
 )
-def test_a_zip_member_that_leaves_the_folder_is_refused_and_nothing_is_left(tmp_path: Path, name: str, words: str) -> None:
+def test_a_zip_member_leaving_the_folder_is_refused_and_nothing_is_left(tmp_path: Path, name: str, words: str) -> None:
     archive = tmp_path / "bad.zip"
     with zipfile.ZipFile(archive, "w") as handle:
         handle.writestr("ok.txt", b"fine")
