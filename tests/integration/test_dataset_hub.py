@@ -428,7 +428,7 @@ def test_revision_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "env", "code", "words"),
     [
-        ({"README.md": b"# none\n"}, {}, errors.NoArchiveError.exit_code, "no .tar or .tar.gz"),
+        ({"README.md": b"# none\n"}, {}, errors.NoArchiveError.exit_code, "no .tar, .tar.gz or .zip"),
         ({"a.tar": b"a", "b.tar.gz": b"b"}, {}, errors.AmbiguousArchiveError.exit_code, "a.tar, b.tar.gz"),
         ({"a.tar": b"a"}, {"DATASET_FILE": "c.tar"}, errors.NoArchiveError.exit_code, "c.tar is not in"),
     ],
