@@ -16,8 +16,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,24 +93,40 @@ def convert(
     jobs = [("train", path) for path in train] + [("val", path) for path in validation]
     converter = _Converter(folder, bbox, readme, max_bytes)
     scratch.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-download") as pool:
-
-        def fetch(index: int) -> Future[Path]:
-            def run() -> Path:
-                local = scratch / f"{index:05d}.parquet"
-                download(jobs[index][1], local)
-                return local
-
-            return pool.submit(run)
-
-        pending = fetch(0)
+    try:
+        pending = _Prefetch(download, jobs[0][1], scratch / "00000.parquet")
         for index, (split, path) in enumerate(jobs):
             local = pending.result()
-            if index + 1 < len(jobs):
-                pending = fetch(index + 1)  # the next file downloads while this one is converted
+            if index + 1 < len(jobs):  # the next file downloads while this one is converted
+                pending = _Prefetch(download, jobs[index + 1][1], scratch / f"{index + 1:05d}.parquet")
             converter.file(local, path, split)
             local.unlink(missing_ok=True)
-    return converter.finish()
+        return converter.finish()
+    finally:
+        converter.close()
+
+
+class _Prefetch(threading.Thread):
+    """One file downloading beside the conversion. A daemon: a stop never waits for it (what it wrote is kept
+    as a partial file, continued by the next start)."""
+
+    def __init__(self, download: Download, path: str, local: Path) -> None:
+        super().__init__(name="parquet-download", daemon=True)
+        self.download, self.path, self.local = download, path, local
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.download(self.path, self.local)
+        except BaseException as error:  # raised in the converting thread by result()
+            self.error = error
+
+    def result(self) -> Path:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.local
 
 
 class _Converter:
@@ -124,6 +140,7 @@ class _Converter:
         self.writers = Writers(WRITERS)
         self.counts = {"train": 0, "val": 0}
         self.unreadable: list[str] = []
+        self.closed = False
         self.made: set[Path] = set()  # folders made so far: a mkdir per file costs more than the write
 
     def file(self, local: Path, shown: str, split: str) -> None:
@@ -197,11 +214,15 @@ class _Converter:
         self.writers.submit(str(path), relative, 0o644, data)
         self.report.files += 1
 
-    def finish(self) -> ExtractReport:
-        try:
-            self.writers.flush()
-        finally:
+    def close(self) -> None:
+        """Every write ended (after a failure, what is still queued is dropped)."""
+        if not self.closed:
+            self.closed = True
+            self.writers.cancel()
             self.writers.close()
+
+    def finish(self) -> ExtractReport:
+        self.writers.flush()
         source = ", ".join(self.sources[:3]) + (" ..." if len(self.sources) > 3 else "")
         total = sum(self.counts.values()) + len(self.unreadable)
         if self.unreadable and len(self.unreadable) > total / 2:
