@@ -47,10 +47,6 @@ def clipped(cx: float, cy: float, w: float, h: float) -> tuple[float, float, flo
     return (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
 
 
-def label_row(label: int, box: tuple[float, float, float, float]) -> str:
-    return f"{label} " + " ".join(f"{value:.6f}" for value in clipped(*box))
-
-
 @dataclass
 class BoxTally:
     """Boxes seen and those outside their image, with the first outside one for the message."""
@@ -62,12 +58,13 @@ class BoxTally:
     def add(self, label: int, box: tuple[float, float, float, float], where: str) -> str | None:
         """The YOLO row of a box inside its image; None (counted) for one outside."""
         self.boxes += 1
-        if not inside(*box):
+        kept = clipped(*box)
+        if not inside(*box) or kept[2] <= 0 or kept[3] <= 0:  # outside, or nothing left of it once cut
             self.outside += 1
             if self.example is None:
                 self.example = where
             return None
-        return label_row(label, box)
+        return f"{label} " + " ".join(f"{value:.6f}" for value in kept)
 
     def refuse_if_wrong(self, source: str, fix: str) -> None:
         if self.boxes and self.outside > OUTSIDE_SHARE * self.boxes:
