@@ -108,7 +108,8 @@ def _shown(source: Path, root: Path) -> str:
 def _coco_yaml(splits: list[coco.CocoSplit], root: Path, out: Path) -> Path:
     """COCO converted once into ``out/converted`` (kept while its JSON files are unchanged), and its data.yaml."""
     converted = out / "converted"
-    identity = [[str(split.json.relative_to(root)), split.json.stat().st_size] for split in splits]
+    stats = [(split, split.json.stat()) for split in splits]
+    identity = [[str(split.json.relative_to(root)), stat.st_size, stat.st_mtime_ns] for split, stat in stats]
     fields: dict[str, Any] | None = None
     try:
         layout = json.loads((converted / _LAYOUT).read_text())
