@@ -39,7 +39,7 @@ from ..hub import Hub
 from ..log import logger
 from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
-from . import extract, parquet, unzip
+from . import extract, parquet, parquet_child, unzip
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
 from .checks import Deferred
 from .choose import PARQUET, choose_archive
@@ -149,7 +149,7 @@ def _prepare_parquet(
     # Two files on disk at a time (one converted, the next downloading); the images take what the files took.
     need = DiskNeed(2 * largest, total, checkpoint_estimate(settings.run_args))
     free = check_disk(settings.workdir, need)
-    scratch = entry.parent.parent / ".downloads" / f"{entry.name}.parquet"
+    scratch = entry.parent.parent / ".downloads" / f"{entry.name}.files"
     readme = _readme(hub, repo, sha, files)
     logger.info("dataset: converting %s (%d parquet files, %.2f GB)", description, len(train + validation), total / GB)
 
@@ -161,9 +161,14 @@ def _prepare_parquet(
 
     def fill(folder: Path) -> extract.ExtractReport:
         cap = free - need.archive - need.checkpoints
-        report = parquet.convert(
-            train, validation, download, scratch, folder, bbox=settings.dataset_bbox, readme=readme, max_bytes=cap
-        )
+        try:
+            report = parquet_child.convert_in_child(
+                train, validation, download, scratch, folder, bbox=settings.dataset_bbox, readme=readme, max_bytes=cap
+            )
+        except BaseException as error:
+            if not isinstance(error, extract.STOP_REQUESTS):  # a stop keeps the files for the next start
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
         shutil.rmtree(scratch, ignore_errors=True)
         return report
 

@@ -94,11 +94,11 @@ def convert(
     converter = _Converter(folder, bbox, readme, max_bytes)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        pending = _Prefetch(download, jobs[0][1], scratch / "00000.parquet")
+        pending = Prefetch(download, jobs[0][1], scratch / "00000.parquet")
         for index, (split, path) in enumerate(jobs):
             local = pending.result()
             if index + 1 < len(jobs):  # the next file downloads while this one is converted
-                pending = _Prefetch(download, jobs[index + 1][1], scratch / f"{index + 1:05d}.parquet")
+                pending = Prefetch(download, jobs[index + 1][1], scratch / f"{index + 1:05d}.parquet")
             converter.file(local, path, split)
             local.unlink(missing_ok=True)
         return converter.finish()
@@ -106,7 +106,7 @@ def convert(
         converter.close()
 
 
-class _Prefetch(threading.Thread):
+class Prefetch(threading.Thread):
     """One file downloading beside the conversion. A daemon: a stop never waits for it (what it wrote is kept
     as a partial file, continued by the next start)."""
 

@@ -185,3 +185,21 @@ def test_a_label_less_dataset_is_refused_by_run_before_training(hub_ctx: HubCont
     assert state["exit"]["reason"] == "dataset_no_labels"
     assert "training" not in state["phases"]
     assert not list((workdir / "runs").rglob("fake-pid")), "the trainer was never started"
+
+
+@pytest.mark.transfer("xet")
+def test_parquet_boxes_in_another_format_are_refused_until_dataset_bbox_names_it(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    root = make.parquet_dataset(tmp_path / "parquet", fmt="xyxy")
+    repo = publish(hub_ctx, {str(path.relative_to(root)): path for path in root.rglob("*.parquet")})
+    standin = fake_libreyolo.install(tmp_path / "stand-in")
+    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, TRAINBOX_LIBREYOLO=str(standin))
+    refused = run_trainbox("fetch", env=env)
+    assert refused.returncode == errors.BoxesOutsideError.exit_code, refused.output[-3000:]
+    (line,) = [line for line in refused.stderr.splitlines() if "fall outside their image" in line]
+    assert "data/train-00000-of-00001.parquet" in line and "read as DATASET_BBOX=xywh" in line
+    assert "set DATASET_BBOX" in line
+    assert not list((tmp_path / "work" / "data").rglob("*.parquet")), "nothing of the refused conversion is left"
+    accepted = run_trainbox("fetch", "--json", env=env | {"DATASET_BBOX": "xyxy"})
+    assert accepted.returncode == 0, accepted.output[-3000:]
