@@ -207,3 +207,15 @@ def test_a_zip_larger_than_the_disk_left_is_refused(tmp_path: Path) -> None:
         handle.writestr("zeros.bin", bytes(1 << 20))
     with pytest.raises(errors.DiskSpaceError):
         unzip.extract_zip(archive, tmp_path / "out", max_bytes=1000)
+
+
+@pytest.mark.parametrize(("fmt", "options"), [("PNG", {}), ("JPEG", {}), ("JPEG", {"progressive": True}), ("WEBP", {})])
+def test_image_sizes_read_from_the_header_match_pillows(fmt: str, options: dict) -> None:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (37, 21), (9, 99, 199)).save(buffer, fmt, **options)
+    assert parquet._size(buffer.getvalue()) == (37, 21)
+    assert parquet._size(b"\xff\xd8 truncated") == (None, None)
