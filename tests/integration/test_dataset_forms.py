@@ -78,14 +78,21 @@ def fetched(hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     tmp = tmp_path_factory.mktemp("forms")
     ctx = HubContext.create(hub, tmp)
     standin = fake_libreyolo.install(tmp / "stand-in")
-    found: dict[str, tuple[Result, dict, Path]] = {}
+    started: dict[str, tuple[subprocess.Popen[str], dict, Path]] = {}
     for form, (files, names) in _forms(tmp).items():
         repo = ctx.repo_id(form)
         ctx.hub.create_repo(repo, repo_type="dataset")
         ctx.hub.commit(repo, files, repo_type="dataset", message=form)  # type: ignore[arg-type]
         workdir = tmp / "work" / form
         env = trainbox_env(workdir, DATASET_REPO=repo, RUN_ARGS=FAST_ARGS, TRAINBOX_LIBREYOLO=str(standin))
-        found[form] = (run_trainbox("fetch", "--json", env=env), names, workdir)
+        command = [sys.executable, "-m", "entrypoint", "fetch", "--json"]
+        # all five at once: each mostly waits on its start-up and the Hub
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started[form] = (process, names, workdir)
+    found: dict[str, tuple[Result, dict, Path]] = {}
+    for form, (process, names, workdir) in started.items():
+        stdout, stderr = process.communicate(timeout=300)
+        found[form] = (Result(process.returncode, stdout, stderr), names, workdir)
     return found
 
 
