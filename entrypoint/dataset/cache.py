@@ -17,7 +17,7 @@ from ..errors import CrashLoopError
 from ..log import logger
 from ..settings import Settings
 from ..state import now_iso, write_json_atomic
-from . import extract
+from . import extract, verify
 from .checks import Deferred, doctor, imgsz_of
 from .disk import GB
 from .forms import libreyolo_yaml
@@ -155,6 +155,7 @@ def _checked_yaml(
     resolved = libreyolo_yaml(root, settings.data_yaml, list(data_yamls) if data_yamls is not None else None, entry)
     chosen = settings.data_yaml or sorted(data_yamls or [])
     fingerprint = hashlib.sha256(json.dumps([identity, chosen], sort_keys=True).encode()).hexdigest()
+    verify.refuse(resolved, root, fingerprint)  # never deferred: training must not start on such data
     doctor(
         resolved,
         imgsz=imgsz_of(settings),

@@ -1,4 +1,4 @@
-"""Which data.yaml, the refusals, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
+"""Which data.yaml, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from ..errors import AmbiguousDataYamlError, DatasetInvalidError, DataYamlNotFou
 from ..log import logger
 from ..settings import Settings
 from ..state import write_json_atomic
-from . import verify
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
@@ -58,11 +57,11 @@ def doctor(
     command: str | None = None,
     root: Path | None = None,
 ) -> dict[str, Any]:
-    """The refusals (``verify``), then ``libreyolo doctor``; stop on their errors. Skipped when this exact
-    data already passed. ``root``: the dataset's own folder, which messages name paths relative to.
+    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed. ``root``:
+    the dataset's own folder, which messages name paths relative to.
 
-    ``defer_to``: note libreyolo's check there instead of running it (``{}`` is returned), to run beside
-    the start of training (``prepare_checked_in_background``); the refusals never wait."""
+    ``defer_to``: note the check there instead of running it (``{}`` is returned), to run beside the
+    start of training (``prepare_checked_in_background``)."""
     marker = data_yaml.parent / _DOCTOR_MARKER
     fingerprint = f"{fingerprint}:imgsz={imgsz}"  # the check depends on the image size too
     try:
@@ -72,7 +71,6 @@ def doctor(
             return cached["report"]
     except (OSError, ValueError, KeyError):
         pass
-    verify.refuse(data_yaml, root or data_yaml.parent, fingerprint)
     if defer_to is not None:  # started once the data is in place
         defer_to[fingerprint] = (data_yaml, imgsz, root)  # the last place wins: a staging folder is renamed
         return {}

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import DatasetNotFoundError
 from ..log import logger
 from ..settings import Settings
-from . import extract, unzip
+from . import extract, unzip, verify
 from .cache import PreparedDataset, data_dir, install_archive, path_key, read_ready_marker, safe_name, use_ready_archive
 from .checks import Deferred, doctor, imgsz_of
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
@@ -22,10 +22,12 @@ def prepare_folder(settings: Settings, *, defer_to: Deferred | None = None) -> P
     if not root.is_dir():
         raise DatasetNotFoundError(f"dataset folder {root} does not exist", "fix DATASET_REPO")
     resolved = libreyolo_yaml(root, settings.data_yaml, None, data_dir(settings) / "local" / path_key(root))
+    fingerprint = _folder_fingerprint(root, resolved)
+    verify.refuse(resolved, root, fingerprint)  # never deferred: training must not start on such data
     doctor(
         resolved,
         imgsz=imgsz_of(settings),
-        fingerprint=_folder_fingerprint(root, resolved),
+        fingerprint=fingerprint,
         defer_to=defer_to,
         command=settings.libreyolo_command,
         root=root,

@@ -30,6 +30,7 @@ from ..errors import (
     NoArchiveError,
     NoLabelsError,
     NoValidationError,
+    StopRequested,
     UnreadableImagesError,
 )
 from ..log import logger
@@ -151,6 +152,8 @@ class _Converter:
         try:
             # 1 MB reads, no read-ahead threads: a row group's column chunks are the most held at once
             handle = pq.ParquetFile(local, buffer_size=1 << 20, pre_buffer=False)
+        except StopRequested:
+            raise
         except Exception as error:
             raise DatasetFormError(f"{shown} is not a readable parquet file: {error}", FORM_FIX) from None
         with handle:
@@ -341,6 +344,8 @@ def _size(data: bytes) -> tuple[int | None, int | None]:
     try:
         with Image.open(io.BytesIO(data)) as image:
             return image.size
+    except StopRequested:
+        raise
     except Exception:
         return None, None
 

@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from ..errors import BoxesOutsideError, ClassIdError, NoLabelsError, NoValidationError, UnreadableImagesError
+from ..errors import (
+    BoxesOutsideError,
+    ClassIdError,
+    NoLabelsError,
+    NoValidationError,
+    StopRequested,
+    UnreadableImagesError,
+)
 from ..log import logger
 from ..state import write_json_atomic
 from .boxes import OUTSIDE_SHARE, inside
@@ -122,6 +129,8 @@ class Verifier:
             try:
                 with Image.open(path) as image:
                     image.size  # noqa: B018  # the header only: cheap
+            except StopRequested:
+                raise
             except Exception:
                 bad.append(path)
         if bad and len(bad) > len(sample) / 2:
