@@ -210,3 +210,17 @@ def test_parquet_boxes_in_another_format_are_refused_until_dataset_bbox_names_it
     assert not list((tmp_path / "work" / "data").rglob("*.parquet")), "nothing of the refused conversion is left"
     accepted = run_trainbox("fetch", "--json", env=env | {"DATASET_BBOX": "xyxy"})
     assert accepted.returncode == 0, accepted.output[-3000:]
+
+
+@pytest.mark.transfer("xet")
+def test_plan_sizes_the_disk_of_a_parquet_dataset_without_downloading(hub_ctx: HubContext, tmp_path: Path) -> None:
+    from entrypoint import dataset, settings
+
+    root = make.parquet_dataset(tmp_path / "parquet")
+    shards = {str(path.relative_to(root)): path for path in root.rglob("*.parquet")}
+    repo = publish(hub_ctx, dict(shards))
+    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, HF_TOKEN=hub_ctx.token, RUN_ARGS=FAST_ARGS)
+    fields, _lines = dataset.disk_report(settings.from_env(env))
+    assert fields["archive_bytes"] == sum(path.stat().st_size for path in shards.values())
+    assert f"{repo}:*.parquet" in fields["dataset"]
+    assert hub_ctx.hub.find_requests(method="GET", path="/resolve/|/xet-read-token/") == []
