@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from . import __version__
 from .log import logger, redact
+from .release.cost import lost_spend
 
 STATE_FILE = "trainbox.json"
 SCHEMA_VERSION = 1
@@ -125,6 +126,7 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     if any(entry.get("attempt") == previous.get("attempt") for entry in _history(previous)):
         return []
     progress = previous.get("progress")
+    spent = lost_spend(previous)  # its last record of its spend, plus one interval: an upper estimate
     return [
         {
             "attempt": previous.get("attempt"),
@@ -134,6 +136,7 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
             "exit_code": None,
             "reason": "lost",
             "epochs_done": progress.get("epochs_done") if isinstance(progress, dict) else None,
+            **({"cost": spent} if spent is not None else {}),
         }
     ]
 
