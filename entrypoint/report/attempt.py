@@ -73,7 +73,8 @@ class Attempt:
             }
         )
         cost.check_ceiling(self.price, self.settings.max_price_per_hour)
-        self.rule = stoprule.for_job(self.settings, self.price.per_hour)  # refused here without a price
+        # refused here without a price; each epoch priced at the price it ran at (the attempts' records)
+        self.rule = stoprule.for_job(self.settings, self.price.per_hour, self.state.snapshot)
         budget = cost.budget_seconds(self.settings.max_cost, self.price)
         if budget is not None:
             self.clock.arm_budget(budget)
