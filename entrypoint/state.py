@@ -25,7 +25,6 @@ from typing import IO, Any
 
 from . import __version__
 from .log import logger, redact
-from .release.cost import lost_spend
 
 STATE_FILE = "trainbox.json"
 SCHEMA_VERSION = 1
@@ -139,6 +138,31 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
             **({"cost": spent} if spent is not None else {}),
         }
     ]
+
+
+LOST_SPEND_NOTE = "upper estimate: killed after its last record, counted up to it plus one interval between records"
+
+
+def lost_spend(previous: dict[str, Any]) -> dict[str, Any] | None:
+    """The spend of an attempt that never wrote its end, from its trainbox.json's ``cost`` block: its last record
+    plus one ``interval_seconds`` (how far apart its records were), at its price. None when it recorded none."""
+    block = previous.get("cost")
+    if not isinstance(block, dict) or _number(block.get("hours")) is None:
+        return None
+    hours = float(block["hours"]) + (_number(block.get("interval_seconds")) or 0.0) / 3600
+    price = _number(block.get("price_per_hour"))
+    dollars = None if price is None else round(hours * price, 4)
+    return {
+        "hours": round(hours, 4),
+        "price_per_hour": price,
+        "price_source": block.get("price_source"),
+        "dollars": dollars,
+        "estimate": LOST_SPEND_NOTE,
+    }
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _run_id(data: dict[str, Any] | None) -> str | None:

@@ -7,7 +7,8 @@ start (RunPod's pod ``cost``, Vast.ai's ``dph_total``); ``price_source`` in trai
 MAX_COST is the run's, not one container's: each attempt records its spend (price × time, at the price it
 ran at) in trainbox.json at every boundary and at its end, and a new attempt adds up the earlier ones from the
 newest store before it spends anything (``RunSpend``). An attempt killed without an end (SIGKILL, a lost
-machine) counts up to its last record plus one interval between its records: an upper estimate, marked so.
+machine) counts up to its last record plus one interval between its records: an upper estimate, marked so
+(``state.lost_spend``).
 ``MAX_PRICE_PER_HOUR`` refuses an instance that bills more per hour (``check_ceiling``).
 
 A stopped instance still bills its allocated disk: allocated_GB × price_per_GB_month / 730
@@ -90,27 +91,6 @@ def check_ceiling(price: Price, ceiling: float | None) -> None:
         f"this instance bills ${price.per_hour:g}/h{source}, above MAX_PRICE_PER_HOUR=${ceiling:g}/h",
         "rent a cheaper instance, or raise MAX_PRICE_PER_HOUR",
     )
-
-
-ESTIMATE_NOTE = "upper estimate: killed after its last record, counted up to it plus one interval between records"
-
-
-def lost_spend(previous: dict[str, Any]) -> dict[str, Any] | None:
-    """The spend of an attempt that never wrote its end, from its trainbox.json's ``cost`` block: its last record
-    plus one ``interval_seconds`` (how far apart its records were), at its price. None when it recorded none."""
-    block = previous.get("cost")
-    if not isinstance(block, dict) or _number(block.get("hours")) is None:
-        return None
-    hours = float(block["hours"]) + (_number(block.get("interval_seconds")) or 0.0) / 3600
-    price = _number(block.get("price_per_hour"))
-    dollars = None if price is None else round(hours * price, 4)
-    return {
-        "hours": round(hours, 4),
-        "price_per_hour": price,
-        "price_source": block.get("price_source"),
-        "dollars": dollars,
-        "estimate": ESTIMATE_NOTE,
-    }
 
 
 def attempt_dollars(entry: dict[str, Any]) -> float | None:

@@ -114,7 +114,7 @@ class Attempt:
 
     def record_spend(self) -> None:
         """This attempt's spend so far in trainbox.json, with the longest gap between two records: a later attempt
-        counts an attempt killed without an end up to its last record plus that gap (cost.lost_spend)."""
+        counts an attempt killed without an end up to its last record plus that gap (state.lost_spend)."""
         now = time.monotonic()
         last, gap = self._recorded
         gap = max(gap, now - last) if last else now - self.clock.started

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from entrypoint import state
 from entrypoint.errors import CostLimitError, PriceCeilingError
-from entrypoint.release import cost
 from entrypoint.state import Phase
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes.providers import FakeVast
@@ -93,7 +93,7 @@ def test_a_killed_attempts_spend_counts_towards_the_runs_cap_on_a_new_volume(
     last = next(commit for commit in hub_ctx.hub.commits(repo) if commit.timestamp < started)
     recorded = hub_state(hub_ctx, repo, revision=last.oid)
     assert recorded is not None and recorded["phase"] == Phase.TRAINING
-    expected = cost.lost_spend(recorded)
+    expected = state.lost_spend(recorded)
     assert expected is not None and expected["dollars"] > recorded["cost"]["dollars"]  # plus one interval
 
     final = local_state(second)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import settings
+from entrypoint import settings, state
 from entrypoint.cli import main
 from entrypoint.errors import ConfigError, PriceCeilingError
 from entrypoint.release import cost
@@ -162,25 +162,23 @@ def killed_attempt_state(hours: float, interval_seconds: float, price: float = 2
 
 
 def test_a_killed_attempt_counts_its_last_record_plus_one_interval_said_as_an_upper_estimate() -> None:
-    found = cost.lost_spend(killed_attempt_state(hours=1.0, interval_seconds=1800))
+    found = state.lost_spend(killed_attempt_state(hours=1.0, interval_seconds=1800))
     assert found is not None
     assert (found["hours"], found["dollars"]) == (1.5, 3.0)  # 1 h recorded + half an hour between records, at $2/h
     assert "upper estimate" in found["estimate"]
-    assert cost.lost_spend({"phase": "training"}) is None  # an older agent recorded no spend
+    assert state.lost_spend({"phase": "training"}) is None  # an older agent recorded no spend
 
 
 def test_the_run_state_records_a_killed_attempts_estimated_spend() -> None:
-    from entrypoint.state import RunState
-
-    state = RunState(Path("/nonexistent"), "run", killed_attempt_state(hours=1.0, interval_seconds=1800))
-    (lost,) = state.attempts
+    run = state.RunState(Path("/nonexistent"), "run", killed_attempt_state(hours=1.0, interval_seconds=1800))
+    (lost,) = run.attempts
     assert lost["reason"] == "lost" and lost["cost"]["dollars"] == 3.0 and lost["epochs_done"] == 3
 
 
 def test_earlier_attempts_add_up_and_say_what_is_left() -> None:
     attempts = [
         {"attempt": 1, "cost": {"hours": 1.0, "price_per_hour": 2.0, "dollars": 2.0}},
-        {"attempt": 2, "cost": {"hours": 1.5, "price_per_hour": 3.0, "dollars": 4.5, "estimate": cost.ESTIMATE_NOTE}},
+        {"attempt": 2, "cost": {"dollars": 4.5, "estimate": state.LOST_SPEND_NOTE}},  # killed: an upper estimate
         {"attempt": 3, "reason": "lost"},  # nothing on record
     ]
     spent = cost.earlier_spend(attempts)
