@@ -103,8 +103,9 @@ class Attempt:
         spent = self.spent()
         text = f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}"
         if self.earlier is not None and self.earlier.attempts:
-            total = self.earlier.dollars + (spent.get("dollars") or 0.0)
-            text += f" this attempt, ${total:.2f} with {self.earlier.line(None)}"
+            # this container's whole time (a try healed in it included), and the earlier attempts'
+            here = cost.spend(self.clock.elapsed(), self.price.per_hour)["dollars"] or 0.0
+            text += f" this attempt, ${self.earlier.dollars + here:.2f} with {self.earlier.line(None)}"
         return text
 
     def spent(self) -> dict[str, Any]:
@@ -115,10 +116,11 @@ class Attempt:
     def record_spend(self) -> None:
         """This attempt's spend so far in trainbox.json, with the longest gap between two records: a later attempt
         counts an attempt killed without an end up to its last record plus that gap (state.lost_spend)."""
-        now = time.monotonic()
-        last, gap = self._recorded
-        gap = max(gap, now - last) if last else now - self.clock.started
-        self._recorded = (now, gap)
+        with self._lock:  # the training loop, the uploader's thread and phase changes all record
+            now = time.monotonic()
+            last, gap = self._recorded
+            gap = max(gap, now - last) if last else now - self.clock.started
+            self._recorded = (now, gap)
         self.state.update(cost={**self.spent(), "interval_seconds": round(gap, 1)})
 
     def close_try(self) -> dict[str, Any]:
