@@ -183,8 +183,14 @@ def release_command(run_dir: Path | None, action: str | None, failed: bool, as_j
 @click.option(
     "--price", type=click.FloatRange(min=0), help="$/h of the instance (default: the table's, or PRICE_PER_HOUR)."
 )
-@click.option("--epochs", type=click.IntRange(min=1), help="Epochs to train (default: RUN_ARGS' epochs, else 300).")
-@click.option("--images", type=click.IntRange(min=1), help="Training images in the dataset (a local one is counted).")
+@click.option(
+    "--epochs", type=click.IntRange(min=1), help="Epochs to train (default: RUN_ARGS' epochs, else libreyolo's 300)."
+)
+@click.option(
+    "--images",
+    type=click.IntRange(min=1),
+    help="Training images (default: a local folder's, counted; else estimated from the tar's size).",
+)
 @click.option(
     "--seconds-per-image",
     type=click.FloatRange(min=0, min_open=True),
@@ -207,38 +213,16 @@ def plan(
     rebuild_cost: float | None,
     as_json: bool,
 ) -> None:
-    """Before renting: the run's dollars on a GPU (an estimate), the disk it needs, when stopping beats destroying."""
-    from .release import cost
-    from .report import estimate
-
-    report: dict[str, Any] = {}
-    lines: list[str] = []
-    wants_dollars = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
+    """Before renting: the run `trainbox run` would start, its dollars on a GPU (an estimate), the disk it needs,
+    when stopping beats destroying."""
+    from .report import plan as planning
     from .settings import dataset_named
 
-    named = dataset_named(os.environ)
-    settings = load_settings() if wants_dollars or disk_gb is None or named else None
-    if settings is not None:
-        found = estimate.for_plan(settings, gpu, price, epochs, images, seconds_per_image)
-        report["estimate"] = found.as_dict() if isinstance(found, estimate.Estimate) else {"missing": found}
-        lines += found.lines() if isinstance(found, estimate.Estimate) else [f"cost: {found}"]
-    if disk_gb is None or named:
-        # The disk this job needs, from the dataset tar's size on the Hub (nothing is downloaded).
-        from . import dataset
-
-        assert settings is not None
-        disk, disk_lines = dataset.disk_report(settings)
-        report["disk"] = disk
-        lines += disk_lines
-        if disk_gb is None:
-            disk_gb = float(disk["recommended_disk_gb"])
-    if storage_price is None:
-        lines.append("add --storage-price ($/GB-month) to see when stopping beats destroying")
-        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
-        return
-    stop_or_destroy = cost.StopOrDestroy(disk_gb=disk_gb, storage_price=storage_price, rebuild_cost=rebuild_cost)
-    report["stop_or_destroy"] = stop_or_destroy.as_dict()
-    lines += stop_or_destroy.lines()
+    options = planning.Options(gpu, price, epochs, images, seconds_per_image, disk_gb, storage_price, rebuild_cost)
+    wants_run = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
+    # The stop-or-destroy arithmetic alone (--disk-gb and --storage-price) reads no settings.
+    settings = load_settings() if wants_run or disk_gb is None or dataset_named(os.environ) else None
+    report, lines = planning.report(settings, options)
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
 
 

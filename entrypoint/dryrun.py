@@ -14,6 +14,7 @@ from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
 from .settings import DatasetKind, ExitAction, Settings, variables
 from .training import resume, sizing
+from .training.planned import planned
 from .training.process import build_command, device_arg
 
 
@@ -44,6 +45,7 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
         lines.append(f"nodes      {_nodes(settings)}")
     point_text, args = _resume(settings)
     lines.append(f"resume     {point_text}")
+    lines.append(f"training   {planned(args).describe()}")  # what `trainbox plan` prices
     feed = _feed(settings, args)
     lines += _feed_lines(feed)
     lines.append(f"command    + {shlex.join(_command(settings, args, feed.args))}")

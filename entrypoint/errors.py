@@ -245,6 +245,13 @@ class CostLimitError(StopRequested):
     reason = "max_cost"
 
 
+class PriceCeilingError(AgentError):
+    """The instance bills more per hour than MAX_PRICE_PER_HOUR: refused at the start, before the dataset."""
+
+    exit_code = 83
+    reason = "price_ceiling"
+
+
 class ReleaseError(AgentError):
     exit_code = 90
     reason = "release_failed"

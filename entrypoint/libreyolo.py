@@ -145,6 +145,11 @@ RELEASE_OPTIONS = {
 }
 
 
+# What ``libreyolo train`` 1.6.0 trains when the arguments name none (its cli/commands/train.py: typer's defaults):
+# `trainbox plan` prices and `trainbox run --dry-run` shows these (training/planned.py).
+TRAIN_DEFAULTS = {"model": "yolox-s", "epochs": "300", "imgsz": "640"}
+
+
 def installed_version() -> str | None:
     """The installed libreyolo's version, from its package metadata (nothing is imported)."""
     try:

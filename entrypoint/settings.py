@@ -112,7 +112,8 @@ class Settings:
     on_failure: ExitAction
     provider: ProviderAccess
     price_per_hour: float | None
-    max_cost: float | None = None  # dollars; the job is wrapped up once the spend reaches it
+    max_cost: float | None = None  # dollars; the job is wrapped up once the run's spend reaches it
+    max_price_per_hour: float | None = None  # $/h; an instance billing more is refused at the start
     card_license: str | None = None  # LICENSE: the model card's Hub license id
     libreyolo_command: str | None = None  # TRAINBOX_LIBREYOLO: a wrapper (or the tests' stand-in) for `libreyolo`
     cache_dir: Path | None = None  # TRAINBOX_CACHE_DIR: libreyolo's train options, answered once
@@ -215,8 +216,15 @@ class Vars:
         None,
     )
     MAX_COST = Variable(
-        "spending limit in dollars like 25: the run is wrapped up (exit 82) and released once the spend reaches it",
+        "spending limit in dollars like 25 for the whole run, every attempt's spend together: the run is wrapped"
+        " up (exit 82) and released once it is reached",
         parse.dollars("25", zero_ok=False),
+        None,
+    )
+    MAX_PRICE_PER_HOUR = Variable(
+        "price ceiling in $/h like 2.50: an instance billing more (the provider's price, else PRICE_PER_HOUR) is"
+        " refused at the start, before the dataset (exit 83), and released as ON_FAILURE says",
+        parse.dollars("2.50", zero_ok=True),
         None,
     )
     MAX_RUNTIME = Variable(
@@ -423,6 +431,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         provider=_provider(env),
         price_per_hour=Vars.PRICE_PER_HOUR.read(env),
         max_cost=Vars.MAX_COST.read(env),
+        max_price_per_hour=Vars.MAX_PRICE_PER_HOUR.read(env),
         monitor=Vars.MONITOR.read(env),
         monitor_host=Vars.MONITOR_HOST.read(env),
         profile=Vars.PROFILE.read(env),
@@ -470,7 +479,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
             "use ON_EXIT=exit and ON_FAILURE=exit; the launcher ends the machines when the job ends",
         )
     unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
-    for name in ("MAX_COST", "STOP_FLAT_SPEND"):  # dollars; with a provider, its price is read at start
+    # dollars; with a provider, its price is read at start
+    for name in ("MAX_COST", "STOP_FLAT_SPEND", "MAX_PRICE_PER_HOUR"):
         if name in env and unpriced:
             raise ConfigError(
                 f"{name}={env[name]} needs the instance's price, and no provider here reports one",
