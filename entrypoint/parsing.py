@@ -13,13 +13,12 @@ import enum
 import math
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from . import log
+from . import log, procs
 from .errors import ConfigError
 from .procs import SECRET_PROVIDER_VARS
 
@@ -387,8 +386,8 @@ def visible_gpus() -> int | None:
     smi = shutil.which("nvidia-smi")
     if smi is not None:
         try:
-            listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=15, check=False)
-        except (OSError, subprocess.SubprocessError):
+            listed = procs.run([smi, "-L"], timeout=15, echo=False)
+        except OSError:
             listed = None
         if listed is not None and listed.returncode == 0:
             return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
