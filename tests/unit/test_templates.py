@@ -96,6 +96,7 @@ def check_names(names: set[str]) -> None:
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "runpod-pod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml"}
     checked |= {"kubernetes.yaml", "kubernetes-multinode.yaml", ".beamignore", "kubernetes-jobset.yaml", "hf_jobs.sh"}
+    checked |= {"runpod.sh", "vast.sh"}  # tests/unit/test_launch_scripts.py
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -461,6 +462,11 @@ def gpu_and_price(name: str) -> tuple[str, str]:
         price = re.search(rf"^\s+{re.escape(defaults['FLAVOR'])}\) price=([\d.]+) ;;$", text, re.M)
         assert price and "PRICE_PER_HOUR=${PRICE_PER_HOUR:-$price}" in text
         return defaults["FLAVOR"], price.group(1)
+    if name in {"runpod.sh", "vast.sh"}:  # the price: RunPod's catalog, Vast.ai's offer (test_launch_scripts.py)
+        text = path.read_text()
+        gpu = re.search(r'^GPU="([^"]+)"$', text, re.M)
+        assert gpu and "--price-max" in text
+        return gpu.group(1), "provider"
     if name == "skypilot.yaml":
         task = yaml.safe_load(path.read_text())
         return str(task["resources"]["accelerators"]), task["envs"]["PRICE_PER_HOUR"]
