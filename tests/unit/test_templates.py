@@ -324,6 +324,11 @@ def test_kubernetes_jobset_restarts_every_node_together() -> None:
     assert 1 <= policy["maxRestarts"] <= 5 and policy["restartStrategy"] == "BlockingRecreate"
     first = policy["rules"][0]
     assert first["action"] == "FailJobSet" and first["onJobFailureReasons"] == ["PodFailurePolicy"]
+    # a Job that reached its activeDeadlineSeconds fails the set: a restart would bill as long again
+    deadline = [rule for rule in spec["failurePolicy"]["rules"] if "DeadlineExceeded" in rule["onJobFailureReasons"]]
+    assert [rule["action"] for rule in deadline] == ["FailJobSet"]
+    for rule in spec["failurePolicy"]["rules"]:
+        assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", rule["name"]), "JobSet's rule-name pattern"
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", first["name"]), "JobSet's rule-name pattern"
     _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
     assert job["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
