@@ -147,15 +147,27 @@ def kill_tree(
 
 
 # The warden's whole program (run with ``python -S``: no site, so it starts in milliseconds). It reads
-# ``+pid``/``-pid`` lines; at end of file (the agent is gone) it kills every registered child's group and tree.
+# ``+ pid``/``- pid`` lines and notes each child's start time at once; at end of file (the agent is gone) it kills
+# the group and tree of every child still registered and still the process it was (a pid reaped and reused by
+# another process since is left alone).
 _WARDEN = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-pids = set()
+def started(pid):  # the kernel's start time of a pid: the same pid started again later is another process
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+pids = {}
 for line in sys.stdin.buffer:
-    if line[:1] in (b"+", b"-") and line[1:].strip().isdigit():
-        (pids.add if line[:1] == b"+" else pids.discard)(int(line[1:]))
+    words = line.split()
+    if len(words) == 2 and words[0] == b"+" and words[1].isdigit():
+        pids[int(words[1])] = started(int(words[1]))
+    elif len(words) == 2 and words[0] == b"-" and words[1].isdigit():
+        pids.pop(int(words[1]), None)
+ours = [pid for pid, start in pids.items() if start is not None and started(pid) == start]
 def tree():
     children = {}
     for entry in os.listdir("/proc"):
@@ -166,7 +178,7 @@ def tree():
             except (OSError, ValueError, IndexError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    found, stack = set(), list(pids)
+    found, stack = set(), list(ours)
     while stack:
         pid = stack.pop()
         if pid not in found:
@@ -175,7 +187,7 @@ def tree():
     return found
 for _ in range(3):  # a child may start another while it is being killed
     doomed = tree()
-    for pid in pids:
+    for pid in ours:
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
@@ -197,10 +209,10 @@ class _Warden:
         self._owner = 0  # the pid that started it: a forked copy of the agent has no warden of its own
 
     def watch(self, pid: int) -> None:
-        self._say(f"+{pid}\n")
+        self._say(f"+ {pid}\n")
 
     def forget(self, pid: int) -> None:
-        self._say(f"-{pid}\n")
+        self._say(f"- {pid}\n")
 
     def _say(self, line: str) -> None:
         with self._lock:
