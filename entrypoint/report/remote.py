@@ -12,6 +12,7 @@ import contextlib
 import logging
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 # a closed port or no DNS fails at once): one line and exit 22 within 30 s.
 READ_DEADLINE = 18.0
 READ_ATTEMPTS = 3
+# huggingface_hub's client has no timeout of its own (a listing or a paths-info POST to a host that accepts and never
+# answers waits for ever): a look that has not answered by then is "cannot reach the Hub".
+LOOK_BOUND = 25.0
 # trainbox.json is a few KB (its attempts' history included); anything far larger is not one to render.
 STATE_MAX_BYTES = 4 * 1024 * 1024
 # Fields of trainbox.json the views read as objects: a remote file holding another type there is read as without.
@@ -47,6 +51,26 @@ def fetch_remote_state(
     the repo's, else the bucket's newest. ``RemoteReadError`` when the token cannot read the repo,
     ``RemoteUnreachableError`` when the Hub does not answer within ``READ_DEADLINE``. Whatever the file
     holds, what comes back has the types the views read (``sanitized``)."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def look() -> None:
+        try:
+            outcome.append((True, _fetch(hub, repo_id, run_name, bucket)))
+        except BaseException as error:  # handed to the caller's thread
+            outcome.append((False, error))
+
+    looking = threading.Thread(target=look, name="status-look", daemon=True)  # a hung request never holds the exit
+    looking.start()
+    looking.join(LOOK_BOUND)
+    if not outcome:
+        raise _unreachable(f"no answer within {LOOK_BOUND:.0f} s")
+    answered, value = outcome[0]
+    if not answered:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _fetch(hub: Hub, repo_id: str, run_name: str | None, bucket: str | None) -> dict[str, Any] | None:
     deadline = time.monotonic() + READ_DEADLINE
     with _quiet():
         in_repo = _repo_state(hub, repo_id, deadline)

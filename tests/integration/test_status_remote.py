@@ -169,6 +169,22 @@ def test_no_network_is_one_line_and_its_own_code_within_30_s(hub_ctx: HubContext
     assert shown.stdout == ""
 
 
+def test_a_hub_that_accepts_and_never_answers_is_unreachable_within_the_bound(
+    hub_ctx: HubContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as silent:  # connections queue in the backlog: accepted by the kernel, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        monkeypatch.setattr(remote, "LOOK_BOUND", 1.0)
+        hub = Hub(token=hub_ctx.read_token, endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        with pytest.raises(RemoteUnreachableError, match="no answer within 1 s"):
+            remote.fetch_remote_state(hub, "acme/yolo")
+        assert time.monotonic() - started < 5
+
+
 def test_watch_keeps_the_last_view_through_a_blip(
     hub_ctx: HubContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
