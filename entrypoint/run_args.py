@@ -168,9 +168,11 @@ def _check_imgsz(text: str, model: str, family: str | None) -> None:
     stride = libreyolo.IMGSZ_STRIDES.get(family or "")
     if stride and any(side % stride for side in numbers):
         nearest = "x".join(str(max(stride, round(side / stride) * stride)) for side in numbers)
+        up = "x".join(str(-(-side // stride) * stride) for side in numbers)
+        trained = f" ({up} is what libreyolo would train at)" if up != nearest else ""
         raise ConfigError(
             f"RUN_ARGS imgsz={text} is not a multiple of {model}'s stride {stride} (libreyolo would round it up)",
-            f"use imgsz={nearest}",
+            f"use imgsz={nearest}{trained}",
         )
 
 

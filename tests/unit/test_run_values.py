@@ -32,7 +32,7 @@ def make(tmp_path: Path, **env: str):
         ("imgsz=0", "imgsz=0 is not an image size", "imgsz=640"),
         ("imgsz=-640", "imgsz=-640 is not an image size", "imgsz=640"),
         ("imgsz=big", "imgsz='big' is not an image size", "imgsz=640"),
-        ("model=LibreYOLO9s.pt imgsz=100", "not a multiple of LibreYOLO9s.pt's stride 32", "use imgsz=96"),
+        ("model=LibreYOLO9s.pt imgsz=100", "not a multiple of LibreYOLO9s.pt's stride 32", "use imgsz=96 (128 is what"),
         ("model=yolo9-t imgsz=630", "yolo9-t's stride 32", "use imgsz=640"),
         ("model=LibreYOLO9E2Es.pt imgsz=20x700", "stride 32", "use imgsz=32x704"),
         ("model=yolov8n.pt", "yolov8n.pt is an Ultralytics model", "model=LibreYOLO9s.pt"),
