@@ -231,7 +231,12 @@ class Vars:
         "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
     )
     DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
-    GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")
+    GPUS = Variable(
+        "all, cpu, or device indices from 0 like 0,1 (GPUS=1 is the second GPU, not one GPU)",
+        plain(parse_gpus),
+        GpuSelection(),
+        "all",
+    )
     WORKDIR = Variable(
         "persistent volume root: data/, runs/RUN_NAME/ and the caches",
         parse.workdir,
