@@ -15,7 +15,7 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
-from .settings import Settings, debugging, variables
+from .settings import Settings, debugging, internal_variables, user_variables
 
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:
@@ -28,17 +28,17 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
 def _env_epilog() -> str:
     """The text under ``--help``: one line per row of settings' table, ``NAME [default]: meaning``."""
     lines = ["Environment variables (defaults in brackets; secrets are never printed):", ""]
-    for var in variables():
+    for var in user_variables():
         default = f" [{var.default}]" if var.default is not None else ""
         lines.append(f"  {var.name}{default}: {var.meaning}")
     return "\n".join(lines)
 
 
-def env_table(names: tuple[str, ...] | None = None) -> list[str]:
-    """The same rows as a Markdown table, for docs/configuration.md (every row) and README.md (``names``);
-    tests/unit/test_docs.py keeps both equal to it."""
+def env_table(names: tuple[str, ...] | None = None, *, internal: bool = False) -> list[str]:
+    """The same rows as a Markdown table, for docs/configuration.md (every row a person sets), README.md
+    (``names``) and docs/development.md (``internal``); tests/unit/test_docs.py keeps them equal to it."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for var in variables():
+    for var in internal_variables() if internal else user_variables():
         if names is None or var.name in names:
             rows.append(f"| `{var.name}` | {var.default if var.default is not None else 'unset'} | {var.meaning} |")
     return rows
@@ -305,7 +305,7 @@ def _main(argv: list[str] | None) -> None:
     except AgentError as error:
         if not logger.handlers:
             log.setup()
-        logger.error("error: %s", error)
+        logger.error("%s", error)  # the level is the one prefix: "ERROR: <what> — <fix>"
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
@@ -317,7 +317,7 @@ def _main(argv: list[str] | None) -> None:
     except Exception as error:  # an unknown failure still gets one clean, scrubbed line
         if not logger.handlers:
             log.setup()
-        logger.error("unexpected error: %s: %s", type(error).__name__, redact(str(error)))
+        logger.error("unexpected %s: %s", type(error).__name__, redact(str(error)))
         if debugging(os.environ):
             logger.exception("traceback")
         sys.exit(1)

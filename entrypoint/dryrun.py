@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings, variables
+from .settings import DatasetKind, ExitAction, Settings, user_variables
 from .training import resume, sizing
 from .training.planned import planned
 from .training.process import build_command, device_arg
@@ -20,7 +20,7 @@ from .training.process import build_command, device_arg
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:
     lines = ["dry run: nothing is checked on the GPU, downloaded, trained, uploaded or released", "", "settings"]
-    for var in variables():
+    for var in user_variables():
         value = env.get(var.name) or None
         if var.secret:
             shown = "set" if value else "unset"

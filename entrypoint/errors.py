@@ -281,6 +281,14 @@ class RemoteReadError(AccessError):
     reason = "remote_unreadable"
 
 
+class RemoteUnreachableError(AccessError):
+    """``trainbox status --repo``: the Hub did not answer (no network, DNS, a proxy, an outage). Not the
+    run's own exit either: the run may be training on."""
+
+    exit_code = 22
+    reason = "remote_unreachable"
+
+
 def all_errors() -> list[type[AgentError]]:
     """Every error class with an exit code of its own, in table order (docs/exit-codes.md's test reads it)."""
     seen: list[type[AgentError]] = []

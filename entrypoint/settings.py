@@ -239,7 +239,12 @@ class Vars:
         "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
     )
     DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
-    GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")
+    GPUS = Variable(
+        "all, cpu, or device indices from 0 like 0,1 (GPUS=1 is the second GPU, not one GPU)",
+        plain(parse_gpus),
+        GpuSelection(),
+        "all",
+    )
     WORKDIR = Variable(
         "persistent volume root: data/, runs/RUN_NAME/ and the caches",
         parse.workdir,
@@ -379,9 +384,29 @@ VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values
 _NAMES = frozenset(row.name for row in VARIABLES)
 
 
+# Set by a launcher, a provider or the tests, never by a person: --help, --dry-run and docs/configuration.md leave
+# them out (docs/development.md lists them).
+INTERNAL = frozenset({
+    "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "VAST_API_URL", "RUNPOD_API_URL", "SKYPILOT_NUM_NODES",
+    "SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE", "JOB_COMPLETION_INDEX", "HOSTNAME",
+    "WORLD_SIZE", "RANK", "PET_NNODES", "PET_NODE_RANK", "TRAINBOX_LIBREYOLO", "TRAINBOX_CACHE_DIR",
+    "TRAINBOX_GPU_PROBE", "TRAINBOX_PROC_SELF",
+})  # fmt: skip
+
+
 def variables() -> tuple[Variable[object], ...]:
-    """The table's rows, in order (--help, --dry-run, docs/configuration.md)."""
+    """Every row of the table, in order (what ``from_env`` may read)."""
     return VARIABLES
+
+
+def user_variables() -> tuple[Variable[object], ...]:
+    """The rows a person sets, in order (--help, --dry-run, docs/configuration.md)."""
+    return tuple(row for row in VARIABLES if row.name not in INTERNAL)
+
+
+def internal_variables() -> tuple[Variable[object], ...]:
+    """The rows a launcher, a provider or the tests set (docs/development.md)."""
+    return tuple(row for row in VARIABLES if row.name in INTERNAL)
 
 
 def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = None) -> Settings:
@@ -404,6 +429,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
     if "batch" not in effective:
         effective = effective.set("batch", "-1")
+    run_args.check_values(effective)  # epochs, batch, imgsz, model: refused here, before anything is spent
 
     hf_home = Vars.HF_HOME.read(env) or workdir / ".cache" / "huggingface"
     on_exit = Vars.ON_EXIT.read(env)
@@ -492,7 +518,16 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
                 f"ON_EXIT/ON_FAILURE={action} but no provider was detected",
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
+    _refuse_unusable(settings)
     return settings
+
+
+def _refuse_unusable(settings: Settings) -> None:
+    """GPUS indices this machine has no GPU for, NOTIFY services apprise does not know (parsing.py)."""
+    if settings.gpu_probe is None and settings.gpus.indices is not None:
+        parse.check_gpus(settings.gpus, parse.visible_gpus())
+    if settings.notify:
+        parse.check_notify("NOTIFY", settings.notify)
 
 
 def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> Lookout:

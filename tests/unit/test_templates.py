@@ -96,6 +96,7 @@ def check_names(names: set[str]) -> None:
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "runpod-pod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml"}
     checked |= {"kubernetes.yaml", "kubernetes-multinode.yaml", ".beamignore", "kubernetes-jobset.yaml", "hf_jobs.sh"}
+    checked |= {"runpod.sh", "vast.sh"}  # tests/unit/test_launch_scripts.py
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -327,6 +328,11 @@ def test_kubernetes_jobset_restarts_every_node_together() -> None:
     assert 1 <= policy["maxRestarts"] <= 5 and policy["restartStrategy"] == "BlockingRecreate"
     first = policy["rules"][0]
     assert first["action"] == "FailJobSet" and first["onJobFailureReasons"] == ["PodFailurePolicy"]
+    # a Job that reached its activeDeadlineSeconds fails the set: a restart would bill as long again
+    deadline = [rule for rule in spec["failurePolicy"]["rules"] if "DeadlineExceeded" in rule["onJobFailureReasons"]]
+    assert [rule["action"] for rule in deadline] == ["FailJobSet"]
+    for rule in spec["failurePolicy"]["rules"]:
+        assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", rule["name"]), "JobSet's rule-name pattern"
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", first["name"]), "JobSet's rule-name pattern"
     _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
     assert job["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
@@ -466,6 +472,11 @@ def gpu_and_price(name: str) -> tuple[str, str]:
         # the Hub's listed price first (test_hf_jobs_template.py holds it), the table as the fallback
         assert price and "PRICE_PER_HOUR=${PRICE_PER_HOUR:-${listed:-$price}}" in text
         return defaults["FLAVOR"], price.group(1)
+    if name in {"runpod.sh", "vast.sh"}:  # the price: RunPod's catalog, Vast.ai's offer (test_launch_scripts.py)
+        text = path.read_text()
+        gpu = re.search(r'^GPU="([^"]+)"$', text, re.M)
+        assert gpu and "--price-max" in text
+        return gpu.group(1), "provider"
     if name == "skypilot.yaml":
         task = yaml.safe_load(path.read_text())
         return str(task["resources"]["accelerators"]), task["envs"]["PRICE_PER_HOUR"]
