@@ -16,6 +16,7 @@ between fork and exec (``preexec_fn``, unsafe beside the agent's threads) or a w
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shlex
@@ -232,8 +233,22 @@ class _Warden:
             except OSError as error:  # no warden: the children still end with the job, as before
                 logger.debug("warden: %s", error)
 
+    def close(self) -> None:
+        """At a normal exit: end of file tells the warden to sweep what is left, and it is waited for briefly
+        (its pipe and process are not left to the interpreter's teardown)."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None or self._owner != os.getpid():
+            return
+        with contextlib.suppress(OSError):
+            assert process.stdin is not None
+            process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=2)
+
 
 _warden = _Warden()
+atexit.register(_warden.close)
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
