@@ -294,10 +294,10 @@ class Vars:
     )
     EXPORT = Variable[tuple[str, ...] | None](
         "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
-        " onnx, openvino, tensorrt (GPU only), torchscript, comma separated; off: none",
+        " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
+        " OUTPUT_REPO, else off)",
         export_formats.parse,
         None,
-        "onnx with OUTPUT_REPO, else off",
     )
     LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
     OOM_RETRIES = Variable(
