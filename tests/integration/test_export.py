@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from huggingface_hub import HfApi
 
 from tests.hubfixtures import HubContext
 from tests.integration.test_card import stand_in
-from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, trainbox_env
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
 
 
 def _warnings(stderr: str) -> list[str]:
@@ -121,3 +123,39 @@ def test_a_finished_run_publishes_a_checked_onnx_file_that_onnxruntime_runs(
     config = json.loads(hub_ctx.hub.file_bytes(repo, "config.json"))
     assert config["names"] == ["red", "green", "blue"] and config["imgsz"] == 64
     assert config["exports"] == {"onnx": "weights/best.onnx"}
+
+
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("cones")
+    workdir = tmp_path / "work"
+    env = trainbox_env(
+        workdir,
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
+        EXPORT="onnx,torchscript",
+        FAKE_EXPORT_MODE="hang",  # its `libreyolo export` never ends
+        **stand_in(tmp_path, epoch_seconds=0.1),
+    )
+    process = start_trainbox("run", env=env)
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if " export --model " in line:
+            break
+    time.sleep(0.5)  # the export child runs
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    output = "".join(seen) + rest
+    assert process.returncode == 0, output[-3000:]  # the training had finished: the run is done, the extras cut
+    assert "--format torchscript" not in output  # the next format is skipped, not started
+    (run_dir,) = (workdir / "runs").iterdir()
+    exports = json.loads((run_dir / "trainbox.json").read_text())["exports"]
+    assert exports["onnx"]["why"] == "libreyolo export onnx stopped: the machine is being taken back (SIGTERM)"
+    assert exports["torchscript"] == {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
+    assert "weights/best.pt" in HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
