@@ -23,7 +23,6 @@ from .errors import (
     StallError,
     UserInterruptError,
 )
-from .export import formats as export_formats
 from .export import hubconfig
 from .export import run as exports
 from .foreign import Area, Where
@@ -32,7 +31,7 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE
+from .libreyolo import STATUS_FILE, check_export_gpu
 from .log import logger
 from .release import cost
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
@@ -179,7 +178,7 @@ class Job:
         resume.stop_orphan(self.state.previous)
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
         self._gpu_indices = gpus.indices
-        export_formats.check_gpu(self.settings.export, has_gpu=gpus.indices is not None)  # the demo on the CPU
+        check_export_gpu(self.settings.export, has_gpu=gpus.indices is not None)  # the demo on the CPU
         self._nccl_env = preflight.nccl_env(gpus.details)
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())

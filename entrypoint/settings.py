@@ -22,7 +22,6 @@ from typing import NamedTuple
 from . import libreyolo, log, run_args, topology
 from . import parsing as parse
 from .errors import ConfigError
-from .export import formats as export_formats
 from .parsing import (
     DatasetKind,
     Declared,
@@ -296,7 +295,7 @@ class Vars:
         "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
         " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
         " OUTPUT_REPO, else off)",
-        export_formats.parse,
+        libreyolo.parse_export,
         None,
     )
     LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
@@ -526,8 +525,8 @@ def _export(env: Mapping[str, str], output_repo: str | None, gpus: GpuSelection)
     formats = Vars.EXPORT.read(env)
     if formats is None:
         formats = ("onnx",) if output_repo is not None else ()
-    export_formats.check_gpu(formats, has_gpu=not gpus.cpu)  # GPUS=all on a machine without one: the GPU check
-    export_formats.check_installed(formats)
+    libreyolo.check_export_gpu(formats, has_gpu=not gpus.cpu)  # GPUS=all on a machine without one: the GPU check
+    libreyolo.check_export_installed(formats)
     return formats
 
 

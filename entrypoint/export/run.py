@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import libreyolo, procs
+from ..libreyolo import EXPORT_FORMATS, ExportFormat
 from ..log import logger
 from ..settings import Settings
 from ..state import RunState
 from . import compare, verify
-from .formats import FORMATS, Format
 
 # libreyolo's ONNX export of a YOLOv9-s takes seconds on a CPU (docs/benchmarks.md); a TensorRT engine build
 # takes minutes on a large model. Past these the format is given up, the run goes on.
@@ -51,7 +51,7 @@ def export_all(
         elif data_yaml is None or not data_yaml.is_file():
             record = {"status": "failed", "why": "no dataset on this volume to check the export on"}
         else:
-            record = _one(settings, FORMATS[name], best, data_yaml, device, stopping)
+            record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping)
         if record["status"] != "published":
             logger.warning("export %s: not published: %s", name, record["why"])
         records[name] = record
@@ -60,7 +60,7 @@ def export_all(
 
 
 def _one(
-    settings: Settings, fmt: Format, best: Path, data_yaml: Path, device: str, stopping: Callable[[], bool]
+    settings: Settings, fmt: ExportFormat, best: Path, data_yaml: Path, device: str, stopping: Callable[[], bool]
 ) -> dict[str, Any]:
     scratch = settings.agent_dir / "export" / fmt.name
     shutil.rmtree(scratch, ignore_errors=True)
@@ -91,7 +91,7 @@ def _one(
 
 
 def _export(
-    settings: Settings, fmt: Format, best: Path, scratch: Path, device: str, stopping: Callable[[], bool]
+    settings: Settings, fmt: ExportFormat, best: Path, scratch: Path, device: str, stopping: Callable[[], bool]
 ) -> Path:
     argv = [libreyolo.executable(settings.libreyolo_command), "export", "--model", str(best), "--format", fmt.name]
     imgsz = settings.run_args.get("imgsz")
@@ -108,7 +108,7 @@ def _export(
 
 def _check(
     settings: Settings,
-    fmt: Format,
+    fmt: ExportFormat,
     best: Path,
     made: Path,
     data_yaml: Path,
@@ -155,7 +155,7 @@ def _run(
     return output
 
 
-def _published_name(fmt: Format, best: Path, checked: dict[str, Any]) -> str:
+def _published_name(fmt: ExportFormat, best: Path, checked: dict[str, Any]) -> str:
     """Its name beside best.pt; an engine's names the GPU architecture and TensorRT version it runs on."""
     if fmt.name == "tensorrt":
         return f"{best.stem}.{checked['arch']}.trt{checked['tensorrt']}.engine"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from entrypoint import libreyolo
 from entrypoint.errors import ConfigError
-from entrypoint.export import compare, formats, hubconfig
+from entrypoint.export import compare, hubconfig
 from entrypoint.export.run import _published_name
 from entrypoint.export.verify import validation_images
 from entrypoint.report import card_exports
@@ -17,8 +18,8 @@ from entrypoint.run_args import parse as parse_args
 
 
 def test_formats_are_read_in_order_once_with_libreyolos_aliases() -> None:
-    assert formats.parse("EXPORT", "onnx, engine,ONNX", None) == ("onnx", "tensorrt")
-    assert formats.parse("EXPORT", "off", None) == ()
+    assert libreyolo.parse_export("EXPORT", "onnx, engine,ONNX", None) == ("onnx", "tensorrt")
+    assert libreyolo.parse_export("EXPORT", "off", None) == ()
 
 
 @pytest.mark.parametrize(
@@ -27,25 +28,29 @@ def test_formats_are_read_in_order_once_with_libreyolos_aliases() -> None:
 )
 def test_a_format_the_agent_cannot_make_and_check_is_refused(value: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        formats.parse("EXPORT", value, None)
+        libreyolo.parse_export("EXPORT", value, None)
     assert words in str(caught.value) and caught.value.exit_code == 10
     assert "EXPORT=" in (caught.value.hint or "")
 
 
 def test_a_format_whose_packages_are_missing_names_the_image_that_has_them() -> None:
     present = {"onnx", "onnxruntime"}
-    formats.check_installed(("onnx", "torchscript"), find=lambda module: module if module in present else None)
+
+    def find(module: str) -> str | None:
+        return module if module in present else None
+
+    libreyolo.check_export_installed(("onnx", "torchscript"), find=find)
     with pytest.raises(ConfigError) as caught:
-        formats.check_installed(("onnx", "openvino"), find=lambda module: module if module in present else None)
+        libreyolo.check_export_installed(("onnx", "openvino"), find=find)
     assert "EXPORT=openvino needs openvino" in str(caught.value)
     assert "LIBREYOLO_EXTRAS=openvino" in (caught.value.hint or "")
 
 
 def test_tensorrt_needs_a_gpu() -> None:
-    formats.check_gpu(("onnx", "tensorrt"), has_gpu=True)
-    formats.check_gpu(("onnx",), has_gpu=False)
+    libreyolo.check_export_gpu(("onnx", "tensorrt"), has_gpu=True)
+    libreyolo.check_export_gpu(("onnx",), has_gpu=False)
     with pytest.raises(ConfigError, match="EXPORT=tensorrt needs a GPU"):
-        formats.check_gpu(("onnx", "tensorrt"), has_gpu=False)
+        libreyolo.check_export_gpu(("onnx", "tensorrt"), has_gpu=False)
 
 
 def _boxes(count: int, *, shift: float = 0.0, score_noise: float = 0.0) -> list[compare.Detection]:
@@ -83,11 +88,11 @@ def test_validation_images_are_read_through_data_yaml(tmp_path: Path) -> None:
 
 def test_a_tensorrt_engine_is_named_for_the_gpu_and_tensorrt_that_built_it() -> None:
     best = Path("run/weights/best.pt")
-    assert _published_name(formats.FORMATS["tensorrt"], best, {"arch": "sm89", "tensorrt": "10.13"}) == (
+    assert _published_name(libreyolo.EXPORT_FORMATS["tensorrt"], best, {"arch": "sm89", "tensorrt": "10.13"}) == (
         "best.sm89.trt10.13.engine"
     )
-    assert _published_name(formats.FORMATS["onnx"], best, {}) == "best.onnx"
-    assert _published_name(formats.FORMATS["openvino"], best, {}) == "best_openvino"
+    assert _published_name(libreyolo.EXPORT_FORMATS["onnx"], best, {}) == "best.onnx"
+    assert _published_name(libreyolo.EXPORT_FORMATS["openvino"], best, {}) == "best_openvino"
 
 
 def test_config_json_says_which_model_size_and_classes(tmp_path: Path) -> None:
