@@ -65,6 +65,7 @@ def _one(
     scratch = settings.agent_dir / "export" / fmt.name
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
+    _forget_earlier(fmt, best)  # an earlier attempt's file was made from another best.pt
     started = time.monotonic()
     try:
         made = _export(settings, fmt, best, scratch, device, stopping)
@@ -74,8 +75,9 @@ def _one(
         if not verdict.passed:
             raise ExportFailed(f"its detections differ from best.pt's: {verdict.describe()}")
         published = _publish(settings.run_dir, made, _published_name(fmt, best, checked))
-    except ExportFailed as error:
-        return {"status": "failed", "why": str(error), "seconds": round(time.monotonic() - started, 1)}
+    except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
+        why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
+        return {"status": "failed", "why": why, "seconds": round(time.monotonic() - started, 1)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     relative = published.relative_to(settings.run_dir).as_posix()
@@ -160,6 +162,17 @@ def _published_name(fmt: ExportFormat, best: Path, checked: dict[str, Any]) -> s
     if fmt.name == "tensorrt":
         return f"{best.stem}.{checked['arch']}.trt{checked['tensorrt']}.engine"
     return fmt.artifact(best).name
+
+
+def _forget_earlier(fmt: ExportFormat, best: Path) -> None:
+    """Remove this format's file an earlier attempt published beside best.pt (an extended run has a new best.pt):
+    a failed export must not leave a stale one to be published with the new weights."""
+    earlier = [fmt.artifact(best), *best.parent.glob(f"{best.stem}.*.engine")] if fmt.name == "tensorrt" else []
+    for path in earlier or [fmt.artifact(best)]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _publish(run_dir: Path, made: Path, name: str) -> Path:

@@ -11,7 +11,7 @@ import pytest
 from entrypoint import libreyolo
 from entrypoint.errors import ConfigError
 from entrypoint.export import compare, hubconfig
-from entrypoint.export.run import _published_name
+from entrypoint.export.run import _forget_earlier, _published_name
 from entrypoint.export.verify import validation_images
 from entrypoint.report import card_exports
 from entrypoint.run_args import parse as parse_args
@@ -126,3 +126,14 @@ def test_the_card_lists_each_export_with_a_snippet_or_why_not() -> None:
     assert "ort.InferenceSession(path)" in text
     assert "architecture sm89 with TensorRT 10.13" in text
     assert card_exports.section({}, "org/cones", "run") == []
+
+
+def test_an_earlier_attempts_export_is_removed_before_a_new_one(tmp_path: Path) -> None:
+    weights = tmp_path / "weights"
+    (weights / "best_openvino").mkdir(parents=True)
+    for name in ("best.pt", "best.onnx", "best.sm80.trt10.1.engine", "best.sm89.trt10.13.engine", "last.pt"):
+        (weights / name).write_bytes(b"x")
+    best = weights / "best.pt"
+    for name in ("onnx", "tensorrt", "openvino"):
+        _forget_earlier(libreyolo.EXPORT_FORMATS[name], best)
+    assert sorted(path.name for path in weights.iterdir()) == ["best.pt", "last.pt"]
