@@ -148,6 +148,11 @@ RELEASE_OPTIONS = {
 }
 
 
+# What ``libreyolo train`` 1.6.0 trains when the arguments name none (its cli/commands/train.py: typer's defaults):
+# `trainbox plan` prices and `trainbox run --dry-run` shows these (training/planned.py).
+TRAIN_DEFAULTS = {"model": "yolox-s", "epochs": "300", "imgsz": "640"}
+
+
 def installed_version() -> str | None:
     """The installed libreyolo's version, from its package metadata (nothing is imported)."""
     try:
@@ -281,6 +286,51 @@ def _options_from_help() -> dict[str, str]:
     if not options:
         raise ConfigError("cannot read libreyolo's train options", "check that `libreyolo train --help` works")
     return options
+
+
+# -- the models it knows (run_args.check_values refuses others; tests/unit/test_run_values.py reads the source)
+# libreyolo 1.6.0's weight-file prefixes (``FILENAME_PREFIX``) and the family each names (``FAMILY``; its CLI
+# aliases are ``<family>-<size>``, e.g. yolox-s). libreyolo finds the family by searching the file's name.
+FAMILIES = {
+    "LibreACT": "act_policy", "LibreAlexNet": "alexnet", "LibreBEN2": "ben2", "LibreBiRefNet": "birefnet",
+    "LibreCenterNet": "centernet", "LibreCLIP": "clip", "LibreConvNeXt": "convnext", "LibreConvNeXtV2": "convnextv2",
+    "LibreDDColor": "ddcolor", "LibreDeepLabv3": "deeplabv3", "LibreDeformableDETR": "deformable_detr",
+    "LibreDEIM": "deim", "LibreDEIMv2": "deimv2", "LibreDeiT": "deit", "LibreDEKR": "dekr",
+    "LibreDepthAnything3": "depth_anything3", "LibreDepthAnythingV2": "depth_anything", "LibreDETR": "detr",
+    "LibreDexiNed": "dexined", "LibreDFINE": "dfine", "LibreDiffusionPolicy": "diffusion_policy",
+    "LibreDINODETR": "dinodetr", "LibreDINOv2": "dinov2", "LibreDOMEDETR": "domedetr", "LibreEC": "ec",
+    "LibreEdgeTAM": "edgetam", "LibreEfficientDet": "efficientdet", "LibreEfficientNetV2": "efficientnetv2",
+    "LibreEoMT": "eomt", "LibreFasterRCNN": "faster_rcnn", "LibreFCN": "fcn", "LibreFCOS": "fcos",
+    "LibreFeyNobg": "feynobg", "LibreFlorence2": "florence2", "LibreFOMO": "fomo", "LibreGemma4": "gemma4",
+    "LibreGroundFlorence2": "ground_florence2", "LibreGroundingDINO": "grounding_dino",
+    "LibreGroundQwen3VL": "ground_qwen3vl", "LibreGTR": "gtr", "LibreHRNet": "hrnet", "LibreHVICIDNet": "hvi_cidnet",
+    "LibreInternVL3": "internvl3", "LibreKosmos2": "kosmos2", "LibreL2CS": "l2cs", "LibreLaMa": "lama",
+    "LibreLeVJEPA": "levjepa", "LibreLFM2VL": "lfm2vl", "LibreLingBotVision": "lingbotvision",
+    "LibreLWDETR": "lwdetr", "LibreMarigoldV2": "marigold_v2", "LibreMaskRCNN": "mask_rcnn", "LibreMiDaS": "midas",
+    "LibreMobileNetV4": "mobilenetv4", "LibreMobileSAM": "mobilesam", "LibreMODUS": "libremodus",
+    "LibreMoGe2": "moge2", "LibreMolmo2": "molmo2", "LibreMoondream": "moondream", "LibreNAFNet": "nafnet",
+    "LibreNorthMicroVision": "northmicrovision", "LibreOMDetTurbo": "omdet_turbo", "LibreOVDEIM": "ov_deim",
+    "LibreOWLv2": "owlv2", "LibrePE": "pe", "LibrePICODET": "picodet", "LibrePicoSAM3": "picosam3",
+    "LibrePIDNet": "pidnet", "LibrePPLiteSeg": "ppliteseg", "LibrePPOCR": "ppocr", "LibrePPYOLOE": "ppyoloe",
+    "LibreQuickSRNet": "quicksrnet", "LibreQwen3VL": "qwen3vl", "LibreRealESRGAN": "realesrgan",
+    "LibreResNet": "resnet", "LibreRetinaNet": "retinanet", "LibreRFDETR": "rfdetr", "LibreRTDETR": "rtdetr",
+    "LibreRTDETRv2": "rtdetrv2", "LibreRTDETRv4": "rtdetrv4", "LibreRTMDet": "rtmdet", "LibreSAM": "sam",
+    "LibreSAM2": "sam2", "LibreSAM3": "sam3", "LibreSAM3DBody": "sam3dbody", "LibreSegformer": "segformer",
+    "LibreShowUI": "showui", "LibreSigLIP2": "siglip2", "LibreSmolVLA": "smolvla", "LibreSmolVLM2": "smolvlm2",
+    "LibreSSD": "ssd", "LibreSwin": "swin", "LibreSwinIR": "swinir", "LibreTEED": "teed",
+    "LibreTinyFormer": "tinyformer", "LibreUNet": "unet", "LibreVGG": "vgg", "LibreViT": "vit",
+    "LibreViTMatte": "vitmatte", "LibreVJEPA2": "vjepa2", "LibreYOLO1": "yolo1", "LibreYOLO2": "yolo2",
+    "LibreYOLO3": "yolo3", "LibreYOLO4": "yolo4", "LibreYOLO7": "yolo7", "LibreYOLO9": "yolo9",
+    "LibreYOLO9E2E": "yolo9_e2e", "LibreYOLO9P2": "yolo9_p2", "LibreYOLONAS": "yolonas", "LibreYOLOX": "yolox",
+    "LibreZipDepth": "zipdepth", "LocateAnything": "locateanything", "SenseNovaVision": "sensenovavision",
+}  # fmt: skip
+# Families that only run on inputs aligned to their largest stride (``IMGSZ_STRIDE``): libreyolo rounds another
+# imgsz up with a warning, so the run would train at a size nobody asked for.
+IMGSZ_STRIDES = {"yolo9": 32, "yolo9_e2e": 32, "yolo9_p2": 32}
+# `libreyolo train`'s model when RUN_ARGS names none.
+DEFAULT_MODEL = "yolox-s"
+# The detectors a person most likely means, named when a model is refused.
+SUGGESTED = "LibreYOLO9{t,s,m,c}.pt, LibreYOLOX{n,t,s,m,l,x}.pt, LibreRTDETR…, LibreDFINE…, LibreDEIM…, LibreRFDETR…"
 
 
 # -- the formats of ``libreyolo export`` that EXPORT takes ---------------------------------------------

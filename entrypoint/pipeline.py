@@ -33,11 +33,10 @@ from .host import check as host_check
 from .hub import Hub
 from .libreyolo import STATUS_FILE, check_export_gpu
 from .log import logger
-from .release import cost
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
 from .report import notify, progress
-from .report.attempt import Attempt
+from .report.attempt import Attempt, spend_entry
 from .report.nextsteps import summary
 from .run_args import RunArgs
 from .settings import Settings
@@ -114,12 +113,7 @@ class Job:
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
         elif signum == signal.SIGALRM and self.clock.alarm_is_budget:
-            spent = cost.spend(self.clock.elapsed(), self.attempt.price.per_hour, self.attempt.price.source)
-            self.request_stop(
-                CostLimitError(
-                    f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}", "raise MAX_COST"
-                )
-            )
+            self.request_stop(CostLimitError(self.attempt.limit_message(), "raise MAX_COST"))
         elif signum == signal.SIGALRM:
             self.request_stop(
                 DeadlineError(f"MAX_RUNTIME ({self.settings.max_runtime:.0f} s) expired", "raise MAX_RUNTIME")
@@ -157,6 +151,7 @@ class Job:
                 )
                 self.already_complete = True
             else:
+                self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()
                 self._train(data, gpus.indices, point)
         except AgentError as error:
@@ -332,7 +327,8 @@ class Job:
             "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
         )
         notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
-        self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
+        spent = self.attempt.close_try()
+        self.state.next_attempt(attempt.exit_code, attempt.reason, cost=spend_entry(spent), **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
 

@@ -43,6 +43,7 @@ NO_STOP_HERE = {
     ("sync/uploader.py", "Uploader._commit_pending"): "the committer thread",
     ("sync/uploader.py", "Uploader._landed"): "the committer thread",
     ("training/process.py", "TrainingProcess._watch_liveness"): _THREAD,
+    ("report/remote.py", "fetch_remote_state.look"): "a look's thread: what it raises is raised again by its caller",
     ("release/end.py", "_publish"): _WRAP_UP,
     ("report/progress.py", "Progress.tick"): _TRAINING,
     ("report/progress.py", "Progress.publish"): _TRAINING,
