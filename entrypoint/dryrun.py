@@ -49,6 +49,8 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
     feed = _feed(settings, args)
     lines += _feed_lines(feed)
     lines.append(f"command    + {shlex.join(_command(settings, args, feed.args))}")
+    exports = ", ".join(settings.export) or "none"
+    lines.append(f"export     {exports}{' (from best.pt, each checked, beside it)' if settings.export else ''}")
     lines.append(f"release    {_release(settings)}")
     return lines
 

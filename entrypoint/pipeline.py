@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from . import dataset, preflight
 from .errors import (
@@ -22,13 +23,15 @@ from .errors import (
     StallError,
     UserInterruptError,
 )
+from .export import hubconfig
+from .export import run as exports
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE
+from .libreyolo import STATUS_FILE, check_export_gpu
 from .log import logger
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
@@ -77,6 +80,7 @@ class Job:
         self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
         self._new_run = False  # this start gave the run its id: it goes to the repo before training
+        self._gpu_indices: tuple[int, ...] | None = None  # the GPUs trained on (None: the CPU): exports use the first
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -168,6 +172,8 @@ class Job:
         # First: a trainer the previous attempt left running holds the GPUs and the disk the checks measure.
         resume.stop_orphan(self.state.previous)
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
+        self._gpu_indices = gpus.indices
+        check_export_gpu(self.settings.export, has_gpu=gpus.indices is not None)  # the demo on the CPU
         self._nccl_env = preflight.nccl_env(gpus.details)
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
@@ -426,6 +432,8 @@ class Job:
         if self.uploader is not None:
             self.state.update(sync=job_sync.report(self.uploader))
         phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
+        if phase is Phase.DONE and code == 0:
+            self._deliver()
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
@@ -441,6 +449,26 @@ class Job:
             self.notifier.settle(self.clock)
         self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
+
+    def _deliver(self) -> None:
+        """A finished run's deliverables beside best.pt, before the final publish: the EXPORT formats, each checked,
+        and config.json. Never fails the run: the weights are the product."""
+        if not self.settings.topology.leader or self.already_complete:
+            return
+        found = (self.state.snapshot().get("dataset") or {}).get("data_yaml")
+        data_yaml = Path(found) if isinstance(found, str) else None
+        try:
+            made: dict[str, dict[str, Any]] = {}
+            if self.settings.export:
+                device = "cpu" if self._gpu_indices is None else str(self._gpu_indices[0])
+                made = exports.export_all(
+                    self.settings, self.state, device=device, stopping=lambda: self.clock.preempted, data_yaml=data_yaml
+                )
+            if self.settings.output_repo is not None:
+                hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
+        except Exception as error:  # an export is a courtesy: never the run's failure
+            logger.warning("export: stopped: %s: %s", type(error).__name__, error)
+            self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
 
     def _publish_state(self) -> bool:
         """The release's question: does the Hub hold every completed epoch of this volume?"""

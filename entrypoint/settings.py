@@ -139,6 +139,7 @@ class Settings:
     notify_on: NotifyOn = NotifyOn.START_END
     stop_flat_spend: float | None = None  # dollars of training without STOP_MIN_GAIN in mAP50-95 end the run
     stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
+    export: tuple[str, ...] = ()  # EXPORT: formats made from best.pt at the end of a finished run, checked
 
     @property
     def is_demo(self) -> bool:
@@ -302,6 +303,13 @@ class Vars:
         parse.choice(NotifyOn),
         NotifyOn.START_END,
         "start,end",
+    )
+    EXPORT = Variable[tuple[str, ...] | None](
+        "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
+        " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
+        " OUTPUT_REPO, else off)",
+        libreyolo.parse_export,
+        None,
     )
     LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
     OOM_RETRIES = Variable(
@@ -481,6 +489,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         notify_on=Vars.NOTIFY_ON.read(env),
         stop_flat_spend=Vars.STOP_FLAT_SPEND.read(env),
         stop_min_gain=Vars.STOP_MIN_GAIN.read(env),
+        export=_export(env, output_repo, Vars.GPUS.read(env)),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -553,6 +562,17 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
     if value is not None and output_repo is None:
         raise ConfigError("CHECKPOINT_BUCKET without OUTPUT_REPO", "set OUTPUT_REPO=org/name as well")
     return value
+
+
+def _export(env: Mapping[str, str], output_repo: str | None, gpus: GpuSelection) -> tuple[str, ...]:
+    """EXPORT, or its default: ONNX when there is a repo to publish it to (the image carries its packages), so a
+    finished run's page offers the format most runtimes load; without a repo none (nobody gets a file)."""
+    formats = Vars.EXPORT.read(env)
+    if formats is None:
+        formats = ("onnx",) if output_repo is not None else ()
+    libreyolo.check_export_gpu(formats, has_gpu=not gpus.cpu)  # GPUS=all on a machine without one: the GPU check
+    libreyolo.check_export_installed(formats)
+    return formats
 
 
 def _publish_every(env: Mapping[str, str]) -> float | None:

@@ -56,6 +56,7 @@ NO_STOP_HERE = {
     ("dataset/hub_reads.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/fetch.py", "_Download.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
+    ("pipeline.py", "Job._deliver"): _WRAP_UP,
     ("release/providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
