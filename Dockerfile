@@ -77,11 +77,12 @@ RUN python3 -c 'import tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.t
 COPY README.md /opt/trainbox/
 COPY entrypoint /opt/trainbox/entrypoint
 # pip refuses a base whose Python is outside the project's requires-python. Smoke test: the agent, torch,
-# torchvision's compiled ops, OpenCV (without libGL) and libreyolo import, and the console script is on PATH.
+# torchvision's compiled ops, OpenCV (without libGL), libreyolo and EXPORT=onnx's packages import, and the
+# console script is on PATH.
 # libreyolo's train options are read once here (starting libreyolo to ask costs seconds on every start).
 ENV TRAINBOX_CACHE_DIR=/opt/trainbox/cache
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isolation /opt/trainbox \
- && python3 -c "import cv2, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
+ && python3 -c "import cv2, onnx, onnxruntime, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
  && python3 -c "import os, pathlib; from entrypoint import libreyolo; print(len(libreyolo.train_options(pathlib.Path(os.environ['TRAINBOX_CACHE_DIR']))), 'libreyolo train options')" \
  && mkdir -p "$TRAINBOX_CACHE_DIR" && chmod -R a+rX "$TRAINBOX_CACHE_DIR" \
  && trainbox --version

@@ -15,7 +15,7 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
-from .settings import Settings, debugging, variables
+from .settings import Settings, debugging, internal_variables, user_variables
 
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:
@@ -28,17 +28,17 @@ def load_settings(*, quiet_transfers: bool = False) -> Settings:
 def _env_epilog() -> str:
     """The text under ``--help``: one line per row of settings' table, ``NAME [default]: meaning``."""
     lines = ["Environment variables (defaults in brackets; secrets are never printed):", ""]
-    for var in variables():
+    for var in user_variables():
         default = f" [{var.default}]" if var.default is not None else ""
         lines.append(f"  {var.name}{default}: {var.meaning}")
     return "\n".join(lines)
 
 
-def env_table(names: tuple[str, ...] | None = None) -> list[str]:
-    """The same rows as a Markdown table, for docs/configuration.md (every row) and README.md (``names``);
-    tests/unit/test_docs.py keeps both equal to it."""
+def env_table(names: tuple[str, ...] | None = None, *, internal: bool = False) -> list[str]:
+    """The same rows as a Markdown table, for docs/configuration.md (every row a person sets), README.md
+    (``names``) and docs/development.md (``internal``); tests/unit/test_docs.py keeps them equal to it."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
-    for var in variables():
+    for var in internal_variables() if internal else user_variables():
         if names is None or var.name in names:
             rows.append(f"| `{var.name}` | {var.default if var.default is not None else 'unset'} | {var.meaning} |")
     return rows
@@ -183,8 +183,14 @@ def release_command(run_dir: Path | None, action: str | None, failed: bool, as_j
 @click.option(
     "--price", type=click.FloatRange(min=0), help="$/h of the instance (default: the table's, or PRICE_PER_HOUR)."
 )
-@click.option("--epochs", type=click.IntRange(min=1), help="Epochs to train (default: RUN_ARGS' epochs, else 300).")
-@click.option("--images", type=click.IntRange(min=1), help="Training images in the dataset (a local one is counted).")
+@click.option(
+    "--epochs", type=click.IntRange(min=1), help="Epochs to train (default: RUN_ARGS' epochs, else libreyolo's 300)."
+)
+@click.option(
+    "--images",
+    type=click.IntRange(min=1),
+    help="Training images (default: a local folder's, counted; else estimated from the tar's size).",
+)
 @click.option(
     "--seconds-per-image",
     type=click.FloatRange(min=0, min_open=True),
@@ -207,38 +213,16 @@ def plan(
     rebuild_cost: float | None,
     as_json: bool,
 ) -> None:
-    """Before renting: the run's dollars on a GPU (an estimate), the disk it needs, when stopping beats destroying."""
-    from .release import cost
-    from .report import estimate
-
-    report: dict[str, Any] = {}
-    lines: list[str] = []
-    wants_dollars = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
+    """Before renting: the run `trainbox run` would start, its dollars on a GPU (an estimate), the disk it needs,
+    when stopping beats destroying."""
+    from .report import plan as planning
     from .settings import dataset_named
 
-    named = dataset_named(os.environ)
-    settings = load_settings() if wants_dollars or disk_gb is None or named else None
-    if settings is not None:
-        found = estimate.for_plan(settings, gpu, price, epochs, images, seconds_per_image)
-        report["estimate"] = found.as_dict() if isinstance(found, estimate.Estimate) else {"missing": found}
-        lines += found.lines() if isinstance(found, estimate.Estimate) else [f"cost: {found}"]
-    if disk_gb is None or named:
-        # The disk this job needs, from the dataset tar's size on the Hub (nothing is downloaded).
-        from . import dataset
-
-        assert settings is not None
-        disk, disk_lines = dataset.disk_report(settings)
-        report["disk"] = disk
-        lines += disk_lines
-        if disk_gb is None:
-            disk_gb = float(disk["recommended_disk_gb"])
-    if storage_price is None:
-        lines.append("add --storage-price ($/GB-month) to see when stopping beats destroying")
-        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
-        return
-    stop_or_destroy = cost.StopOrDestroy(disk_gb=disk_gb, storage_price=storage_price, rebuild_cost=rebuild_cost)
-    report["stop_or_destroy"] = stop_or_destroy.as_dict()
-    lines += stop_or_destroy.lines()
+    options = planning.Options(gpu, price, epochs, images, seconds_per_image, disk_gb, storage_price, rebuild_cost)
+    wants_run = any(value is not None for value in (gpu, price, epochs, images, seconds_per_image))
+    # The stop-or-destroy arithmetic alone (--disk-gb and --storage-price) reads no settings.
+    settings = load_settings() if wants_run or disk_gb is None or dataset_named(os.environ) else None
+    report, lines = planning.report(settings, options)
     click.echo(json.dumps(report, indent=2) if as_json else "\n".join(lines))
 
 
@@ -321,7 +305,7 @@ def _main(argv: list[str] | None) -> None:
     except AgentError as error:
         if not logger.handlers:
             log.setup()
-        logger.error("error: %s", error)
+        logger.error("%s", error)  # the level is the one prefix: "ERROR: <what> — <fix>"
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
@@ -333,7 +317,7 @@ def _main(argv: list[str] | None) -> None:
     except Exception as error:  # an unknown failure still gets one clean, scrubbed line
         if not logger.handlers:
             log.setup()
-        logger.error("unexpected error: %s: %s", type(error).__name__, redact(str(error)))
+        logger.error("unexpected %s: %s", type(error).__name__, redact(str(error)))
         if debugging(os.environ):
             logger.exception("traceback")
         sys.exit(1)

@@ -12,14 +12,15 @@ from pathlib import Path
 
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings, variables
+from .settings import DatasetKind, ExitAction, Settings, user_variables
 from .training import resume, sizing
+from .training.planned import planned
 from .training.process import build_command, device_arg
 
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:
     lines = ["dry run: nothing is checked on the GPU, downloaded, trained, uploaded or released", "", "settings"]
-    for var in variables():
+    for var in user_variables():
         value = env.get(var.name) or None
         if var.secret:
             shown = "set" if value else "unset"
@@ -44,9 +45,12 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
         lines.append(f"nodes      {_nodes(settings)}")
     point_text, args = _resume(settings)
     lines.append(f"resume     {point_text}")
+    lines.append(f"training   {planned(args).describe()}")  # what `trainbox plan` prices
     feed = _feed(settings, args)
     lines += _feed_lines(feed)
     lines.append(f"command    + {shlex.join(_command(settings, args, feed.args))}")
+    exports = ", ".join(settings.export) or "none"
+    lines.append(f"export     {exports}{' (from best.pt, each checked, beside it)' if settings.export else ''}")
     lines.append(f"release    {_release(settings)}")
     return lines
 

@@ -278,6 +278,13 @@ class CostLimitError(StopRequested):
     reason = "max_cost"
 
 
+class PriceCeilingError(AgentError):
+    """The instance bills more per hour than MAX_PRICE_PER_HOUR: refused at the start, before the dataset."""
+
+    exit_code = 83
+    reason = "price_ceiling"
+
+
 class ReleaseError(AgentError):
     exit_code = 90
     reason = "release_failed"
@@ -305,6 +312,14 @@ class RemoteReadError(AccessError):
 
     exit_code = 21
     reason = "remote_unreadable"
+
+
+class RemoteUnreachableError(AccessError):
+    """``trainbox status --repo``: the Hub did not answer (no network, DNS, a proxy, an outage). Not the
+    run's own exit either: the run may be training on."""
+
+    exit_code = 22
+    reason = "remote_unreachable"
 
 
 def all_errors() -> list[type[AgentError]]:

@@ -1,4 +1,5 @@
-"""What the agent knows of LibreYOLO: its command, its ``train`` options, its exit codes, its run folder.
+"""What the agent knows of LibreYOLO: its command, its ``train`` options, its exit codes, its run folder, the export
+formats EXPORT takes.
 
 The run folder is ``WORKDIR/runs/RUN_NAME``. LibreYOLO writes its checkpoints in place, then renames
 ``status.json`` last; ``metrics.jsonl`` gets one row per epoch. The accepted ``train`` keys of the
@@ -22,6 +23,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import procs
@@ -143,6 +146,11 @@ RELEASE_OPTIONS = {
         allow_download_scripts:bool
     """,
 }
+
+
+# What ``libreyolo train`` 1.6.0 trains when the arguments name none (its cli/commands/train.py: typer's defaults):
+# `trainbox plan` prices and `trainbox run --dry-run` shows these (training/planned.py).
+TRAIN_DEFAULTS = {"model": "yolox-s", "epochs": "300", "imgsz": "640"}
 
 
 def installed_version() -> str | None:
@@ -278,3 +286,138 @@ def _options_from_help() -> dict[str, str]:
     if not options:
         raise ConfigError("cannot read libreyolo's train options", "check that `libreyolo train --help` works")
     return options
+
+
+# -- the models it knows (run_args.check_values refuses others; tests/unit/test_run_values.py reads the source)
+# libreyolo 1.6.0's weight-file prefixes (``FILENAME_PREFIX``) and the family each names (``FAMILY``; its CLI
+# aliases are ``<family>-<size>``, e.g. yolox-s). libreyolo finds the family by searching the file's name.
+FAMILIES = {
+    "LibreACT": "act_policy", "LibreAlexNet": "alexnet", "LibreBEN2": "ben2", "LibreBiRefNet": "birefnet",
+    "LibreCenterNet": "centernet", "LibreCLIP": "clip", "LibreConvNeXt": "convnext", "LibreConvNeXtV2": "convnextv2",
+    "LibreDDColor": "ddcolor", "LibreDeepLabv3": "deeplabv3", "LibreDeformableDETR": "deformable_detr",
+    "LibreDEIM": "deim", "LibreDEIMv2": "deimv2", "LibreDeiT": "deit", "LibreDEKR": "dekr",
+    "LibreDepthAnything3": "depth_anything3", "LibreDepthAnythingV2": "depth_anything", "LibreDETR": "detr",
+    "LibreDexiNed": "dexined", "LibreDFINE": "dfine", "LibreDiffusionPolicy": "diffusion_policy",
+    "LibreDINODETR": "dinodetr", "LibreDINOv2": "dinov2", "LibreDOMEDETR": "domedetr", "LibreEC": "ec",
+    "LibreEdgeTAM": "edgetam", "LibreEfficientDet": "efficientdet", "LibreEfficientNetV2": "efficientnetv2",
+    "LibreEoMT": "eomt", "LibreFasterRCNN": "faster_rcnn", "LibreFCN": "fcn", "LibreFCOS": "fcos",
+    "LibreFeyNobg": "feynobg", "LibreFlorence2": "florence2", "LibreFOMO": "fomo", "LibreGemma4": "gemma4",
+    "LibreGroundFlorence2": "ground_florence2", "LibreGroundingDINO": "grounding_dino",
+    "LibreGroundQwen3VL": "ground_qwen3vl", "LibreGTR": "gtr", "LibreHRNet": "hrnet", "LibreHVICIDNet": "hvi_cidnet",
+    "LibreInternVL3": "internvl3", "LibreKosmos2": "kosmos2", "LibreL2CS": "l2cs", "LibreLaMa": "lama",
+    "LibreLeVJEPA": "levjepa", "LibreLFM2VL": "lfm2vl", "LibreLingBotVision": "lingbotvision",
+    "LibreLWDETR": "lwdetr", "LibreMarigoldV2": "marigold_v2", "LibreMaskRCNN": "mask_rcnn", "LibreMiDaS": "midas",
+    "LibreMobileNetV4": "mobilenetv4", "LibreMobileSAM": "mobilesam", "LibreMODUS": "libremodus",
+    "LibreMoGe2": "moge2", "LibreMolmo2": "molmo2", "LibreMoondream": "moondream", "LibreNAFNet": "nafnet",
+    "LibreNorthMicroVision": "northmicrovision", "LibreOMDetTurbo": "omdet_turbo", "LibreOVDEIM": "ov_deim",
+    "LibreOWLv2": "owlv2", "LibrePE": "pe", "LibrePICODET": "picodet", "LibrePicoSAM3": "picosam3",
+    "LibrePIDNet": "pidnet", "LibrePPLiteSeg": "ppliteseg", "LibrePPOCR": "ppocr", "LibrePPYOLOE": "ppyoloe",
+    "LibreQuickSRNet": "quicksrnet", "LibreQwen3VL": "qwen3vl", "LibreRealESRGAN": "realesrgan",
+    "LibreResNet": "resnet", "LibreRetinaNet": "retinanet", "LibreRFDETR": "rfdetr", "LibreRTDETR": "rtdetr",
+    "LibreRTDETRv2": "rtdetrv2", "LibreRTDETRv4": "rtdetrv4", "LibreRTMDet": "rtmdet", "LibreSAM": "sam",
+    "LibreSAM2": "sam2", "LibreSAM3": "sam3", "LibreSAM3DBody": "sam3dbody", "LibreSegformer": "segformer",
+    "LibreShowUI": "showui", "LibreSigLIP2": "siglip2", "LibreSmolVLA": "smolvla", "LibreSmolVLM2": "smolvlm2",
+    "LibreSSD": "ssd", "LibreSwin": "swin", "LibreSwinIR": "swinir", "LibreTEED": "teed",
+    "LibreTinyFormer": "tinyformer", "LibreUNet": "unet", "LibreVGG": "vgg", "LibreViT": "vit",
+    "LibreViTMatte": "vitmatte", "LibreVJEPA2": "vjepa2", "LibreYOLO1": "yolo1", "LibreYOLO2": "yolo2",
+    "LibreYOLO3": "yolo3", "LibreYOLO4": "yolo4", "LibreYOLO7": "yolo7", "LibreYOLO9": "yolo9",
+    "LibreYOLO9E2E": "yolo9_e2e", "LibreYOLO9P2": "yolo9_p2", "LibreYOLONAS": "yolonas", "LibreYOLOX": "yolox",
+    "LibreZipDepth": "zipdepth", "LocateAnything": "locateanything", "SenseNovaVision": "sensenovavision",
+}  # fmt: skip
+# Families that only run on inputs aligned to their largest stride (``IMGSZ_STRIDE``): libreyolo rounds another
+# imgsz up with a warning, so the run would train at a size nobody asked for.
+IMGSZ_STRIDES = {"yolo9": 32, "yolo9_e2e": 32, "yolo9_p2": 32}
+# `libreyolo train`'s model when RUN_ARGS names none.
+DEFAULT_MODEL = "yolox-s"
+# The detectors a person most likely means, named when a model is refused.
+SUGGESTED = "LibreYOLO9{t,s,m,c}.pt, LibreYOLOX{n,t,s,m,l,x}.pt, LibreRTDETR…, LibreDFINE…, LibreDEIM…, LibreRFDETR…"
+
+
+# -- the formats of ``libreyolo export`` that EXPORT takes ---------------------------------------------
+# Only formats the agent can check by running them are offered: each is loaded by its own runtime and compared
+# with the ``.pt`` (export/verify.py). A format is refused before anything is spent when the image lacks its
+# packages (``missing``: looked up with ``importlib.util.find_spec``, nothing imported), or, for TensorRT, when
+# the run has no GPU: an engine is built for the GPU family it will run on.
+# Every format `libreyolo export --format` 1.6.0 knows (libreyolo/export/support.py), aliases resolved.
+ALL_EXPORT_FORMATS = frozenset(
+    {"onnx", "torchscript", "executorch", "tensorrt", "openvino", "paddle", "mnn", "rknn", "ncnn", "tflite"}
+    | {"coreml", "coreai"}
+)
+EXPORT_ALIASES = {"engine": "tensorrt", "litert": "tflite"}
+EXPORT_OFF = "off"
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    name: str
+    modules: tuple[str, ...]  # what the export and its check import (onnx: the intermediate graph too)
+    extra: str  # libreyolo's extra that installs them
+    runtime: str  # what loads the file, for the card and the logs
+    gpu: bool = False  # built for the GPU it runs on: only on a run with a GPU
+    directory: bool = False  # a folder of files, not one file
+
+    def artifact(self, stem: Path) -> Path:
+        """Where ``libreyolo export`` writes it for ``weights/best.pt`` (its own naming)."""
+        suffix = {"onnx": ".onnx", "torchscript": ".torchscript", "tensorrt": ".engine"}.get(self.name)
+        return stem.with_suffix(suffix) if suffix else stem.with_name(f"{stem.stem}_{self.name}")
+
+    def missing(self, find: Callable[[str], object | None] = importlib.util.find_spec) -> list[str]:
+        return [module for module in self.modules if find(module) is None]
+
+
+EXPORT_FORMATS = {
+    fmt.name: fmt
+    for fmt in (
+        ExportFormat("onnx", ("onnx", "onnxruntime"), "onnx", "ONNX Runtime"),
+        ExportFormat("openvino", ("onnx", "openvino"), "openvino", "OpenVINO Runtime", directory=True),
+        ExportFormat("tensorrt", ("onnx", "tensorrt"), "tensorrt", "TensorRT", gpu=True),
+        ExportFormat("torchscript", (), "", "TorchScript (torch.jit)"),
+    )
+}
+
+
+def parse_export(name: str, value: str, _unset: object) -> tuple[str, ...]:
+    """``onnx,openvino`` → its formats in order, each once; ``off`` → none. A name libreyolo does not know, or one
+    the agent cannot check, is refused here."""
+    words = [EXPORT_ALIASES.get(word, word) for word in (part.strip().lower() for part in value.split(",")) if word]
+    if words == [EXPORT_OFF]:
+        return ()
+    found: list[str] = []
+    for word in words:
+        if word not in EXPORT_FORMATS:
+            known = "libreyolo exports it, but Trainbox cannot check it" if word in ALL_EXPORT_FORMATS else "unknown"
+            raise ConfigError(
+                f"{name}: format {word!r}: {known}",
+                f"use {', '.join(EXPORT_FORMATS)} (comma separated), or {name}=off",
+            )
+        if word not in found:
+            found.append(word)
+    if not found:
+        raise ConfigError(f"{name} names no format", f"e.g. {name}=onnx, or {name}=off")
+    return tuple(found)
+
+
+def check_export_installed(
+    formats: tuple[str, ...], find: Callable[[str], object | None] = importlib.util.find_spec
+) -> None:
+    """Every format's packages are importable here; else exit 10 naming the image variant that has them."""
+    for name in formats:
+        missing = EXPORT_FORMATS[name].missing(find)
+        if missing:
+            extra = EXPORT_FORMATS[name].extra
+            raise ConfigError(
+                f"EXPORT={name} needs {', '.join(missing)}, which this image lacks",
+                f"build the image with --build-arg LIBREYOLO_EXTRAS={extra} (or pip install 'libreyolo[{extra}]'),"
+                f" or drop {name} from EXPORT",
+            )
+
+
+def check_export_gpu(formats: tuple[str, ...], has_gpu: bool) -> None:
+    """TensorRT builds an engine for the GPU it runs on: without one there is nothing to build it for."""
+    needing = [name for name in formats if EXPORT_FORMATS[name].gpu]
+    if needing and not has_gpu:
+        raise ConfigError(
+            f"EXPORT={','.join(needing)} needs a GPU (an engine is built for the GPU family it runs on),"
+            " and this run trains on the CPU",
+            f"run on a GPU, or drop {','.join(needing)} from EXPORT (onnx runs anywhere)",
+        )

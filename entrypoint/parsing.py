@@ -12,12 +12,13 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from . import log
+from . import log, procs
 from .errors import ConfigError
 from .procs import SECRET_PROVIDER_VARS
 
@@ -263,8 +264,9 @@ def dollars(example: str, *, zero_ok: bool) -> Parser[float]:
 
 def urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
     """NOTIFY: URLs, comma separated, each a secret of its own (redacted wherever it shows alone). The form
-    only: whether apprise can use each is asked when the job starts (report/notify.py)."""
-    found = tuple(Secret(part.strip()) for part in value.split(",") if part.strip())
+    only: the service is checked by settings (check_notify, below), the whole URL when the job starts
+    (report/notify.py)."""
+    found = tuple(Secret(part.strip()) for part in _split_urls(value) if part.strip())
     for index, url in enumerate(found, 1):
         scheme, sep, rest = url.reveal().partition("://")
         if not sep or not scheme or not rest or any(ch.isspace() for ch in url.reveal()):
@@ -275,6 +277,34 @@ def urls(name: str, value: str, _unset: object) -> tuple[Secret, ...]:
     if not found:
         raise ConfigError(f"{name} names no URL", f"e.g. {name}=ntfy://my-topic, or leave it unset")
     return found
+
+
+def check_notify(name: str, urls: Sequence[Secret]) -> None:
+    """Each NOTIFY URL's scheme is a service apprise knows (the URL's details are judged when it is used)."""
+    try:
+        from apprise.manager_plugins import NotificationManager
+    except ImportError:
+        raise ConfigError(
+            f"{name} is set but apprise is not installed", f"pip install apprise, or unset {name}"
+        ) from None
+    known = NotificationManager()  # type: ignore[no-untyped-call]
+    for number, url in enumerate(urls, 1):
+        scheme = url.reveal().partition("://")[0].lower()
+        if scheme not in known:
+            raise ConfigError(
+                f"{name}: target {number} ({scheme}://…) is not a service apprise knows",
+                "see https://appriseit.com/services/ for each service's URL, e.g. ntfy://my-topic",
+            )
+
+
+def _split_urls(value: str) -> list[str]:
+    """apprise's own split (a comma inside a URL, ``mailto://…?to=a@x,b@y``, stays in it); by commas without it."""
+    try:
+        from apprise.utils.parse import parse_urls
+    except ImportError:
+        return value.split(",")
+    found = parse_urls(value)  # type: ignore[no-untyped-call]
+    return [str(url).rstrip(",;") for url in found]  # it keeps a list's trailing comma
 
 
 # -- the choices and the types of Settings' fields (settings.py re-exports them) -----------------
@@ -347,6 +377,39 @@ def parse_gpus(value: str) -> GpuSelection:
     if not parts or not all(part.isdigit() for part in parts) or len(set(parts)) != len(parts):
         raise ConfigError(f"GPUS={value!r} is not valid", "use GPUS=all, GPUS=cpu or a list of indices like GPUS=0,1")
     return GpuSelection(indices=tuple(int(part) for part in parts))
+
+
+def check_gpus(selection: GpuSelection, count: int | None) -> None:
+    """Listed indices that this machine has no GPU for; ``count``: its GPUs (None: no driver to ask, which
+    the GPU check reports)."""
+    if selection.indices is None or not count:
+        return
+    missing = [index for index in selection.indices if index >= count]
+    if missing:
+        have = f"{count} GPU{'s' if count != 1 else ''} (index{'es' if count != 1 else ''} 0-{count - 1})"
+        raise ConfigError(
+            f"GPUS={selection} names GPU index {','.join(map(str, missing))}, and this machine has {have}",
+            "GPUS lists device indices from 0, not a count: GPUS=all trains on every GPU, GPUS=0 on the first,"
+            " GPUS=0,1 on the first two",
+        )
+
+
+def visible_gpus() -> int | None:
+    """How many NVIDIA GPUs this machine shows, counted without CUDA (the agent never initialises it: a
+    CUDA context in the agent would hold GPU memory beside training): ``nvidia-smi -L``, else the driver's
+    /proc entries; None when neither is there."""
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            listed = procs.run([smi, "-L"], timeout=15, echo=False)
+        except OSError:
+            listed = None
+        if listed is not None and listed.returncode == 0:
+            return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+    try:
+        return len(list(Path("/proc/driver/nvidia/gpus").iterdir())) or None
+    except OSError:
+        return None
 
 
 def dataset_source(_name: str, value: str, _unset: object) -> tuple[DatasetKind, str | None]:

@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from . import dataset, preflight
 from .errors import (
@@ -22,19 +23,20 @@ from .errors import (
     StallError,
     UserInterruptError,
 )
+from .export import hubconfig
+from .export import run as exports
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE
+from .libreyolo import STATUS_FILE, check_export_gpu
 from .log import logger
-from .release import cost
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
 from .report import notify, progress
-from .report.attempt import Attempt
+from .report.attempt import Attempt, spend_entry
 from .report.nextsteps import summary
 from .run_args import RunArgs
 from .settings import Settings
@@ -78,6 +80,7 @@ class Job:
         self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
         self._new_run = False  # this start gave the run its id: it goes to the repo before training
+        self._gpu_indices: tuple[int, ...] | None = None  # the GPUs trained on (None: the CPU): exports use the first
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -110,12 +113,7 @@ class Job:
         elif signum == signal.SIGINT:
             self.request_stop(UserInterruptError("interrupted (Ctrl-C)"))
         elif signum == signal.SIGALRM and self.clock.alarm_is_budget:
-            spent = cost.spend(self.clock.elapsed(), self.attempt.price.per_hour, self.attempt.price.source)
-            self.request_stop(
-                CostLimitError(
-                    f"MAX_COST (${self.settings.max_cost:.2f}) reached: {cost.describe_spend(spent)}", "raise MAX_COST"
-                )
-            )
+            self.request_stop(CostLimitError(self.attempt.limit_message(), "raise MAX_COST"))
         elif signum == signal.SIGALRM:
             self.request_stop(
                 DeadlineError(f"MAX_RUNTIME ({self.settings.max_runtime:.0f} s) expired", "raise MAX_RUNTIME")
@@ -153,6 +151,7 @@ class Job:
                 )
                 self.already_complete = True
             else:
+                self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()
                 self._train(data, gpus.indices, point)
         except AgentError as error:
@@ -173,6 +172,8 @@ class Job:
         # First: a trainer the previous attempt left running holds the GPUs and the disk the checks measure.
         resume.stop_orphan(self.state.previous)
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
+        self._gpu_indices = gpus.indices
+        check_export_gpu(self.settings.export, has_gpu=gpus.indices is not None)  # the demo on the CPU
         self._nccl_env = preflight.nccl_env(gpus.details)
         self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
@@ -326,7 +327,8 @@ class Job:
             "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
         )
         notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
-        self.state.next_attempt(attempt.exit_code, attempt.reason, **attempt.record())
+        spent = self.attempt.close_try()
+        self.state.next_attempt(attempt.exit_code, attempt.reason, cost=spend_entry(spent), **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
 
@@ -430,6 +432,8 @@ class Job:
         if self.uploader is not None:
             self.state.update(sync=job_sync.report(self.uploader))
         phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
+        if phase is Phase.DONE and code == 0:
+            self._deliver()
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
@@ -445,6 +449,26 @@ class Job:
             self.notifier.settle(self.clock)
         self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
         return code if release_code is None else release_code
+
+    def _deliver(self) -> None:
+        """A finished run's deliverables beside best.pt, before the final publish: the EXPORT formats, each checked,
+        and config.json. Never fails the run: the weights are the product."""
+        if not self.settings.topology.leader or self.already_complete:
+            return
+        found = (self.state.snapshot().get("dataset") or {}).get("data_yaml")
+        data_yaml = Path(found) if isinstance(found, str) else None
+        try:
+            made: dict[str, dict[str, Any]] = {}
+            if self.settings.export:
+                device = "cpu" if self._gpu_indices is None else str(self._gpu_indices[0])
+                made = exports.export_all(
+                    self.settings, self.state, device=device, stopping=lambda: self.clock.preempted, data_yaml=data_yaml
+                )
+            if self.settings.output_repo is not None:
+                hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
+        except Exception as error:  # an export is a courtesy: never the run's failure
+            logger.warning("export: stopped: %s: %s", type(error).__name__, error)
+            self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
 
     def _publish_state(self) -> bool:
         """The release's question: does the Hub hold every completed epoch of this volume?"""

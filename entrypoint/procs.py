@@ -5,15 +5,24 @@ libreyolo's multi-GPU launch starts its coordinator in a session of its own, so 
 child's process group is not enough: ``kill_tree`` also signals every descendant found in /proc.
 A child stuck in the kernel (a GPU that fell off the bus) survives even SIGKILL: after
 ``KILL_WAIT`` it is recorded as unreaped and left behind, so the job still reaches its release.
+
+Every child dies with the agent, however the agent ends (``kill -9``, the OOM killer, a supervisor): a
+small warden process (``_Warden``) holds the read end of a pipe whose write end only the agent holds, and is
+told each child's pid. When the pipe closes (the kernel closes it when the agent dies) it SIGKILLs every
+child still registered and its whole tree. Not ``PR_SET_PDEATHSIG``: it fires when the *thread* that started
+the child ends, and the agent starts children from threads that end before them; setting it needs code run
+between fork and exec (``preexec_fn``, unsafe beside the agent's threads) or a wrapper around every command.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -138,6 +147,110 @@ def kill_tree(
     return wait(kill_wait)
 
 
+# The warden's whole program (run with ``python -S``: no site, so it starts in milliseconds). It reads
+# ``+ pid``/``- pid`` lines and notes each child's start time at once; at end of file (the agent is gone) it kills
+# the group and tree of every child still registered and still the process it was (a pid reaped and reused by
+# another process since is left alone).
+_WARDEN = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+def started(pid):  # the kernel's start time of a pid: the same pid started again later is another process
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+pids = {}
+for line in sys.stdin.buffer:
+    words = line.split()
+    if len(words) == 2 and words[0] == b"+" and words[1].isdigit():
+        pids[int(words[1])] = started(int(words[1]))
+    elif len(words) == 2 and words[0] == b"-" and words[1].isdigit():
+        pids.pop(int(words[1]), None)
+ours = [pid for pid, start in pids.items() if start is not None and started(pid) == start]
+def tree():
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry, "rb") as stat:
+                    ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = set(), list(ours)
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.add(pid)
+            stack.extend(children.get(pid, ()))
+    return found
+for _ in range(3):  # a child may start another while it is being killed
+    doomed = tree()
+    for pid in ours:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+class _Warden:
+    """The one warden of this process, started with its first child (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._owner = 0  # the pid that started it: a forked copy of the agent has no warden of its own
+
+    def watch(self, pid: int) -> None:
+        self._say(f"+ {pid}\n")
+
+    def forget(self, pid: int) -> None:
+        self._say(f"- {pid}\n")
+
+    def _say(self, line: str) -> None:
+        with self._lock:
+            try:
+                if self._process is None or self._owner != os.getpid() or self._process.poll() is not None:
+                    self._process = subprocess.Popen(
+                        [sys.executable, "-S", "-c", _WARDEN],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        start_new_session=True,  # a Ctrl-C or a group signal meant for the agent's children
+                    )
+                    self._owner = os.getpid()
+                assert self._process.stdin is not None
+                self._process.stdin.write(line.encode())
+                self._process.stdin.flush()
+            except OSError as error:  # no warden: the children still end with the job, as before
+                logger.debug("warden: %s", error)
+
+    def close(self) -> None:
+        """At a normal exit: end of file tells the warden to sweep what is left, and it is waited for briefly
+        (its pipe and process are not left to the interpreter's teardown)."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None or self._owner != os.getpid():
+            return
+        with contextlib.suppress(OSError):
+            assert process.stdin is not None
+            process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=2)
+
+
+_warden = _Warden()
+atexit.register(_warden.close)
+
+
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What every child gets: ``env`` (default: ours) without the provider keys."""
     return child_env(os.environ if env is None else env)
@@ -171,16 +284,27 @@ class Child:
             start_new_session=True,
         )
         self.pid = self.process.pid
+        _warden.watch(self.pid)
         self.unreaped = False  # SIGKILLed and still not gone after KILL_WAIT: left behind
         self._stop_lock = threading.Lock()
         self._tree: set[int] = set()
         self._hurry_by = float("inf")  # a stop's grace ends by then (``hurry``)
+        self._forgotten = False
 
     def poll(self) -> int | None:
-        return self.process.poll()
+        return self._reaped(self.process.poll())
 
     def wait(self, timeout: float) -> int:
-        return self.process.wait(timeout)
+        code = self.process.wait(timeout)
+        self._reaped(code)
+        return code
+
+    def _reaped(self, code: int | None) -> int | None:
+        """Once the child is reaped its pid may be another process's: the warden forgets it."""
+        if code is not None and not self._forgotten:
+            self._forgotten = True
+            _warden.forget(self.pid)
+        return code
 
     def members(self) -> set[int]:
         """Every descendant seen so far, kept after its parent died (then /proc no longer links it to us)."""
@@ -204,7 +328,7 @@ class Child:
         with self._stop_lock:
             try:
                 # SIGKILL even after a polite exit: stragglers (DDP workers) must not outlive us holding GPU memory.
-                return kill_tree(
+                code = kill_tree(
                     self.pid,
                     members=self.members,
                     wait=self.process.wait,
@@ -215,6 +339,8 @@ class Child:
                     grace_ends=lambda: self._hurry_by,
                     label=self.label,
                 )
+                self._reaped(self.process.returncode)
+                return code
             except subprocess.TimeoutExpired:
                 if not self.unreaped:
                     logger.warning(
@@ -250,6 +376,7 @@ def run(
     child = Child(argv, cwd=cwd or Path.cwd(), env=env, errors=subprocess.PIPE, echo=echo)
     try:
         out, err = child.process.communicate(timeout=timeout)
+        child.poll()
         return Completed(child.process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
     except subprocess.TimeoutExpired:
         logger.warning("%s did not finish within %.0f s: killing it", child.label, timeout)

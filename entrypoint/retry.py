@@ -93,10 +93,28 @@ def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time
 
 
 def retry_after_of(error: BaseException, *, now: Callable[[], float] = time.time) -> float | None:
-    """The ``Retry-After`` of the response an error carries, if any."""
+    """How long the response an error carries asks to wait, if it says: a 429 whose ``RateLimit`` header (the
+    IETF draft the Hub and RunPod send, ``"api";r=0;t=55``: none left, 55 s to the reset) says the quota is spent,
+    else its ``Retry-After``. As huggingface_hub's own backoff reads them, with its public parser."""
     response = getattr(error, "response", None)
     headers = getattr(response, "headers", None)
-    return parse_retry_after(headers.get("Retry-After"), now=now) if isinstance(headers, Mapping) else None
+    if not isinstance(headers, Mapping):
+        return None
+    if status_of(error) == 429:
+        reset = _quota_reset(headers)
+        if reset is not None:
+            return reset
+    return parse_retry_after(headers.get("Retry-After"), now=now)
+
+
+def _quota_reset(headers: Mapping[str, str]) -> float | None:
+    """Seconds until a spent ``RateLimit`` quota resets; None when the header is absent, unreadable or not spent."""
+    try:
+        from huggingface_hub.utils import parse_ratelimit_headers
+    except ImportError:
+        return None
+    info = parse_ratelimit_headers(headers)
+    return float(info.reset_in_seconds) if info is not None and info.remaining == 0 else None
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ import difflib
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from . import libreyolo
 from .errors import ConfigError
 
 # Keys the agent sets itself, and the variable a user sets instead.
@@ -103,6 +105,75 @@ def _check_value(key: str, value: str, kind: str) -> None:
     except ValueError:
         example = {"int": "100", "float": "0.01", "bool": "true"}[kind]
         raise ConfigError(f"RUN_ARGS {key}={value!r} is not a valid {kind}", f"e.g. {key}={example}") from None
+
+
+_ULTRALYTICS = re.compile(r"^yolo(v\d+|1[0-9]|2[0-9])[a-z]*(-[a-z]+)?(\.(pt|yaml))?$")
+_WEIGHTS = (".pt", ".pth", ".safetensors", ".onnx")
+
+
+def check_values(args: RunArgs) -> None:
+    """Values that cannot train, refused before anything is spent: epochs, batch, imgsz and model as libreyolo
+    would get them (``validate`` checked their types)."""
+    epochs = args.get("epochs")
+    if epochs is not None and int(epochs) <= 0:
+        raise ConfigError(f"RUN_ARGS epochs={epochs} trains nothing", "set epochs to 1 or more, e.g. epochs=100")
+    batch = args.get("batch")
+    if batch is not None and (int(batch) == 0 or int(batch) < -1):
+        raise ConfigError(
+            f"RUN_ARGS batch={batch} is not a batch size",
+            "set batch to 1 or more images, or batch=-1 to size it to the GPU's memory",
+        )
+    model = args.get("model") or libreyolo.DEFAULT_MODEL
+    family = model_family(model)
+    imgsz = args.get("imgsz")
+    if imgsz is not None:
+        _check_imgsz(imgsz, model, family)
+
+
+def model_family(model: str) -> str | None:
+    """The libreyolo family ``model`` names; None for a path, an hf:// reference or a checkpoint of one's own
+    (libreyolo reads its family from inside). A bare name libreyolo does not know is refused."""
+    if model.startswith("hf://") or "/" in model or Path(model).expanduser().exists():
+        return None
+    lowered = model.lower()
+    if _ULTRALYTICS.match(lowered):
+        raise ConfigError(
+            f"RUN_ARGS model={model} is an Ultralytics model, which LibreYOLO does not train",
+            f"use a LibreYOLO model, e.g. model=LibreYOLO9s.pt or model=LibreYOLOXs.pt ({libreyolo.SUGGESTED})",
+        )
+    found = [
+        (prefix, family) for prefix, family in libreyolo.FAMILIES.items() if re.search(rf"{prefix.lower()}\w", lowered)
+    ]
+    if found:
+        return max(found, key=lambda item: len(item[0]))[1]  # LibreYOLO9E2E over LibreYOLO9
+    alias = lowered.partition("-")[0]
+    if "-" in lowered and alias in libreyolo.FAMILIES.values():
+        return alias
+    if lowered.endswith(_WEIGHTS):
+        return None  # a checkpoint file of one's own, e.g. best.pt: libreyolo reads its family from it
+    raise ConfigError(
+        f"RUN_ARGS model={model} is not a model LibreYOLO knows",
+        f"name one of LibreYOLO's ({libreyolo.SUGGESTED}), an alias like yolox-s, a .pt path or hf://org/name",
+    )
+
+
+def _check_imgsz(text: str, model: str, family: str | None) -> None:
+    sides = re.split(r"[x,]", text.lower())
+    try:
+        numbers = [int(side) for side in sides]
+    except ValueError:
+        raise ConfigError(f"RUN_ARGS imgsz={text!r} is not an image size", "e.g. imgsz=640 or imgsz=480x640") from None
+    if len(numbers) > 2 or any(side <= 0 for side in numbers):
+        raise ConfigError(f"RUN_ARGS imgsz={text} is not an image size", "use pixels above 0, e.g. imgsz=640")
+    stride = libreyolo.IMGSZ_STRIDES.get(family or "")
+    if stride and any(side % stride for side in numbers):
+        nearest = "x".join(str(max(stride, round(side / stride) * stride)) for side in numbers)
+        up = "x".join(str(-(-side // stride) * stride) for side in numbers)
+        trained = f" ({up} is what libreyolo would train at)" if up != nearest else ""
+        raise ConfigError(
+            f"RUN_ARGS imgsz={text} is not a multiple of {model}'s stride {stride} (libreyolo would round it up)",
+            f"use imgsz={nearest}{trained}",
+        )
 
 
 def differences(ours: dict[str, Any], theirs: Any) -> list[str]:

@@ -113,7 +113,8 @@ class Settings:
     on_failure: ExitAction
     provider: ProviderAccess
     price_per_hour: float | None
-    max_cost: float | None = None  # dollars; the job is wrapped up once the spend reaches it
+    max_cost: float | None = None  # dollars; the job is wrapped up once the run's spend reaches it
+    max_price_per_hour: float | None = None  # $/h; an instance billing more is refused at the start
     card_license: str | None = None  # LICENSE: the model card's Hub license id
     libreyolo_command: str | None = None  # TRAINBOX_LIBREYOLO: a wrapper (or the tests' stand-in) for `libreyolo`
     cache_dir: Path | None = None  # TRAINBOX_CACHE_DIR: libreyolo's train options, answered once
@@ -140,6 +141,7 @@ class Settings:
     stop_flat_spend: float | None = None  # dollars of training without STOP_MIN_GAIN in mAP50-95 end the run
     stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
     dataset_bbox: BoxFormat = BoxFormat.XYWH  # DATASET_BBOX: a parquet dataset's box format
+    export: tuple[str, ...] = ()  # EXPORT: formats made from best.pt at the end of a finished run, checked
 
     @property
     def is_demo(self) -> bool:
@@ -217,8 +219,15 @@ class Vars:
         None,
     )
     MAX_COST = Variable(
-        "spending limit in dollars like 25: the run is wrapped up (exit 82) and released once the spend reaches it",
+        "spending limit in dollars like 25 for the whole run, every attempt's spend together: the run is wrapped"
+        " up (exit 82) and released once it is reached",
         parse.dollars("25", zero_ok=False),
+        None,
+    )
+    MAX_PRICE_PER_HOUR = Variable(
+        "price ceiling in $/h like 2.50: an instance billing more (the provider's price, else PRICE_PER_HOUR) is"
+        " refused at the start, before the dataset (exit 83), and released as ON_FAILURE says",
+        parse.dollars("2.50", zero_ok=True),
         None,
     )
     MAX_RUNTIME = Variable(
@@ -239,7 +248,12 @@ class Vars:
         BoxFormat.XYWH,
         "xywh",
     )
-    GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")
+    GPUS = Variable(
+        "all, cpu, or device indices from 0 like 0,1 (GPUS=1 is the second GPU, not one GPU)",
+        plain(parse_gpus),
+        GpuSelection(),
+        "all",
+    )
     WORKDIR = Variable(
         "persistent volume root: data/, runs/RUN_NAME/ and the caches",
         parse.workdir,
@@ -297,6 +311,13 @@ class Vars:
         parse.choice(NotifyOn),
         NotifyOn.START_END,
         "start,end",
+    )
+    EXPORT = Variable[tuple[str, ...] | None](
+        "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
+        " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
+        " OUTPUT_REPO, else off)",
+        libreyolo.parse_export,
+        None,
     )
     LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
     OOM_RETRIES = Variable(
@@ -379,9 +400,29 @@ VARIABLES: tuple[Variable[object], ...] = tuple(row for row in vars(Vars).values
 _NAMES = frozenset(row.name for row in VARIABLES)
 
 
+# Set by a launcher, a provider or the tests, never by a person: --help, --dry-run and docs/configuration.md leave
+# them out (docs/development.md lists them).
+INTERNAL = frozenset({
+    "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "VAST_API_URL", "RUNPOD_API_URL", "SKYPILOT_NUM_NODES",
+    "SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE", "JOB_COMPLETION_INDEX", "HOSTNAME",
+    "WORLD_SIZE", "RANK", "PET_NNODES", "PET_NODE_RANK", "TRAINBOX_LIBREYOLO", "TRAINBOX_CACHE_DIR",
+    "TRAINBOX_GPU_PROBE", "TRAINBOX_PROC_SELF",
+})  # fmt: skip
+
+
 def variables() -> tuple[Variable[object], ...]:
-    """The table's rows, in order (--help, --dry-run, docs/configuration.md)."""
+    """Every row of the table, in order (what ``from_env`` may read)."""
     return VARIABLES
+
+
+def user_variables() -> tuple[Variable[object], ...]:
+    """The rows a person sets, in order (--help, --dry-run, docs/configuration.md)."""
+    return tuple(row for row in VARIABLES if row.name not in INTERNAL)
+
+
+def internal_variables() -> tuple[Variable[object], ...]:
+    """The rows a launcher, a provider or the tests set (docs/development.md)."""
+    return tuple(row for row in VARIABLES if row.name in INTERNAL)
 
 
 def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = None) -> Settings:
@@ -404,6 +445,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         effective = user_args.with_defaults(run_args.parse(DEMO_RUN_ARGS))
     if "batch" not in effective:
         effective = effective.set("batch", "-1")
+    run_args.check_values(effective)  # epochs, batch, imgsz, model: refused here, before anything is spent
 
     hf_home = Vars.HF_HOME.read(env) or workdir / ".cache" / "huggingface"
     on_exit = Vars.ON_EXIT.read(env)
@@ -432,6 +474,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         provider=_provider(env),
         price_per_hour=Vars.PRICE_PER_HOUR.read(env),
         max_cost=Vars.MAX_COST.read(env),
+        max_price_per_hour=Vars.MAX_PRICE_PER_HOUR.read(env),
         monitor=Vars.MONITOR.read(env),
         monitor_host=Vars.MONITOR_HOST.read(env),
         profile=Vars.PROFILE.read(env),
@@ -455,6 +498,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         notify_on=Vars.NOTIFY_ON.read(env),
         stop_flat_spend=Vars.STOP_FLAT_SPEND.read(env),
         stop_min_gain=Vars.STOP_MIN_GAIN.read(env),
+        export=_export(env, output_repo, Vars.GPUS.read(env)),
     )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
@@ -479,7 +523,8 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
             "use ON_EXIT=exit and ON_FAILURE=exit; the launcher ends the machines when the job ends",
         )
     unpriced = settings.price_per_hour is None and settings.provider.provider is Provider.NONE
-    for name in ("MAX_COST", "STOP_FLAT_SPEND"):  # dollars; with a provider, its price is read at start
+    # dollars; with a provider, its price is read at start
+    for name in ("MAX_COST", "STOP_FLAT_SPEND", "MAX_PRICE_PER_HOUR"):
         if name in env and unpriced:
             raise ConfigError(
                 f"{name}={env[name]} needs the instance's price, and no provider here reports one",
@@ -491,7 +536,16 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
                 f"ON_EXIT/ON_FAILURE={action} but no provider was detected",
                 "run on Vast.ai or RunPod (their env is read automatically), set PROVIDER, or use ON_EXIT=exit",
             )
+    _refuse_unusable(settings)
     return settings
+
+
+def _refuse_unusable(settings: Settings) -> None:
+    """GPUS indices this machine has no GPU for, NOTIFY services apprise does not know (parsing.py)."""
+    if settings.gpu_probe is None and settings.gpus.indices is not None:
+        parse.check_gpus(settings.gpus, parse.visible_gpus())
+    if settings.notify:
+        parse.check_notify("NOTIFY", settings.notify)
 
 
 def lookout_from_env(environ: Mapping[str, str], repo_id: str | None = None) -> Lookout:
@@ -517,6 +571,17 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
     if value is not None and output_repo is None:
         raise ConfigError("CHECKPOINT_BUCKET without OUTPUT_REPO", "set OUTPUT_REPO=org/name as well")
     return value
+
+
+def _export(env: Mapping[str, str], output_repo: str | None, gpus: GpuSelection) -> tuple[str, ...]:
+    """EXPORT, or its default: ONNX when there is a repo to publish it to (the image carries its packages), so a
+    finished run's page offers the format most runtimes load; without a repo none (nobody gets a file)."""
+    formats = Vars.EXPORT.read(env)
+    if formats is None:
+        formats = ("onnx",) if output_repo is not None else ()
+    libreyolo.check_export_gpu(formats, has_gpu=not gpus.cpu)  # GPUS=all on a machine without one: the GPU check
+    libreyolo.check_export_installed(formats)
+    return formats
 
 
 def _publish_every(env: Mapping[str, str]) -> float | None:

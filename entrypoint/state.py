@@ -125,6 +125,7 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
     if any(entry.get("attempt") == previous.get("attempt") for entry in _history(previous)):
         return []
     progress = previous.get("progress")
+    spent = lost_spend(previous)  # its last record of its spend, plus one interval: an upper estimate
     return [
         {
             "attempt": previous.get("attempt"),
@@ -134,8 +135,34 @@ def _lost_attempt(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
             "exit_code": None,
             "reason": "lost",
             "epochs_done": progress.get("epochs_done") if isinstance(progress, dict) else None,
+            **({"cost": spent} if spent is not None else {}),
         }
     ]
+
+
+LOST_SPEND_NOTE = "upper estimate: killed after its last record, counted up to it plus one interval between records"
+
+
+def lost_spend(previous: dict[str, Any]) -> dict[str, Any] | None:
+    """The spend of an attempt that never wrote its end, from its trainbox.json's ``cost`` block: its last record
+    plus one ``interval_seconds`` (how far apart its records were), at its price. None when it recorded none."""
+    block = previous.get("cost")
+    if not isinstance(block, dict) or _number(block.get("hours")) is None:
+        return None
+    hours = float(block["hours"]) + (_number(block.get("interval_seconds")) or 0.0) / 3600
+    price = _number(block.get("price_per_hour"))
+    dollars = None if price is None else round(hours * price, 4)
+    return {
+        "hours": round(hours, 4),
+        "price_per_hour": price,
+        "price_source": block.get("price_source"),
+        "dollars": dollars,
+        "estimate": LOST_SPEND_NOTE,
+    }
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _run_id(data: dict[str, Any] | None) -> str | None:

@@ -42,8 +42,21 @@ if [ "$timeout_s" -le 900 ]; then
   exit 2
 fi
 MAX_RUNTIME=${MAX_RUNTIME:-$(((timeout_s - 900) / 60))m}
-# The flavor's hourly price (https://huggingface.co/docs/hub/jobs-pricing, read 2026-08-22), for the cost on the
-# model card, the progress line and MAX_COST.
+# The flavor's hourly price, for the cost on the model card, the progress line and MAX_COST: the Hub's own, from
+# `HfApi.list_jobs_hardware()` where the installed huggingface_hub has it (its unit cost × units an hour); else the
+# table below (https://huggingface.co/docs/hub/jobs-pricing, read 2026-08-22).
+listed=$(
+  python3 - "$FLAVOR" 2>/dev/null <<'PY' || true
+import sys
+
+from huggingface_hub import HfApi
+
+per_hour = {"second": 3600, "minute": 60, "hour": 1}
+for hardware in HfApi().list_jobs_hardware():
+    if hardware.name == sys.argv[1] and hardware.unit_cost_usd and hardware.unit_label in per_hour:
+        print(f"{hardware.unit_cost_usd * per_hour[hardware.unit_label]:.4g}")
+PY
+)
 case $FLAVOR in
   t4-small) price=0.40 ;;
   t4-medium) price=0.60 ;;
@@ -69,7 +82,7 @@ case $FLAVOR in
   rtx-pro-6000x8) price=22.00 ;;
   *) price= ;;
 esac
-PRICE_PER_HOUR=${PRICE_PER_HOUR:-$price}
+PRICE_PER_HOUR=${PRICE_PER_HOUR:-${listed:-$price}}
 if [ -z "$PRICE_PER_HOUR" ]; then
   echo "hf_jobs.sh: no price known for FLAVOR=$FLAVOR: set PRICE_PER_HOUR (see \`hf jobs hardware\`)" >&2
   exit 2

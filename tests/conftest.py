@@ -58,6 +58,9 @@ os.environ.update(
         # Agents started by tests commit every epoch to OUTPUT_REPO, as the tests written for that expect;
         # the Storage Bucket tests (test_bucket_*.py) set CHECKPOINT_BUCKET themselves.
         "CHECKPOINT_BUCKET": "off",
+        # Agents started by tests export nothing at the end (the default with OUTPUT_REPO is onnx); the export
+        # tests (test_export*.py) set EXPORT themselves.
+        "EXPORT": "off",
         # libreyolo's train options, asked once per session (as the image asks once at build time): each
         # agent's fresh WORKDIR would otherwise pay seconds to start libreyolo and ask again.
         "TRAINBOX_CACHE_DIR": _SESSION_CACHE,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DiskSpaceError
+from ..libreyolo import TRAIN_DEFAULTS
 from ..run_args import RunArgs
 from ..settings import DatasetKind, Settings
 from .choose import remote_archive
@@ -22,8 +23,12 @@ _UNPACKED_PER_BYTE = {"tar": 1.0, "gz": 1.5}
 # One checkpoint (model, EMA, optimizer) by model size letter, in MB; measured: YOLO9-t 35, YOLO9-s 119.
 _CHECKPOINT_MB = {"n": 35, "t": 35, "s": 120, "m": 330, "c": 450, "l": 450, "x": 950, "e": 950}
 _UNKNOWN_CHECKPOINT_MB = 450
-_DEFAULT_MODEL = "yolox-s"  # libreyolo train's default
-_DEFAULT_EPOCHS, _DEFAULT_SAVE_PERIOD = 300, 10
+_DEFAULT_MODEL = TRAIN_DEFAULTS["model"]
+_DEFAULT_EPOCHS, _DEFAULT_SAVE_PERIOD = int(TRAIN_DEFAULTS["epochs"]), 10
+# The templates' rule for the disk to rent (templates/README.md): 2.5x the tar (the tar, its extracted copy, room
+# to spare) plus 30 GB for the checkpoints and the caches (the Hub's, libreyolo's weights, torch's); 10 GB more
+# where the same disk holds the image too (Vast.ai, SkyPilot).
+RENT_PER_TAR_BYTE, RENT_BASE_GB, IMAGE_GB = 2.5, 30, 10
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,10 @@ class DiskNeed:
     @property
     def recommended_gb(self) -> int:
         return max(1, math.ceil(self.required / GB))
+
+    def rent_gb(self, tar_bytes: int) -> int:
+        """The disk to rent for WORKDIR: the templates' rule, or this run's need where that is larger."""
+        return max(self.recommended_gb, math.ceil(RENT_PER_TAR_BYTE * tar_bytes / GB + RENT_BASE_GB))
 
     def breakdown(self) -> str:
         return (
@@ -104,31 +113,47 @@ def check_disk(workdir: Path, need: DiskNeed) -> int:
 
 
 # -- `trainbox plan`: the disk to rent ---------------------------------------------------------------
-def disk_report(settings: Settings) -> tuple[dict[str, Any], list[str]]:
+def disk_report(settings: Settings, unknown_dataset: bool = False) -> tuple[dict[str, Any], list[str]]:
     """The disk WORKDIR needs for this job (JSON fields, text lines): from the tar's size, on the Hub
-    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep."""
+    without downloading it, and the checkpoints the chosen model and RUN_ARGS keep; the disk to rent by the
+    templates' rule. ``unknown_dataset``: priced for a dataset not named (its tar unknown, not the demo's)."""
     checkpoints = checkpoint_estimate(settings.run_args)
     kind = settings.dataset_kind
     if kind is DatasetKind.HUB:
         remote = remote_archive(settings)
-        size = remote.size or 0
+        size = tar = remote.size or 0
         need = DiskNeed(size, unpacked_estimate(remote.path, size), checkpoints)
         source = f"{settings.dataset_repo}:{remote.path} at {remote.revision[:12]}"
     elif kind is DatasetKind.LOCAL_TAR:
         assert settings.dataset_repo is not None
-        size = Path(settings.dataset_repo).stat().st_size
-        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, size), checkpoints)
+        tar = Path(settings.dataset_repo).stat().st_size
+        need = DiskNeed(0, unpacked_estimate(settings.dataset_repo, tar), checkpoints)
         source = settings.dataset_repo
     else:  # a local folder is already in place; the demo is a few MB
+        tar = 0
         need = DiskNeed(0, 0, checkpoints)
         source = settings.dataset_repo or "the bundled demo"
+    if unknown_dataset:
+        source = "not named (DATASET_REPO unset): its tar not counted"
     args = settings.run_args
     model = args.get("model") or _DEFAULT_MODEL
     epochs, period = _int_arg(args, "epochs", _DEFAULT_EPOCHS), _int_arg(args, "save_period", _DEFAULT_SAVE_PERIOD)
-    fields = {"dataset": source, "model": model, "epochs": epochs, "save_period": period, **need.as_dict()}
+    rent = need.rent_gb(tar)
+    fields = {
+        "dataset": source,
+        "tar_bytes": tar,
+        "model": model,
+        "epochs": epochs,
+        "save_period": period,
+        **need.as_dict(),
+        "recommended_disk_gb": rent,
+    }
     lines = [
         f"disk: {need.breakdown()} = {need.required / GB:.1f} GB",
         f"  dataset {source}; checkpoints of {model}, {epochs} epochs, one kept every {period}",
-        f"  rent at least {need.recommended_gb} GB for WORKDIR (a disk cannot shrink later, and bills while stopped)",
+        f"  rent at least {rent} GB for WORKDIR: the templates' rule, {RENT_PER_TAR_BYTE:g}x the tar"
+        f" ({tar / GB:.1f} GB) + {RENT_BASE_GB} GB for checkpoints and caches, or the need above if larger;"
+        f" {IMAGE_GB} GB more where the same disk holds the image (Vast.ai, SkyPilot). A disk cannot shrink later,"
+        " and bills while stopped",
     ]
     return fields, lines

@@ -4,6 +4,13 @@ LibreYOLO's rented-GPU guide.
 The price is ``PRICE_PER_HOUR`` when set, else what the provider reports for this instance at
 start (RunPod's pod ``cost``, Vast.ai's ``dph_total``); ``price_source`` in trainbox.json says which.
 
+MAX_COST is the run's, not one container's: each attempt records its spend (price × time, at the price it
+ran at) in trainbox.json at every boundary and at its end, and a new attempt adds up the earlier ones from the
+newest store before it spends anything (``RunSpend``). An attempt killed without an end (SIGKILL, a lost
+machine) counts up to its last record plus one interval between its records: an upper estimate, marked so
+(``state.lost_spend``).
+``MAX_PRICE_PER_HOUR`` refuses an instance that bills more per hour (``check_ceiling``).
+
 A stopped instance still bills its allocated disk: allocated_GB × price_per_GB_month / 730
 (730 = 8760 h / 12, the hours of an average month). Stopping beats destroying and rebuilding
 when you come back within rebuild_cost / stopped_price hours.
@@ -14,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CostLimitError, PriceCeilingError
 
 if TYPE_CHECKING:
     from .providers import Observed
@@ -68,6 +75,85 @@ def describe_spend(cost: dict[str, Any]) -> str:
         if cost.get("price_source"):
             text += f" ({cost['price_source']})"
     return text
+
+
+def check_ceiling(price: Price, ceiling: float | None) -> None:
+    """MAX_PRICE_PER_HOUR: refuse an instance billing more, before anything is spent on it beyond the start."""
+    if ceiling is None or (price.per_hour is not None and price.per_hour <= ceiling):
+        return
+    if price.per_hour is None:
+        raise ConfigError(
+            f"MAX_PRICE_PER_HOUR=${ceiling:g} needs the instance's price, and the provider reported none",
+            "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
+        )
+    source = f" ({price.source})" if price.source else ""
+    raise PriceCeilingError(
+        f"this instance bills ${price.per_hour:g}/h{source}, above MAX_PRICE_PER_HOUR=${ceiling:g}/h",
+        "rent a cheaper instance, or raise MAX_PRICE_PER_HOUR",
+    )
+
+
+def attempt_dollars(entry: dict[str, Any]) -> float | None:
+    """The dollars an ``attempts`` entry of trainbox.json spent; None where it recorded none (or no price)."""
+    block = entry.get("cost")
+    return _number(block.get("dollars")) if isinstance(block, dict) else None
+
+
+@dataclass(frozen=True)
+class RunSpend:
+    """What the earlier attempts of a run spent, as this attempt starts."""
+
+    dollars: float
+    attempts: int  # earlier attempts
+    estimated: int  # of them, killed ones counted as an upper estimate
+    unrecorded: int  # of them, ones with no spend on record (an older agent, no price): not counted
+
+    def left(self, max_cost: float) -> float:
+        return max(0.0, max_cost - self.dollars)
+
+    def line(self, max_cost: float | None) -> str:
+        """``MAX_COST: $3.20 spent by 2 earlier attempts (1 killed: an upper estimate), $21.80 left of $25``."""
+        notes = []
+        if self.estimated:
+            notes.append(f"{self.estimated} killed: an upper estimate")
+        if self.unrecorded:
+            notes.append(f"{self.unrecorded} with no spend on record, not counted")
+        note = f" ({'; '.join(notes)})" if notes else ""
+        plural = "" if self.attempts == 1 else "s"
+        text = f"${self.dollars:.2f} spent by {self.attempts} earlier attempt{plural}{note}"
+        return text if max_cost is None else f"{text}, ${self.left(max_cost):.2f} left of MAX_COST ${max_cost:g}"
+
+    def as_dict(self, max_cost: float | None) -> dict[str, Any]:
+        return {
+            "earlier_dollars": round(self.dollars, 4),
+            "earlier_attempts": self.attempts,
+            "estimated": self.estimated,
+            "unrecorded": self.unrecorded,
+            "left": None if max_cost is None else round(self.left(max_cost), 4),
+        }
+
+
+def earlier_spend(attempts: list[dict[str, Any]]) -> RunSpend:
+    """Add up the ``attempts`` entries of trainbox.json (the run's history, from the newest store)."""
+    dollars = [attempt_dollars(entry) for entry in attempts]
+    estimated = sum(1 for entry in attempts if isinstance(entry.get("cost"), dict) and entry["cost"].get("estimate"))
+    return RunSpend(
+        sum(value for value in dollars if value is not None),
+        len(attempts),
+        estimated,
+        sum(1 for value in dollars if value is None),
+    )
+
+
+def run_limit_reached(max_cost: float, earlier: RunSpend) -> CostLimitError:
+    return CostLimitError(
+        f"MAX_COST (${max_cost:.2f}) reached by the run: {earlier.line(None)}",
+        "raise MAX_COST to train on",
+    )
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def stopped_price_per_hour(disk_gb: float, storage_price_per_gb_month: float) -> float:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..libreyolo import BEST_CHECKPOINT
 from ..training.stoprule import REASON as STOP_RULE
+from . import card_exports
 from .receipt import Receipt
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class CardInfo:
     base_model: str | None = None  # the Hub model the weights came from
     storage: dict[str, Any] | None = None  # trainbox.json's "storage": where the working state lives
     cost_outlook: str | None = None  # all the epochs' dollars: estimated before the first epoch, then measured
+    exports: dict[str, Any] | None = None  # trainbox.json's "exports": EXPORT's files, or why not
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -138,6 +140,7 @@ def page(info: CardInfo) -> str:
     if info.plot:
         lines += [f"![Loss and mAP per epoch]({PLOT_FILE})", ""]
     lines += _load_snippet(info)
+    lines += card_exports.section(info.exports or {}, info.repo_id, info.run_name)
     lines += ["### Training arguments", "", "```bash", " ".join(_quote(arg) for arg in info.argv) or "(not started)"]
     lines += ["```", "", f"`RUN_ARGS`: `{info.run_args or '(empty)'}`", ""]
     lines += [*(f"- {note}" for note in info.notes), ""] if info.notes else []

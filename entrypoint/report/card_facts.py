@@ -63,6 +63,7 @@ def card_info(
         base_model=base_model,
         storage=snapshot.get("storage"),
         cost_outlook=cost_outlook(snapshot, rows, total),
+        exports=snapshot.get("exports"),
     )
 
 

@@ -8,7 +8,8 @@ the time the shutdown leaves); a hung send never holds the exit (daemon threads,
 with ``os._exit``). A message that fails or is late is one WARNING line and a line in trainbox.json
 (``notify``), never a failure of the job. The URLs are secrets (a webhook URL carries its channel's
 key): no line names one; a target is its number and its scheme, and apprise's own log is kept out of
-the console (it prints URLs and their parts) and its reasons put in words of our own.
+the console (it prints URLs and their parts) and its reasons put in words of our own. Each send is bounded by
+apprise's own ``timeout`` too, and signed Trainbox (an ``AppriseAsset``).
 """
 
 from __future__ import annotations
@@ -284,46 +285,50 @@ def _scheme(url: Secret) -> str:
 
 
 # -- apprise ---------------------------------------------------------------------------------------
-class _Reasons(logging.Handler):
-    """apprise's log, kept from the console (it prints URLs): the last warning of each thread, why a send failed
-    (read by ``_why``, never repeated)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.last: dict[int, str] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.thread is not None:
-            self.last[record.thread] = record.getMessage()
-
-
-_reasons = _Reasons()
 _apprise_lock = threading.Lock()
 
 
 def _apprise() -> Any:
-    """apprise, imported on first use, its logger captured before it can print anything."""
+    """apprise, imported on first use, its logger kept from the console before it can print anything (its
+    lines name URLs and their parts); why a send failed comes from the call's own log capture (``_send_one``)."""
     with _apprise_lock:
         quiet = logging.getLogger("apprise")
-        if _reasons not in quiet.handlers:
-            quiet.handlers[:] = [_reasons]
+        if not quiet.handlers or not isinstance(quiet.handlers[0], logging.NullHandler):
+            quiet.handlers[:] = [logging.NullHandler()]
             quiet.propagate = False
-            quiet.setLevel(logging.WARNING)
         import apprise
 
         return apprise
 
 
+def _asset(apprise: Any) -> Any:
+    """The messages are signed Trainbox (a service that shows the sender's name or icon shows ours)."""
+    from .. import __version__
+
+    return apprise.AppriseAsset(app_id="Trainbox", app_desc=f"Trainbox {__version__}")
+
+
 def _send_one(url: str, title: str, body: str, level: str) -> str | None:
-    """Send to one target from this thread; None when delivered, else apprise's reason."""
+    """Send to one target from this thread, within apprise's own ``timeout``; None when delivered, else the
+    reason from apprise's log of this call (captured through ``log_callback``, never printed)."""
     apprise = _apprise()
-    _reasons.last.pop(threading.get_ident(), None)
-    target = apprise.Apprise.instantiate(url)
-    if target is None:
+    sender = apprise.Apprise(asset=_asset(apprise))
+    if not sender.add(url):
         return "apprise cannot use this URL"
-    if target.notify(body=body, title=title, notify_type=apprise.NotifyType(level)):
+    said: list[str] = []
+    result = sender.notify(
+        body=body,
+        title=title,
+        notify_type=apprise.NotifyType(level),
+        timeout=SEND_BOUND,
+        log_callback=lambda entry, _service: said.append(str(entry.message)),
+        log_level=logging.WARNING,
+    )
+    if result:
         return None
-    return _why(_reasons.last.pop(threading.get_ident(), ""))
+    if result.status == apprise.AppriseResultStatus.TIMEOUT:
+        return "the service did not answer in time"
+    return _why(said[-1] if said else "")
 
 
 def _why(said: str) -> str:

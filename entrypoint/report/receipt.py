@@ -4,6 +4,9 @@ Billed time runs from the agent's process start to the end of the release (or no
 run). It is split along the phase timeline: ``phases.*.seconds`` as the run state measured them,
 and the ``timeline`` marks the agent records (its start, each phase change, the release). The
 parts are contiguous, so they add up to the billed time; a gap would show as a mismatch.
+
+MAX_COST is the run's: after a restart the receipt also lists every attempt's dollars (``attempts`` in
+trainbox.json; this one at its billed time) and the run's total.
 """
 
 from __future__ import annotations
@@ -26,6 +29,17 @@ TERMINAL = ("done", "failed", "preempted", "stalled", "timed_out")
 
 
 @dataclass(frozen=True)
+class AttemptSpend:
+    number: int
+    dollars: float | None
+    estimated: bool  # killed without an end: counted up to its last record plus one interval
+
+    def text(self) -> str:
+        money = "no spend on record" if self.dollars is None else f"${self.dollars:.2f}"
+        return f"#{self.number} {money}{' (killed: at most)' if self.estimated else ''}"
+
+
+@dataclass(frozen=True)
 class Receipt:
     seconds: dict[str, float]  # by part key, in PARTS order
     billed_seconds: float
@@ -34,6 +48,13 @@ class Receipt:
     host: str | None = None  # the host report in a phrase: what the money bought
     feeding: str | None = None  # the training's CPUs, threads, workers and cache in a phrase
     stopped: str | None = None  # why training ended before its last epoch (the STOP_FLAT_SPEND rule)
+    attempts: tuple[AttemptSpend, ...] = ()  # the run's attempts, this one last; empty for a run's first
+
+    @property
+    def run_dollars(self) -> float | None:
+        """Every attempt's dollars together (unrecorded ones count nothing), None without a price."""
+        known = [entry.dollars for entry in self.attempts if entry.dollars is not None]
+        return sum(known) if known else None
 
     def dollars(self, seconds: float) -> float | None:
         return None if self.price_per_hour is None else seconds / 3600 * self.price_per_hour
@@ -60,6 +81,14 @@ class Receipt:
             **({"host": self.host} if self.host else {}),
             **({"feeding": self.feeding} if self.feeding else {}),
             **({"stopped": self.stopped} if self.stopped else {}),
+            **(
+                {
+                    "attempts": [vars(entry) for entry in self.attempts],
+                    "run_dollars": None if self.run_dollars is None else round(self.run_dollars, 4),
+                }
+                if self.attempts
+                else {}
+            ),
         }
 
     def _money(self, seconds: float) -> str:
@@ -78,7 +107,14 @@ class Receipt:
             parts.append(f"fed: {self.feeding}")
         if self.stopped:
             parts.append(f"stopped early: {self.stopped}")
+        if self.attempts:
+            parts.append(f"the run: {self._run_text()}")
         return "receipt: " + " · ".join(parts)
+
+    def _run_text(self) -> str:
+        """``#1 $4.10 (killed: at most) + #2 $3.90 = $8.00``."""
+        total = "—" if self.run_dollars is None else f"${self.run_dollars:.2f}"
+        return " + ".join(entry.text() for entry in self.attempts) + f" = {total}"
 
     def markdown(self) -> str:
         price = "" if self.price_per_hour is None else f" at ${self.price_per_hour:g}/h"
@@ -101,6 +137,8 @@ class Receipt:
             tail += f"\n\nTraining fed with {self.feeding}."
         if self.stopped:
             tail += f"\n\nStopped early by the dollar rule: {self.stopped}."
+        if self.attempts:
+            tail += f"\n\nThe whole run, every attempt (MAX_COST counts them together): {self._run_text()}."
         if not self.final:
             tail += "\n\nThe run is still billing; this is the receipt so far."
         return "\n".join(rows) + tail
@@ -168,7 +206,25 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
         host=summary,
         feeding=sizing.describe(state["sizing"]) if isinstance(state.get("sizing"), dict) else None,
         stopped=_stopped(state),
+        attempts=_attempts(state, None if price_per_hour is None else max(0.0, end - started) / 3600 * price_per_hour),
     )
+
+
+def _attempts(state: dict[str, Any], billed_dollars: float | None) -> tuple[AttemptSpend, ...]:
+    """The run's attempts and their dollars, this one at its billed time; empty when this is the only one."""
+    from ..release import cost
+
+    number = state.get("attempt")
+    found: list[AttemptSpend] = []
+    for entry in state.get("attempts") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("attempt"), int) or entry["attempt"] == number:
+            continue
+        block = entry.get("cost")
+        estimated = isinstance(block, dict) and bool(block.get("estimate"))
+        found.append(AttemptSpend(entry["attempt"], cost.attempt_dollars(entry), estimated))
+    if not found or not isinstance(number, int):
+        return ()
+    return (*found, AttemptSpend(number, billed_dollars, False))
 
 
 def _stopped(state: dict[str, Any]) -> str | None:

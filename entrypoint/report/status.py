@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 import click
 
 from .. import libreyolo
-from ..errors import EXIT_INTERRUPTED, ConfigError
+from ..errors import EXIT_INTERRUPTED, ConfigError, RemoteUnreachableError
 from ..state import STATE_FILE, TERMINAL_PHASES, read_state
 from . import plot, receipt
 from .card_facts import best_row
@@ -35,6 +35,8 @@ OUTCOME_WORDS = {
     "timed_out": "stopped: MAX_RUNTIME or MAX_COST reached",
 }
 REMOTE_INTERVAL = 10.0  # seconds between two looks at the Hub with --watch: each look is a few requests
+# --watch keeps the last view through a Hub it cannot reach (a wifi blip, a laptop waking) this long, then exit 22.
+WATCH_GIVE_UP = 10 * 60.0
 
 
 # -- a run on this machine ---------------------------------------------------------------------
@@ -116,20 +118,32 @@ def progress_fields(run_dir: Path, done: int, total: Any) -> dict[str, Any]:
 
 # -- the run as the Hub holds it ----------------------------------------------------------------
 def render_remote(data: dict[str, Any], now: float, repo_id: str | None = None) -> str:
-    """The run in a few lines: epoch line, phase and outcome, cost, GPU, where its working state is."""
+    """The run in a few lines: epoch line, phase and outcome, cost, GPU, where its working state is. The file
+    came from elsewhere (remote.sanitized gave it the types read here); a line its values still cannot make
+    reads ``unreadable``, and the others are shown."""
     attempt = f" (attempt {data.get('attempt')})" if data.get("attempt") not in (None, 1) else ""
     lines = [f"run       {data.get('run_name')}{attempt}{f' · {repo_id}' if repo_id else ''}"]
     phase = str(data.get("phase"))
-    heard = _age(data.get("updated_at"), now)
+    heard = _guarded(lambda: _age(data.get("updated_at"), now))
     lines.append(f"phase     {phase}{f' · last heard {heard} ago' if heard else ''}")
-    lines.append(f"epoch     {epoch_line(data)}")
-    spend = cost_text(data, now)
+    lines.append(f"epoch     {_guarded(lambda: epoch_line(data))}")
+    spend = _guarded(lambda: cost_text(data, now))
     if spend:
         lines.append(f"cost      {spend}")
-    lines.append(f"GPU       {gpu_text(data.get('gpus'))}")
-    lines.append(f"working   {working_state(data, now)}")
-    lines += _end_lines(data)
+    lines.append(f"GPU       {_guarded(lambda: gpu_text(data.get('gpus')))}")
+    lines.append(f"working   {_guarded(lambda: working_state(data, now))}")
+    try:
+        lines += _end_lines(data)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        lines.append("exit      unreadable")
     return "\n".join(lines)
+
+
+def _guarded(line: Callable[[], str | None]) -> str | None:
+    try:
+        return line()
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError):
+        return "unreadable"
 
 
 def epoch_line(data: dict[str, Any]) -> str:
@@ -231,13 +245,33 @@ def follow_line(repo_id: str) -> str:
 
 
 def show_remote(
-    fetch: Callable[[], dict[str, Any] | None], repo_id: str, *, as_json: bool, watch: bool, interval: float | None
+    fetch: Callable[[], dict[str, Any] | None],
+    repo_id: str,
+    *,
+    as_json: bool,
+    watch: bool,
+    interval: float | None,
+    give_up: float = WATCH_GIVE_UP,
 ) -> int:
     """Print the run ``fetch`` finds on the Hub; with ``watch``, again at each change until it ends, then
-    return the run's own exit code."""
+    return the run's own exit code. With ``watch``, a Hub that does not answer keeps the last view, said to
+    be stale and for how long, until ``give_up`` seconds pass without an answer (then RemoteUnreachableError)."""
     shown: str | None = None
+    answered = time.monotonic()
     while True:
-        data = fetch()
+        try:
+            data = fetch()
+        except RemoteUnreachableError as error:
+            silent = time.monotonic() - answered
+            if not watch or silent >= give_up:
+                if watch:
+                    error.message += f"; no answer for {receipt.format_seconds(silent)}"
+                raise
+            _stale(shown, silent, give_up, as_json=as_json)
+            if not _pause(REMOTE_INTERVAL if interval is None else interval):
+                return EXIT_INTERRUPTED
+            continue
+        answered = time.monotonic()
         if data is None and not watch:
             raise ConfigError(
                 f"{repo_id} holds no run yet (no trainbox.json there or in its bucket)",
@@ -261,6 +295,21 @@ def show_remote(
                 return code
         if not _pause(REMOTE_INTERVAL if interval is None else interval):
             return EXIT_INTERRUPTED
+
+
+def _stale(shown: str | None, silent: float, give_up: float, *, as_json: bool) -> None:
+    """The last view kept while the Hub does not answer, and how stale it is (JSON lines: said on stderr)."""
+    said = (
+        f"the Hub has not answered for {receipt.format_seconds(silent)}: the view above is that old;"
+        f" giving up after {receipt.format_seconds(give_up)} without an answer"
+    )
+    if as_json:
+        click.echo(f"stale: {said}", err=True)
+        return
+    click.clear()
+    if shown is not None:
+        click.echo(shown)
+    click.echo(f"stale     {said}")
 
 
 def _pause(seconds: float) -> bool:

@@ -42,6 +42,8 @@ MANIFESTS = "manifests"
 OBJECTS = "objects"
 # Manifests read, newest first, when looking for the newest whole one (a torn boundary or two before it).
 _READ_MANIFESTS = 4
+# A manifest names a boundary's few dozen files in a few KB: one far larger is not ours, and is not read.
+MANIFEST_MAX_BYTES = 1024 * 1024
 # Tries of a bucket call: the bucket is one store of three, a failing one is worked around (the repo takes
 # the working state, resume reads the others), so it is not waited for as long as the Hub's other calls.
 BUCKET_ATTEMPTS = 3
@@ -304,7 +306,10 @@ class RunFolder:
         """The manifests of this run, newest first (attempt, then sequence)."""
         found = self.bucket.listing(f"{self.prefix}/{MANIFESTS}", recursive=False, deadline=deadline)
         names = [key for key, size in found.items() if size is not None and _MANIFEST_NAME.match(key.rsplit("/")[-1])]
-        return sorted(names, reverse=True)
+        oversized = [key for key in names if (found[key] or 0) > MANIFEST_MAX_BYTES]
+        for key in oversized:  # never one of ours: not downloaded
+            logger.warning("bucket: %s is over %d bytes, not a manifest; ignoring it", key, MANIFEST_MAX_BYTES)
+        return sorted((key for key in names if key not in oversized), reverse=True)
 
     def read_manifests(self, keys: Sequence[str], *, deadline: float | None = None) -> list[Manifest]:
         """``keys`` parsed (one download), in their order; those unreadable or of another run left out."""

@@ -368,12 +368,18 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
     return _state_of(hub.download(repo_id, STATE_FILE, scratch), repo_id)
 
 
-def bucket_state(folder: RunFolder, scratch: Path) -> dict[str, Any] | None:
-    """trainbox.json of this run's newest whole boundary in its bucket (None: none there, or unreadable)."""
+def bucket_state(folder: RunFolder, scratch: Path, *, max_bytes: int | None = None) -> dict[str, Any] | None:
+    """trainbox.json of this run's newest whole boundary in its bucket (None: none there, or unreadable; or,
+    with ``max_bytes``, larger than that by its manifest: not downloaded)."""
     for _ in range(_READS):
         try:
             for source in bucket_sources(folder, say_others=False):
-                fetched = source.fetch(STATE_FILE, scratch) if STATE_FILE in source.manifest.files else None
+                entry = source.manifest.files.get(STATE_FILE)
+                size = entry.get("size") if isinstance(entry, dict) else None
+                if entry is not None and max_bytes is not None and (not isinstance(size, int) or size > max_bytes):
+                    logger.warning("%s in %s is over %d bytes: not read", STATE_FILE, folder.label, max_bytes)
+                    return None
+                fetched = source.fetch(STATE_FILE, scratch) if entry is not None else None
                 if fetched is not None:
                     return _state_of(fetched, folder.label)
             return None

@@ -3,9 +3,12 @@
 finished.
 
 The dollars are the epochs' own: each metrics.jsonl row's ``time`` (the epoch's seconds, validation
-included) at the instance's price, so the rule reads the same across resumes and restarts, from the run
-folder alone. The window is judged against the best of the last boundary at least ``STOP_FLAT_SPEND``
-dollars back; it needs a validated epoch inside it (an epoch without validation is no evidence: with
+included) at the price of the instance that trained it (``epoch_prices``: the attempts in trainbox.json, each
+with its price and its last epoch; this instance's for the epochs after them), so a restart on a dearer host
+does not reprice the past. An extension (more ``epochs`` for a finished run) starts a fresh window: the window
+never reaches back before the extension, so a run whose tail was flat trains ``STOP_FLAT_SPEND`` dollars of the
+new epochs before the rule may stop it. The window is judged against the best of the last boundary at least
+``STOP_FLAT_SPEND`` dollars back; it needs a validated epoch inside it (an epoch without validation is no evidence: with
 libreyolo's ``eval_interval=10`` nine in ten are). Off by default.
 
 Stopping: libreyolo writes every checkpoint of an epoch, then its metrics.jsonl row, then renames
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,22 +74,37 @@ def _fmt(value: float | None) -> str:
     return "none yet" if value is None else f"{value:.4f}"
 
 
-def judge(rows: list[dict[str, Any]], price_per_hour: float, flat_spend: float, min_gain: float) -> Verdict | None:
-    """The rule at the last row's boundary; None without a row. Boundary k comes after k rows (0: the start)."""
+PriceOf = Callable[[int], float]  # an epoch's number → the $/h of the instance that trained it
+
+
+def judge(
+    rows: list[dict[str, Any]],
+    price_per_hour: float | PriceOf,
+    flat_spend: float,
+    min_gain: float,
+    fresh_from: int = 0,
+) -> Verdict | None:
+    """The rule at the last row's boundary; None without a row. Boundary k comes after k rows (0: the start).
+    ``price_per_hour``: one price, or each epoch's; ``fresh_from``: the window starts no earlier than the boundary
+    after that epoch (an extension's)."""
     if not rows:
         return None
+    price_of = price_per_hour if callable(price_per_hour) else (lambda _epoch, flat=price_per_hour: flat)
     spent: list[float] = [0.0]
     best: list[float | None] = [None]
     validated = [False]
-    for row in rows:
+    for index, row in enumerate(rows):
         seconds, value = _number(row.get("time")), _number(row.get(METRIC))
-        spent.append(spent[-1] + (seconds or 0.0) * price_per_hour / 3600)
+        spent.append(spent[-1] + (seconds or 0.0) * price_of(_epoch(rows, index + 1)) / 3600)
         top = best[-1]
         best.append(value if value is not None and (top is None or value > top) else top)
         validated.append(value is not None)
     now = len(rows)
     epoch = _epoch(rows, now)
-    since = max((k for k in range(now) if spent[k] <= spent[now] - flat_spend), default=None)
+    since = max(
+        (k for k in range(now) if spent[k] <= spent[now] - flat_spend and _epoch(rows, k) >= fresh_from),
+        default=None,
+    )
     if since is None:  # not that many dollars of training yet
         return Verdict(epoch, False, spent[now], 0, None, best[now])
     before, after = best[since], best[now]
@@ -128,14 +146,47 @@ def read_rows(run_dir: Path) -> list[dict[str, Any]]:
     return [by_epoch[epoch] for epoch in sorted(by_epoch)]
 
 
+def epoch_prices(attempts: Sequence[dict[str, Any]], current: float) -> PriceOf:
+    """Each epoch's price from the run's attempts (trainbox.json's ``attempts``): an epoch was trained by the first
+    attempt whose ``epochs_done`` reaches it, at that attempt's ``cost.price_per_hour``; later ones by this
+    instance, at ``current``. An attempt with no price on record leaves its epochs to the next one that has."""
+    segments: list[tuple[int, float]] = []
+    for entry in attempts:
+        block, done = entry.get("cost"), entry.get("epochs_done")
+        price = _number(block.get("price_per_hour")) if isinstance(block, dict) else None
+        if isinstance(done, int) and price is not None:
+            segments.append((done, price))
+
+    def price_of(epoch: int) -> float:
+        return next((price for done, price in segments if epoch <= done), current)
+
+    return price_of
+
+
+def fresh_window(extensions: object) -> int:
+    """The epoch the last extension resumed after (trainbox.json's ``extensions``): the window starts there."""
+    if not isinstance(extensions, list):
+        return 0
+    found = [entry.get("after_epoch") for entry in extensions if isinstance(entry, dict)]
+    return max((epoch for epoch in found if isinstance(epoch, int)), default=0)
+
+
 class StopRule:
     """The rule as the training loop asks it: at each new epoch boundary (status.json), once."""
 
-    def __init__(self, run_dir: Path, price_per_hour: float, flat_spend: float | None, min_gain: float) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        price_per_hour: float,
+        flat_spend: float | None,
+        min_gain: float,
+        history: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.price_per_hour = price_per_hour
         self.flat_spend = flat_spend
         self.min_gain = min_gain
+        self.history = history  # trainbox.json as it stands: the attempts' prices, the extensions
         self.verdict: Verdict | None = None  # the last one
         self._seen: tuple[int, int] | None = None  # metrics.jsonl at the last look
 
@@ -186,7 +237,10 @@ class StopRule:
         already stopped is not trained again)."""
         if self.flat_spend is None:
             return None
-        verdict = judge(read_rows(self.run_dir), self.price_per_hour, self.flat_spend, self.min_gain)
+        state = self.history() if self.history is not None else {}
+        prices = epoch_prices(state.get("attempts") or [], self.price_per_hour)
+        fresh = fresh_window(state.get("extensions"))
+        verdict = judge(read_rows(self.run_dir), prices, self.flat_spend, self.min_gain, fresh)
         if verdict is not None:
             self.verdict = verdict
         return verdict
@@ -204,7 +258,9 @@ class StopRule:
 OFF = StopRule(Path(), 0.0, None, DEFAULT_MIN_GAIN)  # STOP_FLAT_SPEND unset
 
 
-def for_job(settings: Settings, price_per_hour: float | None) -> StopRule:
+def for_job(
+    settings: Settings, price_per_hour: float | None, history: Callable[[], dict[str, Any]] | None = None
+) -> StopRule:
     """The rule STOP_FLAT_SPEND asks for (``OFF``: unset); without a price it cannot count dollars: refused."""
     if settings.stop_flat_spend is None:
         return OFF
@@ -213,4 +269,4 @@ def for_job(settings: Settings, price_per_hour: float | None) -> StopRule:
             f"STOP_FLAT_SPEND=${settings.stop_flat_spend:g} counts dollars, and the provider reported no price",
             "set PRICE_PER_HOUR to the instance's $/h, e.g. PRICE_PER_HOUR=2.49",
         )
-    return StopRule(settings.run_dir, price_per_hour, settings.stop_flat_spend, settings.stop_min_gain)
+    return StopRule(settings.run_dir, price_per_hour, settings.stop_flat_spend, settings.stop_min_gain, history)

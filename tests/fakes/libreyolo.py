@@ -40,6 +40,7 @@ most 120 s), so a test decides when training goes on (e.g. once the boundary is 
 ``is_best``, ``best_metric``, ``best_epoch``) and ``time``: ``FAKE_EPOCH_SECONDS``, the epoch's seconds.
 
 ``--help-json`` fails as libreyolo 1.6.0's does with typer 0.29.2.
+``export`` fails as libreyolo does without the format's package; ``FAKE_EXPORT_MODE=hang``: it never ends.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -257,10 +258,20 @@ def _out_of_memory(run_dir: str, epoch: int) -> int:
     return 1
 
 
+def export(mode: str) -> int:
+    """``libreyolo export``: fails as libreyolo does on a missing dependency (``fail``), or never ends (``hang``)."""
+    if mode == "hang":
+        time.sleep(3600)
+    print("ERROR    Error [export_dep_missing]: ONNX export requires the 'onnx' package.", flush=True)
+    return 1
+
+
 def main(argv: list[str]) -> int:
     if "--help-json" in argv:  # as libreyolo 1.6.0 with typer 0.29.2: the agent reads the source instead
         print("AttributeError: 'TyperOption' object has no attribute 'type'", file=sys.stderr)
         return 1
+    if argv and argv[0] == "export":
+        return export(os.environ.get("FAKE_EXPORT_MODE", "fail"))
     if not argv or argv[0] != "train":
         time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
         print(json.dumps({"findings": [], "summary": {}}))

@@ -12,6 +12,14 @@ records every call and can be told to fail:
   → 204; RFC 9457 problem errors, ``RateLimit`` headers; every other path, v1's included, is 404.
 
 Point the agent at them with ``VAST_API_URL`` / ``RUNPOD_API_URL`` (``server.env()``).
+
+The launch side, as templates/runpod.sh and templates/vast.sh meet it from a laptop with an account key:
+
+- ``FakeRunPodLaunch``: ``GET /v2/catalog/gpus/{id}`` → a ``GpuType`` (its list prices), ``POST /v2/pods`` → 201
+  and a ``Pod``, the body checked against ``CreatePodRequest`` of ``runpod_v2_reference.json`` (422 otherwise).
+- ``FakeVastLaunch``: ``POST /api/v0/bundles/`` (the offer search: its ``eq``/``gte``/``lte`` filters and
+  ``dph_total`` order) → ``{"offers": [...]}``, ``PUT /api/v0/asks/{offer}/`` → ``{"success": true,
+  "new_contract": id}``, as vast-cli's ``search offers`` and ``create instance`` call them.
 """
 
 from __future__ import annotations
@@ -376,3 +384,107 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+class FakeRunPodLaunch(FakeProvider):
+    """RunPod REST v2 for creating a pod. ``prices``: GPU type id → (secure, community) list $/h per GPU."""
+
+    kind = "runpod-launch"
+    pod_id = "7h9k2m4n6p"
+    prices: dict[str, tuple[float, float]] = {  # noqa: RUF012 - a test may replace it whole
+        "NVIDIA GeForce RTX 4090": (0.69, 0.34),
+        "NVIDIA H100 80GB HBM3": (2.99, 2.39),
+    }
+
+    def created(self) -> list[Any]:
+        return [call.body for call in self.calls if call.method == "POST" and call.status == 201]
+
+    def _error(self, status: int, message: str, errors: list[str] | None = None) -> tuple[int, Any, dict[str, str]]:
+        problem: dict[str, Any] = {"title": HTTPStatus(status).phrase, "status": status, "detail": message}
+        if errors:
+            problem["errors"] = errors
+        return status, problem, {"Content-Type": "application/problem+json"}
+
+    def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+        from urllib.parse import unquote
+
+        gpu = re.fullmatch(r"/v2/catalog/gpus/([^/]+)", path)
+        if method == "GET" and gpu is not None:
+            gpu_id = unquote(gpu.group(1))
+            if gpu_id not in self.prices:
+                return self._error(404, f"GPU type {gpu_id} not found")
+            secure, community = self.prices[gpu_id]
+            return 200, {
+                "id": gpu_id, "name": gpu_id.split()[-1], "pool": None, "manufacturer": "NVIDIA", "memory": 80,
+                "secure": True, "community": True, "price": {"secure": secure, "community": community},
+                "maxCount": {"secure": 8, "community": 8},
+            }, {}  # fmt: skip
+        if method == "POST" and path == "/v2/pods":
+            problems = _create_pod_problems(body)
+            if problems:
+                return self._error(422, "Request validation failed.", problems)
+            pod = {"id": self.pod_id, "name": body["name"], "status": "PROVISIONING", "image": body.get("image")}
+            return 201, pod | {"gpu": body.get("gpu"), "cloud": body.get("cloud", "SECURE"), "cost": 0.0}, {}
+        return self._error(404, "resource not found")
+
+
+def _create_pod_problems(body: Any) -> list[str]:
+    """``body`` against RunPod's ``CreatePodRequest`` schema (runpod_v2_reference.json), one line per problem."""
+    import jsonschema
+
+    reference = json.loads(RUNPOD_V2_REFERENCE.read_text())
+    schema = {"$ref": "#/components/schemas/CreatePodRequest", "components": reference["components"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = validator.iter_errors(body)
+    return [f"{'.'.join(map(str, error.absolute_path)) or '$'}: {error.message}" for error in errors]
+
+
+class FakeVastLaunch(FakeProvider):
+    """Vast.ai's offer search and rental. ``offers``: what the market holds now."""
+
+    kind = "vast-launch"
+    contract = 7835610
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.offers: list[dict[str, Any]] = [
+            {"id": 111, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.41, "disk_space": 300.0},
+            {"id": 222, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.33, "disk_space": 150.0},
+            {"id": 333, "gpu_name": "H100 SXM", "num_gpus": 2, "dph_total": 4.10, "disk_space": 500.0},
+        ]
+        for offer in self.offers:
+            offer |= {"verified": True, "external": False, "rentable": True, "rented": False, "cuda_max_good": 12.8}
+
+    def rented(self) -> list[tuple[str, Any]]:
+        return [(call.path, call.body) for call in self.calls if call.method == "PUT" and call.status == 200]
+
+    def _error(self, status: int, message: str) -> tuple[int, Any, dict[str, str]]:
+        return status, {"success": False, "error": message, "msg": message}, {}
+
+    def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
+        if method == "POST" and path == "/api/v0/bundles/":
+            if not isinstance(body, dict):
+                return self._error(400, "the query must be a JSON object")
+            found = [offer for offer in self.offers if _matches(offer, body)]
+            for field, direction in reversed(body.get("order") or []):
+                found.sort(key=lambda offer: offer[field], reverse=direction == "desc")
+            return 200, {"offers": found[: int(body.get("limit") or 64)]}, {}
+        ask = re.fullmatch(r"/api/v0/asks/(\d+)/", path)
+        if method == "PUT" and ask is not None:
+            if int(ask.group(1)) not in {offer["id"] for offer in self.offers}:
+                return self._error(404, "no_such_ask")
+            missing = [key for key in ("client_id", "image", "disk", "runtype", "env") if key not in (body or {})]
+            if missing or not isinstance(body["env"], dict):
+                return self._error(400, f"invalid_args: {missing or 'env must be an object'}")
+            return 200, {"success": True, "new_contract": self.contract}, {}
+        return self._error(404, "not found")
+
+
+def _matches(offer: dict[str, Any], query: dict[str, Any]) -> bool:
+    compare = {"eq": lambda a, b: a == b, "gte": lambda a, b: a >= b, "lte": lambda a, b: a <= b}
+    for field, condition in query.items():
+        if isinstance(condition, dict) and field in offer:
+            for operator, wanted in condition.items():
+                if not compare[operator](offer[field], wanted):
+                    return False
+    return True

@@ -26,7 +26,8 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.arrived:
-                    receiver.messages.append({"path": self.path, **json.loads(body or b"{}")})
+                    sender = {"user_agent": self.headers.get("User-Agent")}
+                    receiver.messages.append({"path": self.path, **sender, **json.loads(body or b"{}")})
                     receiver.arrived.notify_all()
                 if receiver.mode == "hang":
                     receiver._release.wait()

@@ -21,6 +21,7 @@ PACKAGES=(
     huggingface_hub hf_xet httpx2 httpcore2 truststore anyio idna click
     watchdog
     apprise requests-oauthlib oauthlib markdown
+    onnx onnxruntime protobuf ml_dtypes flatbuffers
     pyarrow
 )
 # What such a machine provides (tests/unit/test_gpu_scripts.py checks that every runtime requirement is in one of

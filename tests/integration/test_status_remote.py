@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from entrypoint.errors import RemoteReadError
+from entrypoint.errors import RemoteReadError, RemoteUnreachableError
 from entrypoint.hub import Hub
-from entrypoint.report import remote
+from entrypoint.report import remote, status
 from entrypoint.sync.bucket import Bucket, RunFolder
 from entrypoint.sync.bucket_store import BucketStore
 from entrypoint.sync.staging import StagedFile, sha256_of
@@ -145,6 +146,111 @@ def test_watch_exits_with_the_runs_own_code(hub_ctx: HubContext, tmp_path: Path)
     put_repo_state(hub_ctx, repo, ended)
     shown = trainbox("status", "--repo", repo, "--watch", "--interval", "0.2", env=laptop(hub_ctx, tmp_path))
     assert shown.returncode == 143 and "outcome   preempted" in shown.stdout
+
+
+# -- a Hub that does not answer, and files that are not what they should be ----------------------------
+def closed_port() -> str:
+    """An address where nothing listens: the connection is refused, as with no network."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_no_network_is_one_line_and_its_own_code_within_30_s(hub_ctx: HubContext, tmp_path: Path) -> None:
+    env = laptop(hub_ctx, tmp_path, HF_ENDPOINT=closed_port())
+    started = time.monotonic()
+    shown = trainbox("status", "--repo", "acme/yolo", env=env)
+    assert time.monotonic() - started < 30
+    assert shown.returncode == RemoteUnreachableError.exit_code == 22, shown.stderr
+    (line,) = shown.stderr.strip().splitlines()  # no line of huggingface_hub's, no retry lines
+    assert "ERROR: cannot reach the Hub at http://127.0.0.1:" in line and "check the network" in line
+    assert shown.stdout == ""
+
+
+def test_a_hub_that_accepts_and_never_answers_is_unreachable_within_the_bound(
+    hub_ctx: HubContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as silent:  # connections queue in the backlog: accepted by the kernel, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        monkeypatch.setattr(remote, "LOOK_BOUND", 1.0)
+        hub = Hub(token=hub_ctx.read_token, endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        with pytest.raises(RemoteUnreachableError, match="no answer within 1 s"):
+            remote.fetch_remote_state(hub, "acme/yolo")
+        assert time.monotonic() - started < 5
+
+
+def test_watch_keeps_the_last_view_through_a_blip(
+    hub_ctx: HubContext, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    put_repo_state(hub_ctx, repo, state(storage={"mode": "repo"}, progress={"epochs_done": 3, "epochs_total": 9}))
+    reachable, unreachable = Hub(token=hub_ctx.read_token), Hub(token=hub_ctx.read_token, endpoint=closed_port())
+    looks: list[str] = []
+
+    def fetch() -> dict[str, Any] | None:
+        looks.append("look")
+        if len(looks) == 3:  # the blip over: the run ended meanwhile
+            put_repo_state(hub_ctx, repo, state(phase="done", storage={"mode": "repo"}, exit={"code": 0}))
+        return remote.fetch_remote_state(unreachable if len(looks) == 2 else reachable, repo, bucket=None)
+
+    code = status.show_remote(fetch, repo, as_json=False, watch=True, interval=0.01)
+    out = capsys.readouterr().out
+    assert code == 0 and len(looks) == 3
+    blip = out.split("stale     ", 1)
+    assert len(blip) == 2 and "epoch     3/9" in blip[0].rsplit("run       ", 1)[1]  # the last view, kept
+    said = "the Hub has not answered for \\d+ s: the view above is that old; giving up after 10m00 without an answer"
+    assert re.match(said, blip[1]), blip[1]
+    assert "outcome   done" in blip[1]
+
+
+def test_watch_gives_up_after_its_bound(hub_ctx: HubContext, tmp_path: Path) -> None:
+    unreachable = Hub(token=hub_ctx.read_token, endpoint=closed_port())
+    with pytest.raises(RemoteUnreachableError, match="no answer for"):
+        status.show_remote(
+            lambda: remote.fetch_remote_state(unreachable, "acme/yolo"),
+            "acme/yolo",
+            as_json=False,
+            watch=True,
+            interval=0.01,
+            give_up=0.5,
+        )
+
+
+def test_a_hostile_trainbox_json_is_read_defensively(
+    hub_ctx: HubContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = hub_ctx.repo_id("yolo")
+    hostile = {
+        "run_name": ["not", "text"],
+        "phase": "done",
+        "updated_at": 12,
+        "progress": [3, 9],
+        "metrics": {"best": "great", "mAP50": "high", "seconds_per_epoch": "slow"},
+        "gpus": {"gpus": ["H100", {"name": 7}]},
+        "storage": "bucket",
+        "settings": "acme/yolo",
+        "timeline": {"agent_started_at": "yesterday", "marks": []},
+        "cost": {"hours": "many"},
+        "phases": {"training": "long"},
+        "exit": "boom",
+    }
+    put_repo_state(hub_ctx, repo, hostile)
+    env = laptop(hub_ctx, tmp_path, CHECKPOINT_BUCKET="off")
+    shown = trainbox("status", "--repo", repo, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "run       ['not', 'text'] · " in shown.stdout and "epoch     0/?" in shown.stdout
+    assert "GPU       1 × 7" in shown.stdout
+    watched = trainbox("status", "--repo", repo, "--watch", "--interval", "0.1", env=env)
+    assert watched.returncode == 1, watched.stderr  # an ended run without a readable exit code
+    # a file far larger than a trainbox.json is not downloaded
+    monkeypatch.setattr(remote, "STATE_MAX_BYTES", 100)
+    assert remote.fetch_remote_state(Hub(token=hub_ctx.read_token), repo, bucket=None) is None
 
 
 # -- while an agent trains ----------------------------------------------------------------------

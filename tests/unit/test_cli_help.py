@@ -16,7 +16,7 @@ SECRET = "hf_dryRunSecretValue0123456789"
 
 
 def test_the_scan_finds_every_variable_with_its_default() -> None:
-    found = {var.name: var.default for var in settings.variables()}
+    found = {var.name: var.default for var in settings.user_variables()}
     # every variable of docs/configuration.md's table is read by settings.py, and found there
     table = CONFIGURATION.read_text().split("\n## ", 1)[0]
     names = set(re.findall(r"^\| `([A-Z_0-9]+)` \|", table, re.MULTILINE))
@@ -24,15 +24,21 @@ def test_the_scan_finds_every_variable_with_its_default() -> None:
     assert found["WORKDIR"] == "/workspace" and found["STALL_TIMEOUT"] == "30m" and found["ON_EXIT"] == "exit"
     assert found["DATASET_REVISION"] == "main" and found["GPUS"] == "all" and found["PROVIDER"] == "auto"
     assert found["HF_TOKEN"] is None and found["MONITOR"] == "0"
-    assert {"CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"} <= set(found)
+    assert "RUNPOD_API_KEY" in found and "VAST_API_KEY" in found
+    # what a provider, a launcher or the tests set is read, but not listed for a person
+    internal = {var.name for var in settings.internal_variables()}
+    assert {"CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "TRAINBOX_PROC_SELF", "PET_NNODES"} <= internal
+    assert not internal & set(found) and internal | set(found) == {var.name for var in settings.variables()}
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"]])
 def test_help_lists_every_variable(args: list[str]) -> None:
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
-    for var in settings.variables():
+    for var in settings.user_variables():
         assert re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
+    for var in settings.internal_variables():
+        assert not re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
     assert "  STALL_TIMEOUT [30m]: " in shown.output and "  WORKDIR [/workspace]: " in shown.output
     # durations as a person writes them, the same in --help, --dry-run and the docs
     assert "  DDP_TIMEOUT [10m]: " in shown.output and "  RENDEZVOUS_TIMEOUT [15m]: " in shown.output
@@ -43,7 +49,7 @@ def test_help_lists_every_variable(args: list[str]) -> None:
 def test_help_prints_each_row_once_with_its_default_and_meaning() -> None:
     shown = CliRunner().invoke(cli, ["--help"]).output
     epilog = shown.split("Environment variables", 1)[1]
-    rows = settings.variables()
+    rows = settings.user_variables()
     assert len(re.findall(r"^  [A-Z][A-Z0-9_]+\b", epilog, re.MULTILINE)) == len(rows)
     for var in rows:
         default = f" [{var.default}]" if var.default is not None else ""
@@ -54,7 +60,7 @@ def test_dry_run_lists_each_row_once(tmp_path: Path) -> None:
     env = {"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu", "MAX_COST": "", "HF_ENDPOINT": "http://hub"}
     out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
     listed = out.split("\nsettings\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert [line.split()[0] for line in listed] == [var.name for var in settings.variables()]
+    assert [line.split()[0] for line in listed] == [var.name for var in settings.user_variables()]
     assert re.search(r"^  MAX_COST\s+unset$", out, re.MULTILINE)
     assert re.search(r"^  HF_ENDPOINT\s+http://hub$", out, re.MULTILINE)
 

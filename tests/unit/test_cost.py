@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from entrypoint import settings
+from entrypoint import settings, state
 from entrypoint.cli import main
-from entrypoint.errors import ConfigError
+from entrypoint.errors import ConfigError, PriceCeilingError
 from entrypoint.release import cost
 from entrypoint.release.providers import InstanceState, Observed
 
@@ -141,3 +142,73 @@ def test_plan_refuses_a_negative_disk(capsys: pytest.CaptureFixture[str]) -> Non
         main(["plan", "--disk-gb", "-5", "--storage-price", "0.2"])
     assert done.value.code == 2
     assert "--disk-gb" in capsys.readouterr().err
+
+
+# -- MAX_COST over the whole run -----------------------------------------------------------------
+def killed_attempt_state(hours: float, interval_seconds: float, price: float = 2.0) -> dict:
+    """trainbox.json as an attempt killed in training left it on the Hub: no end, its last spend record."""
+    return {
+        "attempt": 1,
+        "phase": "training",
+        "progress": {"epochs_done": 3},
+        "cost": {
+            "hours": hours,
+            "price_per_hour": price,
+            "price_source": "PRICE_PER_HOUR",
+            "dollars": hours * price,
+            "interval_seconds": interval_seconds,
+        },
+    }
+
+
+def test_a_killed_attempt_counts_its_last_record_plus_one_interval_said_as_an_upper_estimate() -> None:
+    found = state.lost_spend(killed_attempt_state(hours=1.0, interval_seconds=1800))
+    assert found is not None
+    assert (found["hours"], found["dollars"]) == (1.5, 3.0)  # 1 h recorded + half an hour between records, at $2/h
+    assert "upper estimate" in found["estimate"]
+    assert state.lost_spend({"phase": "training"}) is None  # an older agent recorded no spend
+
+
+def test_the_run_state_records_a_killed_attempts_estimated_spend() -> None:
+    run = state.RunState(Path("/nonexistent"), "run", killed_attempt_state(hours=1.0, interval_seconds=1800))
+    (lost,) = run.attempts
+    assert lost["reason"] == "lost" and lost["cost"]["dollars"] == 3.0 and lost["epochs_done"] == 3
+
+
+def test_earlier_attempts_add_up_and_say_what_is_left() -> None:
+    attempts = [
+        {"attempt": 1, "cost": {"hours": 1.0, "price_per_hour": 2.0, "dollars": 2.0}},
+        {"attempt": 2, "cost": {"dollars": 4.5, "estimate": state.LOST_SPEND_NOTE}},  # killed: an upper estimate
+        {"attempt": 3, "reason": "lost"},  # nothing on record
+    ]
+    spent = cost.earlier_spend(attempts)
+    assert (spent.dollars, spent.attempts, spent.estimated, spent.unrecorded) == (6.5, 3, 1, 1)
+    assert spent.left(25.0) == 18.5 and spent.left(5.0) == 0.0
+    assert spent.line(25.0) == (
+        "$6.50 spent by 3 earlier attempts (1 killed: an upper estimate; 1 with no spend on record, not counted),"
+        " $18.50 left of MAX_COST $25"
+    )
+    assert cost.earlier_spend([]).line(None) == "$0.00 spent by 0 earlier attempts"
+    error = cost.run_limit_reached(5.0, spent)
+    assert error.exit_code == 82 and "MAX_COST ($5.00) reached by the run: $6.50 spent by 3" in str(error)
+
+
+# -- MAX_PRICE_PER_HOUR --------------------------------------------------------------------------
+def test_a_price_above_the_ceiling_is_refused_naming_both_prices() -> None:
+    with pytest.raises(PriceCeilingError) as raised:
+        cost.check_ceiling(cost.Price(3.2, "vast:dph_total"), 2.5)
+    assert raised.value.exit_code == 83
+    assert str(raised.value).startswith("this instance bills $3.2/h (vast:dph_total), above MAX_PRICE_PER_HOUR=$2.5/h")
+    assert "\n" not in str(raised.value)
+    cost.check_ceiling(cost.Price(2.5, "PRICE_PER_HOUR"), 2.5)  # at the ceiling: taken
+    cost.check_ceiling(cost.Price(None, None), None)  # no ceiling: nothing to check
+    with pytest.raises(ConfigError, match="PRICE_PER_HOUR"):
+        cost.check_ceiling(cost.Price(None, None), 2.5)  # a ceiling, and no price to hold against it
+
+
+def test_max_price_per_hour_setting() -> None:
+    assert read_settings(MAX_PRICE_PER_HOUR="$2.50", PRICE_PER_HOUR="1").max_price_per_hour == 2.5
+    with pytest.raises(ConfigError, match="MAX_PRICE_PER_HOUR"):
+        read_settings(MAX_PRICE_PER_HOUR="cheap", PRICE_PER_HOUR="1")
+    with pytest.raises(ConfigError, match="PRICE_PER_HOUR"):
+        read_settings(MAX_PRICE_PER_HOUR="2.5")  # no provider, no price: it could never be checked

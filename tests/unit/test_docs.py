@@ -24,7 +24,13 @@ REGENERATE = (
 def test_the_configuration_page_prints_the_settings_table_row_for_row() -> None:
     text = (DOCS / "configuration.md").read_text()
     assert "\n".join(env_table()) in text, REGENERATE
-    assert len(env_table()) == len(settings.variables()) + 2
+    assert len(env_table()) == len(settings.user_variables()) + 2
+
+
+def test_the_development_page_lists_the_variables_set_for_the_agent() -> None:
+    text = (DOCS / "development.md").read_text()
+    assert "\n".join(env_table(internal=True)) in text, REGENERATE.replace("env_table()", "env_table(internal=True)")
+    assert len(env_table(internal=True)) == len(settings.internal_variables()) + 2
 
 
 def test_the_readme_table_is_the_same_rows_for_the_variables_most_people_set() -> None:

@@ -78,6 +78,7 @@ class JobsApi(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.submitted: list[tuple[str, dict[str, Any]]] = []  # (namespace, job spec)
         self.unknown: list[str] = []
+        self.hardware: list[dict[str, Any]] | None = None  # GET /api/jobs/hardware; None: an older Hub (404)
 
     @property
     def url(self) -> str:
@@ -90,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
+    def _send(self, status: int, body: dict[str, Any] | list[dict[str, Any]]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -99,6 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        if self.path == "/api/jobs/hardware" and self.server.hardware is not None:
+            self._send(200, self.server.hardware)
+            return
         if self.path.startswith("/api/whoami-v2") and self.headers.get("Authorization") == f"Bearer {TOKEN}":
             access = {"displayName": "jobs", "role": "write"}
             self._send(200, {"type": "user", "name": "alice", "orgs": [], "auth": {"accessToken": access}})
@@ -188,3 +192,32 @@ def test_a_launch_that_cannot_train_is_refused_before_a_job_exists(
     done = launch(jobs_api, tmp_path, **settings)
     assert done.returncode == 2 and says in done.stderr, done.stdout + done.stderr
     assert not jobs_api.submitted
+
+
+def hardware(name: str, per_minute: float) -> dict[str, Any]:
+    """One flavor as the Hub's GET /api/jobs/hardware lists it (what `HfApi.list_jobs_hardware()` reads)."""
+    return {
+        "name": name,
+        "prettyName": name,
+        "cpu": "12 vCPU",
+        "ram": "142 GB",
+        "ephemeralStorage": "1000 GB",
+        "accelerator": {"type": "gpu", "model": "A100", "quantity": "1", "vram": "80 GB", "manufacturer": "Nvidia"},
+        "unitCostMicroUSD": round(per_minute * 1e6),
+        "unitCostUSD": per_minute,
+        "unitLabel": "minute",
+    }
+
+
+def test_the_flavors_price_comes_from_the_hub_where_it_lists_one(jobs_api: JobsApi, tmp_path: Path) -> None:
+    flavor = shell_defaults(SCRIPT)["FLAVOR"]
+    jobs_api.hardware = [hardware("cpu-basic", 0.000167), hardware(flavor, 0.0525)]  # $3.15/h, not the table's
+    done = launch(jobs_api, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ((_, job),) = jobs_api.submitted
+    assert float(job["environment"]["PRICE_PER_HOUR"]) == 3.15 != float(price_table()[flavor])
+    # PRICE_PER_HOUR given wins over both
+    jobs_api.submitted.clear()
+    assert launch(jobs_api, tmp_path, PRICE_PER_HOUR="1.23").returncode == 0
+    ((_, job),) = jobs_api.submitted
+    assert job["environment"]["PRICE_PER_HOUR"] == "1.23"

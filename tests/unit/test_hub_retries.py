@@ -93,3 +93,13 @@ def test_a_finished_or_failed_status_ends_the_sync(tmp_path: Path) -> None:
         assert training_finished(tmp_path)
     _status(tmp_path, pid=os.getpid())
     assert training_finished(tmp_path, now=time.time() + 10 * watcher.SILENCE) is False  # alive here
+
+
+def test_huggingface_hubs_own_backoff_is_wrapped_by_its_private_name() -> None:
+    """huggingface_hub has no public knob to turn its own retries off (entrypoint/hub.py, ``_install_one_try``):
+    a release that renames the function it wraps fails here, not as minutes of nested retries on a refused call."""
+    from huggingface_hub.utils import _http
+
+    import entrypoint.hub  # noqa: F401 - installs the wrapper
+
+    assert getattr(_http._http_backoff_base, "trainbox_one_try", False)

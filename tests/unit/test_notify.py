@@ -63,7 +63,7 @@ def test_notify_is_a_list_of_secrets_kept_from_children_and_logs(tmp_path: Path)
     assert "NOTIFY" not in procs.child_env({"NOTIFY": SLACK, "PATH": "/bin"})
 
 
-@pytest.mark.parametrize("value", ["not-a-url", "ntfy://ok,slack//T000/B000", "   ,  "])
+@pytest.mark.parametrize("value", ["not-a-url", "ntfy://ok, slack//T000/B000", "   ,  "])
 def test_a_bad_notify_names_the_target_never_its_value(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError) as refused:
         make(tmp_path, NOTIFY=value)
@@ -88,9 +88,13 @@ def test_dry_run_says_set_not_the_url(tmp_path: Path) -> None:
 def test_an_unknown_scheme_is_refused_at_the_start_without_printing_it(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    settings = make(tmp_path, NOTIFY="json://127.0.0.1:9/ok,nosuchservice://secret-channel-key-123")
+    # the scheme is judged with the settings (so by --dry-run, before the GPU check); the URL's details at the start
+    with pytest.raises(ConfigError, match=r"target 2 \(nosuchservice://…\)") as refused:
+        make(tmp_path, NOTIFY="json://127.0.0.1:9/ok,nosuchservice://secret-channel-key-123")
+    assert "secret-channel-key-123" not in str(refused.value)
+    settings = make(tmp_path, NOTIFY="json://127.0.0.1:9/ok,slack://secret-channel-key-123")  # too few parts for Slack
     notifier = notify.Notifier(settings, job_state(settings))
-    with pytest.raises(ConfigError, match=r"target 2 \(nosuchservice://…\)"):
+    with pytest.raises(ConfigError, match=r"target 2 \(slack://…\)"):
         notifier.check()
     assert not notifier.active  # the end message of the job that ends on this error goes nowhere
     assert "secret-channel-key-123" not in capfd.readouterr().err
@@ -111,6 +115,7 @@ def test_start_and_end_carry_what_a_person_needs(tmp_path: Path) -> None:
         notifier.settle(clock)
         _, end = receiver.wait_for(2)
     assert start["title"].startswith("trainbox: cones started on ") and start["type"] == "info"
+    assert start["user_agent"] == "Trainbox"  # signed by Trainbox (AppriseAsset), not "Apprise"
     body = start["message"]
     assert "host: " in body and "GPU: 2 × NVIDIA H100 80GB HBM3" in body
     assert "price: $2.49/h (PRICE_PER_HOUR); MAX_COST $25" in body

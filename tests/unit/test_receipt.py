@@ -93,3 +93,23 @@ def test_one_line_and_markdown() -> None:
 )
 def test_format_seconds(seconds: float, text: str) -> None:
     assert receipt.format_seconds(seconds) == text
+
+
+def test_after_a_restart_the_receipt_lists_every_attempt_and_the_runs_total() -> None:
+    state = finished_state(release=T0 + 3634, released=T0 + 3636) | {  # billed 3636 s at $2/h: $2.02
+        "attempt": 3,
+        "attempts": [
+            {"attempt": 1, "cost": {"hours": 1.0, "price_per_hour": 2.0, "dollars": 2.0}},
+            {"attempt": 2, "reason": "lost", "cost": {"dollars": 1.5, "estimate": "upper estimate"}},
+            {"attempt": 3, "cost": {"dollars": 1.9}},  # this one's own entry: its billed time counts instead
+        ],
+    }
+    found = receipt.compute(state, now=T0, price_per_hour=2.0)
+    assert found is not None
+    assert [(entry.number, entry.estimated) for entry in found.attempts] == [(1, False), (2, True), (3, False)]
+    assert found.run_dollars == pytest.approx(2.0 + 1.5 + 2.02)
+    assert found.one_line().endswith("the run: #1 $2.00 + #2 $1.50 (killed: at most) + #3 $2.02 = $5.52")
+    assert "The whole run, every attempt (MAX_COST counts them together): #1 $2.00" in found.markdown()
+    assert found.as_dict()["run_dollars"] == pytest.approx(5.52)
+    first = receipt.compute(finished_state(), now=T0 + 3700, price_per_hour=2.0)
+    assert first is not None and first.attempts == () and "the run" not in first.one_line()

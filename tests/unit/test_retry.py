@@ -125,6 +125,21 @@ def test_the_server_wait_wins_over_the_backoff_up_to_the_policy_cap() -> None:
     assert clock.slept == [60.0]
 
 
+def test_a_spent_ratelimit_quota_says_how_long_to_wait() -> None:
+    """The Hub's (and RunPod's) ``RateLimit`` header, read with huggingface_hub's public parser: a 429 whose quota
+    is spent waits for its reset, even where Retry-After says less; a quota not spent leaves Retry-After to say."""
+    spent = {"RateLimit": '"api";r=0;t=55', "RateLimit-Policy": '"fixed window";"api";q=500;w=300', "Retry-After": "3"}
+    assert retry_after_of(http_error(429, spent)) == 55.0
+    assert retry_after_of(http_error(429, spent | {"RateLimit": '"api";r=4;t=55'})) == 3.0
+    runpod = {"RateLimit": '"minute";r=0;t=12, "hour";r=2999;t=3600'}
+    assert retry_after_of(http_error(429, runpod)) == 12.0
+    assert retry_after_of(http_error(503, spent)) == 3.0  # not a rate limit: the header is not the answer
+    assert retry_after_of(http_error(429, {"RateLimit": "garbage"})) is None
+    clock = Clock()
+    assert run(scripted(http_error(429, spent), "ok"), clock.policy()) == "ok"
+    assert clock.slept == [55.0]
+
+
 def test_retry_after_of_reads_the_response_an_error_carries() -> None:
     date = format_datetime(datetime.fromtimestamp(NOW + 30, UTC), usegmt=True)
     assert retry_after_of(http_error(503, {"Retry-After": date}), now=lambda: NOW) == 30.0

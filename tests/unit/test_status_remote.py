@@ -80,3 +80,31 @@ def test_progress_fields_carry_the_epoch_line_in_trainbox_json(tmp_path: Path) -
         "best": {"epoch": 2, "mAP50": 0.5, "mAP50-95": 0.31},  # the epoch best.pt holds (LibreYOLO's is_best)
     }
     assert status.progress_fields(tmp_path / "nothing-yet", 0, None)["metrics"] == {}
+
+
+def test_a_manifest_far_larger_than_one_is_never_downloaded() -> None:
+    from typing import cast
+
+    from entrypoint.sync.bucket import MANIFEST_MAX_BYTES, Bucket, RunFolder
+
+    class Listed:
+        bucket_id = "acme/yolo-checkpoints"
+
+        def listing(self, prefix: str, *, recursive: bool = True, deadline: float | None = None) -> dict[str, int]:
+            return {
+                f"{prefix}/1700000000000-abcdef-000001.json": 900,
+                f"{prefix}/1700000000000-abcdef-000002.json": MANIFEST_MAX_BYTES + 1,
+            }
+
+    folder = RunFolder(cast(Bucket, Listed()), "cones", "0123456789abcdef")
+    assert folder.manifest_keys() == ["cones/0123456789abcdef/manifests/1700000000000-abcdef-000001.json"]
+
+
+def test_hostile_fields_are_read_as_absent() -> None:
+    from entrypoint.report.remote import sanitized
+
+    clean = sanitized(live(progress=[3, 9], metrics={"best": "x"}, gpus="H100", storage="bucket", run_name=7))
+    assert "progress" not in clean and "gpus" not in clean and "storage" not in clean
+    assert clean["metrics"] == {} and clean["run_name"] == "7"
+    text = status.render_remote(clean, NOW)
+    assert "epoch     0/?" in text and "GPU       not checked yet" in text

@@ -163,3 +163,44 @@ def test_the_receipt_and_the_card_say_why_it_stopped() -> None:
         "**State: done, stopped early by the dollar rule** after 6/20 epochs: STOP_FLAT_SPEND: flat."
     )
     assert state_line("success") == "**State: done** after 6/20 epochs."
+
+
+def test_each_epoch_is_priced_at_the_price_it_ran_at() -> None:
+    attempts = [
+        {"attempt": 1, "epochs_done": 2, "cost": {"price_per_hour": 3600.0}},  # $1/s
+        {"attempt": 2, "reason": "lost", "epochs_done": 4},  # no price on record: its epochs go to the next
+        {"attempt": 3, "epochs_done": 5, "cost": {"price_per_hour": 7200.0}},  # $2/s
+    ]
+    price_of = stoprule.epoch_prices(attempts, current=36000.0)
+    assert [price_of(epoch) for epoch in range(1, 8)] == [3600.0, 3600.0, 7200.0, 7200.0, 7200.0, 36000.0, 36000.0]
+    # Five flat epochs at $1 each, then a restart on a host ten times dearer: the past stays $5, not $50.
+    flat = rows([0.3] * 6)
+    cheap_then_dear = stoprule.epoch_prices([{"epochs_done": 5, "cost": {"price_per_hour": PRICE}}], PRICE * 10)
+    assert stoprule.judge(flat, PRICE * 10, 20.0, 0.005).stop  # every epoch at today's price: stopped at once
+    verdict = stoprule.judge(flat, cheap_then_dear, 20.0, 0.005)
+    assert verdict is not None and not verdict.stop and verdict.spent == 15.0  # $5 + one $10 epoch
+
+
+def test_an_extension_starts_a_fresh_window() -> None:
+    flat_tail = rows([0.3, 0.3, 0.3, 0.3, 0.3])  # a finished run of 5 epochs whose tail was flat
+    extended = flat_tail + [dict(row, epoch=row["epoch"] + 5) for row in rows([0.3, 0.3, 0.3])]
+    # Without the fresh window the extension stops at its first new epoch; with it, after $2 of new epochs.
+    assert stoprule.judge(extended[:6], PRICE, 2.0, 0.005).stop
+    assert [stoprule.judge(extended[:n], PRICE, 2.0, 0.005, fresh_from=5).stop for n in (6, 7, 8)] == [
+        False,
+        True,
+        True,
+    ]
+    assert stoprule.fresh_window([{"after_epoch": 5}, {"after_epoch": 12}, "junk"]) == 12
+    assert stoprule.fresh_window(None) == 0
+
+
+def test_the_rule_reads_the_attempts_and_the_extensions_from_trainbox_json(tmp_path: Path) -> None:
+    lines = [json.dumps(row) for row in rows([0.3] * 6)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    history = {"attempts": [{"epochs_done": 5, "cost": {"price_per_hour": PRICE}}], "extensions": [{"after_epoch": 5}]}
+    rule = stoprule.StopRule(tmp_path, PRICE * 10, 20.0, 0.005, history=lambda: history)
+    verdict = rule.judge_now()
+    assert verdict is not None and not verdict.stop and verdict.spent == 15.0
+    alone = stoprule.StopRule(tmp_path, PRICE * 10, 20.0, 0.005).judge_now()  # every epoch at today's price
+    assert alone is not None and alone.stop and alone.spent == 60.0

@@ -96,6 +96,7 @@ def check_names(names: set[str]) -> None:
 def test_every_template_is_checked() -> None:
     checked = {"runpod.json", "runpod-pod.json", "vast.json", "modal_train.py", "beam_train.py", "skypilot.yaml"}
     checked |= {"kubernetes.yaml", "kubernetes-multinode.yaml", ".beamignore", "kubernetes-jobset.yaml", "hf_jobs.sh"}
+    checked |= {"runpod.sh", "vast.sh"}  # tests/unit/test_launch_scripts.py
     assert {p.name for p in TEMPLATES.iterdir()} - {"README.md"} == checked
 
 
@@ -157,6 +158,8 @@ def test_runpod_deploys_the_template_on_the_gpu_asked_for() -> None:
     check_names(set(pod["env"]))
     readme = (TEMPLATES / "README.md").read_text()
     assert "POST https://api.runpod.io/v2/pods" in readme and "runpod-pod.json" in readme
+    # RunPod has no price ceiling of its own: the agent holds the pod's cost against MAX_PRICE_PER_HOUR
+    assert float(pod["env"]["MAX_PRICE_PER_HOUR"]) > 0 and "MAX_PRICE_PER_HOUR" in readme
 
 
 def image_cuda(image: str) -> str:
@@ -201,6 +204,8 @@ def test_vast() -> None:
     assert env["ON_EXIT"] == "destroy"
     assert template["recommended_disk_space"] >= 50
     assert "2.5x" in template["readme"]
+    # Vast filters offers by price itself: the template keeps to its own filter, named in the readme
+    assert template["extra_filters"]["dph_total"]["lte"] > 0 and "dph_total" in template["readme"]
 
 
 def test_skypilot() -> None:
@@ -323,6 +328,11 @@ def test_kubernetes_jobset_restarts_every_node_together() -> None:
     assert 1 <= policy["maxRestarts"] <= 5 and policy["restartStrategy"] == "BlockingRecreate"
     first = policy["rules"][0]
     assert first["action"] == "FailJobSet" and first["onJobFailureReasons"] == ["PodFailurePolicy"]
+    # a Job that reached its activeDeadlineSeconds fails the set: a restart would bill as long again
+    deadline = [rule for rule in spec["failurePolicy"]["rules"] if "DeadlineExceeded" in rule["onJobFailureReasons"]]
+    assert [rule["action"] for rule in deadline] == ["FailJobSet"]
+    for rule in spec["failurePolicy"]["rules"]:
+        assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", rule["name"]), "JobSet's rule-name pattern"
     assert re.fullmatch(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?", first["name"]), "JobSet's rule-name pattern"
     _, single = yaml.safe_load_all((TEMPLATES / "kubernetes.yaml").read_text())
     assert job["podFailurePolicy"] == single["spec"]["podFailurePolicy"]
@@ -459,8 +469,14 @@ def gpu_and_price(name: str) -> tuple[str, str]:
         defaults = shell_defaults(path)
         text = path.read_text()
         price = re.search(rf"^\s+{re.escape(defaults['FLAVOR'])}\) price=([\d.]+) ;;$", text, re.M)
-        assert price and "PRICE_PER_HOUR=${PRICE_PER_HOUR:-$price}" in text
+        # the Hub's listed price first (test_hf_jobs_template.py holds it), the table as the fallback
+        assert price and "PRICE_PER_HOUR=${PRICE_PER_HOUR:-${listed:-$price}}" in text
         return defaults["FLAVOR"], price.group(1)
+    if name in {"runpod.sh", "vast.sh"}:  # the price: RunPod's catalog, Vast.ai's offer (test_launch_scripts.py)
+        text = path.read_text()
+        gpu = re.search(r'^GPU="([^"]+)"$', text, re.M)
+        assert gpu and "--price-max" in text
+        return gpu.group(1), "provider"
     if name == "skypilot.yaml":
         task = yaml.safe_load(path.read_text())
         return str(task["resources"]["accelerators"]), task["envs"]["PRICE_PER_HOUR"]

@@ -52,3 +52,23 @@ def test_an_unknown_release_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     assert libreyolo.train_options(tmp_path / "cache") == {"only": "str"} and asked == ["help-json"]
     assert libreyolo.release_options("1.7.0") == {} and libreyolo.release_options(None) == {}
+
+
+def test_the_defaults_plan_and_dry_run_assume_are_the_installed_releases() -> None:
+    """``trainbox plan`` and ``--dry-run`` say what libreyolo trains when RUN_ARGS names no model, epochs or imgsz:
+    the typer defaults of the installed release's ``train`` command."""
+    import ast
+
+    tree = ast.parse(installed_source())
+    (train,) = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "train_cmd"]
+    positional = train.args.args[len(train.args.args) - len(train.args.defaults) :]
+    pairs = [
+        *zip(positional, train.args.defaults, strict=True),
+        *zip(train.args.kwonlyargs, train.args.kw_defaults, strict=True),
+    ]
+    found = {  # name = typer.Option(DEFAULT, ...)
+        arg.arg: str(default.args[0].value)
+        for arg, default in pairs
+        if isinstance(default, ast.Call) and default.args and isinstance(default.args[0], ast.Constant)
+    }
+    assert {key: found[key] for key in libreyolo.TRAIN_DEFAULTS} == libreyolo.TRAIN_DEFAULTS

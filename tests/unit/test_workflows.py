@@ -239,3 +239,17 @@ def test_pull_request_and_main_builds_reuse_layers_and_releases_do_not() -> None
     assert scope in built["cache-to"], "one cache per variant: variants never evict each other's layers"
     released = step(jobs["publish"], "docker/build-push-action")["with"]
     assert "cache-from" not in released and "cache-to" not in released, "a release builds from sources alone"
+
+
+def test_the_lint_job_installs_the_linters_the_test_extra_pins() -> None:
+    job = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["lint"]
+    installs = [step["run"] for step in job["steps"] if "pip install" in step.get("run", "")]
+    assert installs == ["python .ci/lint_tools.py > lint-tools.txt\npython -m pip install -r lint-tools.txt\n"]
+    printed = subprocess.run(
+        [sys.executable, str(REPO / ".ci" / "lint_tools.py")], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert set(printed) <= set(extra) and any(line.startswith("zizmor==") for line in printed)
+    ran = " ".join(step.get("run", "") for step in job["steps"])
+    for tool in ("ruff", "hadolint", "actionlint", "zizmor", "shellcheck"):
+        assert tool in ran and any(line.startswith(tool) for line in printed), tool

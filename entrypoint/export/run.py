@@ -1,0 +1,200 @@
+"""The end of a finished run: each EXPORT format made from ``best.pt``, checked, then moved beside it in the run
+folder, so the final publish carries it to OUTPUT_REPO; and ``config.json`` at the run folder's root.
+
+``libreyolo export`` and the check (export/verify.py) are child processes with a time limit: the agent never
+imports torch or initialises CUDA. An export that fails, times out or does not pass its check is never
+published and never fails the run (the weights are the product): one WARNING line, and trainbox.json's
+``exports`` (which the card shows) says why. After a SIGTERM the machine is going away: exports are skipped,
+and one under way is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import libreyolo, procs
+from ..libreyolo import EXPORT_FORMATS, ExportFormat
+from ..log import logger
+from ..settings import Settings
+from ..state import RunState
+from . import compare, verify
+
+# libreyolo's ONNX export of a YOLOv9-s takes seconds on a CPU (docs/benchmarks.md); a TensorRT engine build
+# takes minutes on a large model. Past these the format is given up, the run goes on.
+EXPORT_TIMEOUT = 15 * 60.0
+CHECK_TIMEOUT = 5 * 60.0
+_POLL = 0.2
+
+
+class ExportFailed(Exception):
+    """This format is not published; the message says why, in one line."""
+
+
+def export_all(
+    settings: Settings, state: RunState, *, device: str, stopping: Callable[[], bool], data_yaml: Path | None
+) -> dict[str, dict[str, Any]]:
+    """Every EXPORT format, in order; each one's record (also in trainbox.json's ``exports``)."""
+    best = settings.run_dir / libreyolo.BEST_CHECKPOINT
+    records: dict[str, dict[str, Any]] = {}
+    for name in settings.export:
+        if stopping():
+            record: dict[str, Any] = {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
+        elif not best.is_file():
+            record = {"status": "failed", "why": f"{libreyolo.BEST_CHECKPOINT} is missing"}
+        elif data_yaml is None or not data_yaml.is_file():
+            record = {"status": "failed", "why": "no dataset on this volume to check the export on"}
+        else:
+            record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping)
+        if record["status"] != "published":
+            logger.warning("export %s: not published: %s", name, record["why"])
+        records[name] = record
+        state.update(exports={name: record})
+    return records
+
+
+def _one(
+    settings: Settings, fmt: ExportFormat, best: Path, data_yaml: Path, device: str, stopping: Callable[[], bool]
+) -> dict[str, Any]:
+    scratch = settings.agent_dir / "export" / fmt.name
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    _forget_earlier(fmt, best)  # an earlier attempt's file was made from another best.pt
+    started = time.monotonic()
+    try:
+        made = _export(settings, fmt, best, scratch, device, stopping)
+        exported_at = time.monotonic() - started
+        checked = _check(settings, fmt, best, made, data_yaml, device, stopping)
+        verdict = compare.compare(checked["reference"], checked["candidate"])
+        if not verdict.passed:
+            raise ExportFailed(f"its detections differ from best.pt's: {verdict.describe()}")
+        published = _publish(settings.run_dir, made, _published_name(fmt, best, checked))
+    except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
+        why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
+        return {"status": "failed", "why": why, "seconds": round(time.monotonic() - started, 1)}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    relative = published.relative_to(settings.run_dir).as_posix()
+    logger.info("export %s: %s in %.1f s, checked: %s", fmt.name, relative, exported_at, verdict.describe())
+    record: dict[str, Any] = {
+        "status": "published",
+        "file": relative,
+        "runtime": fmt.runtime,
+        "seconds": round(exported_at, 1),
+        "check": verdict.describe(),
+    }
+    return record | {key: checked[key] for key in ("arch", "tensorrt") if key in checked}
+
+
+def _export(
+    settings: Settings, fmt: ExportFormat, best: Path, scratch: Path, device: str, stopping: Callable[[], bool]
+) -> Path:
+    argv = [libreyolo.executable(settings.libreyolo_command), "export", "--model", str(best), "--format", fmt.name]
+    imgsz = settings.run_args.get("imgsz")
+    argv += ["--imgsz", imgsz] if imgsz else []
+    argv += ["--half"] if fmt.name == "tensorrt" else []  # what an engine is built for; the check allows FP16
+    argv += ["--device", device, "--json"]
+    done = _run(argv, scratch, settings, EXPORT_TIMEOUT, stopping, f"libreyolo export {fmt.name}")
+    result = _last_json(done)
+    path = result.get("output_path") if result else None
+    if not isinstance(path, str) or not (scratch / path).exists():
+        raise ExportFailed(f"libreyolo export named no file it wrote: {_tail(done)}")
+    return scratch / path
+
+
+def _check(
+    settings: Settings,
+    fmt: ExportFormat,
+    best: Path,
+    made: Path,
+    data_yaml: Path,
+    device: str,
+    stopping: Callable[[], bool],
+) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "entrypoint.export.verify", "--weights", str(best), "--export", str(made)]
+    argv += ["--data", str(data_yaml), "--format", fmt.name, "--device", device]
+    imgsz = settings.run_args.get("imgsz")
+    argv += ["--imgsz", imgsz] if imgsz and imgsz.isdigit() else []
+    done = _run(argv, made.parent, settings, CHECK_TIMEOUT, stopping, f"the {fmt.runtime} check")
+    lines = [line for line in done.splitlines() if line.startswith(verify.RESULT)]
+    if not lines:
+        raise ExportFailed(f"{fmt.runtime} could not run it: {_tail(done)}")
+    found: dict[str, Any] = json.loads(lines[-1].removeprefix(verify.RESULT))
+    return found
+
+
+def _run(
+    argv: list[str], cwd: Path, settings: Settings, timeout: float, stopping: Callable[[], bool], label: str
+) -> str:
+    """``argv`` to its end, within ``timeout``, stopped at once when ``stopping()``; its output read from a file
+    (no pipe a grandchild could hold open). A non-zero exit or a stop is ``ExportFailed``."""
+    log = cwd / "output.log"
+    with log.open("wb") as sink:
+        child = procs.Child(argv, cwd=cwd, env=settings.env, output=sink, label=label)
+        deadline = time.monotonic() + timeout
+        why = ""
+        while child.poll() is None:
+            if stopping():
+                why = "stopped: the machine is being taken back (SIGTERM)"
+            elif time.monotonic() > deadline:
+                why = f"did not finish within {timeout:.0f} s"
+            if why:
+                child.stop(signal.SIGKILL, grace=0.0)
+                break
+            time.sleep(_POLL)
+        code = child.poll()
+    output = log.read_text(errors="replace")
+    if why:
+        raise ExportFailed(f"{label} {why}")
+    if code != 0:
+        raise ExportFailed(f"{label} exited with {code}: {_tail(output)}")
+    return output
+
+
+def _published_name(fmt: ExportFormat, best: Path, checked: dict[str, Any]) -> str:
+    """Its name beside best.pt; an engine's names the GPU architecture and TensorRT version it runs on."""
+    if fmt.name == "tensorrt":
+        return f"{best.stem}.{checked['arch']}.trt{checked['tensorrt']}.engine"
+    return fmt.artifact(best).name
+
+
+def _forget_earlier(fmt: ExportFormat, best: Path) -> None:
+    """Remove this format's file an earlier attempt published beside best.pt (an extended run has a new best.pt):
+    a failed export must not leave a stale one to be published with the new weights."""
+    earlier = [fmt.artifact(best), *best.parent.glob(f"{best.stem}.*.engine")] if fmt.name == "tensorrt" else []
+    for path in earlier or [fmt.artifact(best)]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _publish(run_dir: Path, made: Path, name: str) -> Path:
+    """Into the run folder's weights/, replacing an earlier export of the same name: what the sync uploads."""
+    target = run_dir / libreyolo.WEIGHTS_DIR / name
+    if target.is_dir():
+        shutil.rmtree(target)
+    shutil.move(str(made), str(target))
+    return target
+
+
+def _last_json(output: str) -> dict[str, Any] | None:
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            return found if isinstance(found, dict) else None
+    return None
+
+
+def _tail(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,161 @@
+"""EXPORT end to end: refused up front, a failing export never fails the run, and a real two-epoch training whose
+ONNX file reaches the model repo, runs in ONNX Runtime and detects what the .pt detects."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi
+
+from tests.hubfixtures import HubContext
+from tests.integration.test_card import stand_in
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox, trainbox_env
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if " WARNING: " in line]
+
+
+@pytest.mark.parametrize(
+    ("extra", "line", "dry_run"),
+    [
+        ({"EXPORT": "foo"}, "EXPORT: format 'foo': unknown — use onnx, openvino, tensorrt, torchscript", False),
+        ({"EXPORT": "foo"}, "EXPORT: format 'foo': unknown", True),
+        ({"EXPORT": "onnx,tensorrt", "GPUS": "cpu"}, "EXPORT=tensorrt needs a GPU", False),
+        ({"EXPORT": "openvino"}, "EXPORT=openvino needs openvino, which this image lacks", False),
+    ],
+)
+def test_an_export_the_run_cannot_make_is_refused_before_the_dataset(
+    tmp_path: Path, extra: dict[str, str], line: str, dry_run: bool
+) -> None:
+    if extra["EXPORT"] == "openvino" and importlib.util.find_spec("openvino") is not None:
+        pytest.skip("openvino is installed here")
+    env = trainbox_env(tmp_path / "work", DATASET_REPO="nobody/not-fetched", OUTPUT_REPO="nobody/model", **extra)
+    result = run_trainbox("run", *(["--dry-run"] if dry_run else []), env=env, timeout=60)
+    assert result.returncode == 10, result.output[-2000:]
+    (said,) = result.stderr.splitlines()  # one line, before any step (the dataset's would log its own)
+    assert line in said
+    assert not (tmp_path / "work" / "data").exists()
+
+
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_a_failing_export_is_one_warning_and_the_run_still_succeeds(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("cones")
+    workdir = tmp_path / "work"
+    env = trainbox_env(
+        workdir,
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2",
+        EXPORT="onnx",
+        **stand_in(tmp_path, epoch_seconds=0.1),  # its `libreyolo export` fails as libreyolo does without onnx
+    )
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    (warning,) = [line for line in _warnings(result.stderr) if "export" in line]
+    assert "export onnx: not published: libreyolo export onnx exited with 1" in warning
+    (run_dir,) = (workdir / "runs").iterdir()
+    record = json.loads((run_dir / "trainbox.json").read_text())["exports"]["onnx"]
+    assert record["status"] == "failed" and "export_dep_missing" in record["why"]
+    api = HfApi(endpoint=hub_ctx.url, token=hub_ctx.token)
+    files = api.list_repo_files(repo)
+    assert "weights/best.pt" in files and not any(name.endswith(".onnx") for name in files)
+    assert (
+        "| onnx | not published: libreyolo export onnx exited with 1"
+        in hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    )
+    config = json.loads(hub_ctx.hub.file_bytes(repo, "config.json"))
+    assert config["names"] == ["red", "green", "blue"] and config["exports"] == {}
+
+
+@pytest.mark.slow
+@pytest.mark.contract  # libreyolo's own export, and its ONNX backend reading the file
+def test_a_finished_run_publishes_a_checked_onnx_file_that_onnxruntime_runs(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    import onnxruntime as ort
+    from libreyolo import LibreYOLO
+
+    from entrypoint.export import compare
+    from entrypoint.export.verify import detections, validation_images
+
+    repo = hub_ctx.repo_id("cones")
+    data_yaml = make_dataset(tmp_path / "data", train=4, val=2)
+    env = trainbox_env(
+        tmp_path / "work",
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(data_yaml.parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=2",
+        EXPORT="onnx",
+    )
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    assert not [line for line in _warnings(result.stderr) if "export" in line], result.stderr[-2000:]
+
+    api = HfApi(endpoint=hub_ctx.url, token=hub_ctx.token)
+    assert {"weights/best.pt", "weights/best.onnx", "config.json"} <= set(api.list_repo_files(repo))
+    onnx_path = api.hf_hub_download(repo, "weights/best.onnx", cache_dir=hub_ctx.cache_dir)
+    pt_path = api.hf_hub_download(repo, "weights/best.pt", cache_dir=hub_ctx.cache_dir)
+
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    (model_input,) = session.get_inputs()
+    assert model_input.shape == [1, 3, 64, 64]
+    image = validation_images(data_yaml, count=1)
+    theirs = [detections(LibreYOLO(onnx_path, nb_classes=3), path, 64) for path in image]
+    ours = [detections(LibreYOLO(pt_path, device="cpu"), path, 64) for path in image]
+    verdict = compare.compare(ours, theirs)
+    assert verdict.passed, verdict.describe()
+
+    card_text = hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    assert "### Exported models" in card_text and "| onnx | `weights/best.onnx` |" in card_text
+    assert f'hf_hub_download("{repo}", "weights/best.onnx")' in card_text
+    config = json.loads(hub_ctx.hub.file_bytes(repo, "config.json"))
+    assert config["names"] == ["red", "green", "blue"] and config["imgsz"] == 64
+    assert config["exports"] == {"onnx": "weights/best.onnx"}
+
+
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("cones")
+    workdir = tmp_path / "work"
+    env = trainbox_env(
+        workdir,
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
+        EXPORT="onnx,torchscript",
+        FAKE_EXPORT_MODE="hang",  # its `libreyolo export` never ends
+        **stand_in(tmp_path, epoch_seconds=0.1),
+    )
+    process = start_trainbox("run", env=env)
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if " export --model " in line:
+            break
+    time.sleep(0.5)  # the export child runs
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    output = "".join(seen) + rest
+    assert process.returncode == 0, output[-3000:]  # the training had finished: the run is done, the extras cut
+    assert "--format torchscript" not in output  # the next format is skipped, not started
+    (run_dir,) = (workdir / "runs").iterdir()
+    exports = json.loads((run_dir / "trainbox.json").read_text())["exports"]
+    assert exports["onnx"]["why"] == "libreyolo export onnx stopped: the machine is being taken back (SIGTERM)"
+    assert exports["torchscript"] == {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
+    assert "weights/best.pt" in HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
