@@ -6,7 +6,8 @@
 ``dataset_info``). Splits by name: train; for validation, validation, else val, else valid, else test.
 
 One file at a time is downloaded (the next one while the current is converted) and read row group by
-row group, a few rows at a time: the agent's memory stays flat whatever the dataset's size. Images and
+row group, a few rows at a time, in a child process (``parquet_child``): memory stays flat whatever the
+dataset's size, and pyarrow never enters the agent. Images and
 label files come out as ``images/<split>/`` and ``labels/<split>/`` with a data.yaml, cached on the
 volume like an extracted tar.
 """
@@ -90,7 +91,8 @@ def convert(
     readme: str | None,
     max_bytes: int | None,
 ) -> ExtractReport:
-    """The files into ``folder`` (images, labels, data.yaml); each downloaded into ``scratch`` and deleted."""
+    """The files into ``folder`` (images, labels, data.yaml); each downloaded into ``scratch`` and deleted.
+    In this process; the agent has ``parquet_child.convert_in_child`` do the reading in a child."""
     folder.mkdir(parents=True)
     jobs = [("train", path) for path in train] + [("val", path) for path in validation]
     converter = _Converter(folder, bbox, readme, max_bytes)
