@@ -121,6 +121,39 @@ class DatasetInvalidError(DatasetError):
     reason = "dataset_invalid"
 
 
+# The refusals before training: the dataset would train, and learn nothing (or the wrong thing).
+class NoLabelsError(DatasetError):
+    exit_code = 42
+    reason = "dataset_no_labels"
+
+
+class ClassIdError(DatasetError):
+    exit_code = 43
+    reason = "dataset_class_outside_names"
+
+
+class NoValidationError(DatasetError):
+    exit_code = 44
+    reason = "dataset_no_validation"
+
+
+class UnreadableImagesError(DatasetError):
+    exit_code = 45
+    reason = "dataset_images_unreadable"
+
+
+class BoxesOutsideError(DatasetError):
+    exit_code = 46
+    reason = "dataset_boxes_outside"
+
+
+class DatasetFormError(DatasetError):
+    """COCO JSON or parquet files that cannot be read as a detection dataset (no images, no boxes column)."""
+
+    exit_code = 47
+    reason = "dataset_form"
+
+
 # -- GPU check -------------------------------------------------------------------------------
 class GpuError(AgentError):
     exit_code = 50

@@ -327,6 +327,21 @@ class HostCheck(enum.StrEnum):
 
 
 # -- the dataset source and the GPUs: types of Settings' fields, and their parsers ------------
+class BoxFormat(enum.StrEnum):
+    """``DATASET_BBOX``: a parquet dataset's boxes, corners or centre, in pixels or normalised to 0-1 (``n``)."""
+
+    XYWH = "xywh"  # COCO: the top-left corner, width, height
+    XYXY = "xyxy"  # Pascal VOC: two corners
+    CXCYWH = "cxcywh"  # the centre, width, height
+    XYWHN = "xywhn"
+    XYXYN = "xyxyn"
+    CXCYWHN = "cxcywhn"
+
+    @property
+    def normalised(self) -> bool:
+        return self.value.endswith("n")
+
+
 class DatasetKind(enum.StrEnum):
     DEMO = "demo"
     LOCAL_DIR = "local_dir"
@@ -404,11 +419,11 @@ def dataset_source(_name: str, value: str, _unset: object) -> tuple[DatasetKind,
         path = Path(value).expanduser().resolve()
         if path.is_dir():
             return DatasetKind.LOCAL_DIR, str(path)
-        if path.is_file() and path.name.endswith((".tar", ".tar.gz", ".tgz")):
+        if path.is_file() and path.name.lower().endswith((".tar", ".tar.gz", ".tgz", ".zip")):
             return DatasetKind.LOCAL_TAR, str(path)
         raise ConfigError(
-            f"DATASET_REPO={value!r} is neither a folder nor a .tar file",
-            "point it at a folder holding a data.yaml, a .tar, or a Hub dataset like org/name",
+            f"DATASET_REPO={value!r} is neither a folder nor a .tar or .zip file",
+            "point it at a dataset folder, a .tar or .zip, or a Hub dataset like org/name",
         )
     if not REPO_ID.match(value):
         raise ConfigError(f"DATASET_REPO={value!r} is not a repo id or a path", "use org/name or an absolute path")

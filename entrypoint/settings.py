@@ -23,6 +23,7 @@ from . import libreyolo, log, run_args, topology
 from . import parsing as parse
 from .errors import ConfigError
 from .parsing import (
+    BoxFormat,
     DatasetKind,
     Declared,
     ExitAction,
@@ -139,6 +140,7 @@ class Settings:
     notify_on: NotifyOn = NotifyOn.START_END
     stop_flat_spend: float | None = None  # dollars of training without STOP_MIN_GAIN in mAP50-95 end the run
     stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
+    dataset_bbox: BoxFormat = BoxFormat.XYWH  # DATASET_BBOX: a parquet dataset's box format
     export: tuple[str, ...] = ()  # EXPORT: formats made from best.pt at the end of a finished run, checked
 
     @property
@@ -240,6 +242,12 @@ class Vars:
         "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
     )
     DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
+    DATASET_BBOX = Variable(
+        "a parquet dataset's box format: xywh (COCO pixels), xyxy or cxcywh; add n for normalised (xywhn ...)",
+        parse.choice(BoxFormat),
+        BoxFormat.XYWH,
+        "xywh",
+    )
     GPUS = Variable(
         "all, cpu, or device indices from 0 like 0,1 (GPUS=1 is the second GPU, not one GPU)",
         plain(parse_gpus),
@@ -448,6 +456,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         dataset_repo=dataset_repo,
         dataset_file=dataset_file,
         dataset_revision=Vars.DATASET_REVISION.read(env),
+        dataset_bbox=Vars.DATASET_BBOX.read(env),
         data_yaml=data_yaml,
         output_repo=output_repo,
         user_run_args=user_args,

@@ -17,9 +17,10 @@ from ..errors import CrashLoopError
 from ..log import logger
 from ..settings import Settings
 from ..state import now_iso, write_json_atomic
-from . import extract
-from .checks import Deferred, doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
+from . import extract, verify
+from .checks import Deferred, doctor, imgsz_of
 from .disk import GB
+from .forms import libreyolo_yaml
 
 # Extractions of the same archive cut short without a word (the agent killed: out of memory) before
 # the next start refuses it, instead of being killed the same way on every restart.
@@ -151,15 +152,16 @@ def _checked_yaml(
     defer_to: Deferred | None = None,
 ) -> PreparedDataset:
     root = entry / "tree"
-    source = locate_data_yaml(root, settings.data_yaml, data_yamls)
-    resolved = write_resolved_yaml(source, entry / "data.yaml")
-    chosen = source.relative_to(root).as_posix()
+    resolved = libreyolo_yaml(root, settings.data_yaml, list(data_yamls) if data_yamls is not None else None, entry)
+    chosen = settings.data_yaml or sorted(data_yamls or [])
     fingerprint = hashlib.sha256(json.dumps([identity, chosen], sort_keys=True).encode()).hexdigest()
+    verify.refuse(resolved, root, fingerprint)  # never deferred: training must not start on such data
     doctor(
         resolved,
         imgsz=imgsz_of(settings),
         fingerprint=fingerprint,
         defer_to=defer_to,
         command=settings.libreyolo_command,
+        root=root,
     )
     return PreparedDataset(data_yaml=resolved, root=root, description=description)

@@ -1,4 +1,4 @@
-"""Which data.yaml, made portable, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
+"""Which data.yaml, and ``libreyolo doctor`` on it: inline, or beside the start of training."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from .. import libreyolo, procs
 from ..errors import AmbiguousDataYamlError, DatasetInvalidError, DataYamlNotFoundError
 from ..log import logger
@@ -22,8 +20,8 @@ from ..state import write_json_atomic
 
 DOCTOR_TIMEOUT = 30 * 60.0
 _DOCTOR_MARKER = ".trainbox-doctor.json"
-# Checks noted instead of run, for ``DatasetCheck``: fingerprint → (data.yaml, imgsz).
-Deferred = dict[str, tuple[Path, int]]
+# Checks noted instead of run, for ``DatasetCheck``: fingerprint → (data.yaml, imgsz, the dataset's own root).
+Deferred = dict[str, tuple[Path, int, Path | None]]
 
 
 def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] | None = None) -> Path:
@@ -50,31 +48,17 @@ def locate_data_yaml(root: Path, wanted: str | None, candidates: Sequence[str] |
     return found[0]
 
 
-def write_resolved_yaml(source: Path, target: Path) -> Path:
-    """A copy of ``source`` whose ``path`` is absolute, so libreyolo finds the data wherever it runs."""
-    try:
-        config = yaml.safe_load(source.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise DatasetInvalidError(f"{source.name} is not valid YAML: {error}".splitlines()[0], "fix the file") from None
-    if not isinstance(config, dict):
-        raise DatasetInvalidError(f"{source.name} is not a YAML mapping", "see libreyolo's dataset format")
-    root = source.parent
-    given = config.get("path")
-    if isinstance(given, str) and given:
-        given_path = Path(given)
-        # An absolute path from the machine the dataset was made on is meaningless here.
-        if not given_path.is_absolute() and (root / given_path).is_dir():
-            root = (root / given_path).resolve()
-    config["path"] = str(root.resolve())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(config, sort_keys=False))
-    return target
-
-
 def doctor(
-    data_yaml: Path, *, imgsz: int, fingerprint: str, defer_to: Deferred | None = None, command: str | None = None
+    data_yaml: Path,
+    *,
+    imgsz: int,
+    fingerprint: str,
+    defer_to: Deferred | None = None,
+    command: str | None = None,
+    root: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed.
+    """Run ``libreyolo doctor``; stop on its errors. Skipped when this exact data already passed. ``root``:
+    the dataset's own folder, which messages name paths relative to.
 
     ``defer_to``: note the check there instead of running it (``{}`` is returned), to run beside the
     start of training (``prepare_checked_in_background``)."""
@@ -88,7 +72,7 @@ def doctor(
     except (OSError, ValueError, KeyError):
         pass
     if defer_to is not None:  # started once the data is in place
-        defer_to[fingerprint] = (data_yaml, imgsz)  # the last place wins: a staging folder is renamed
+        defer_to[fingerprint] = (data_yaml, imgsz, root)  # the last place wins: a staging folder is renamed
         return {}
     result = procs.run(_doctor_argv(data_yaml, imgsz, command), timeout=DOCTOR_TIMEOUT, cwd=data_yaml.parent)
     if result.timed_out or result.returncode is None:
@@ -96,15 +80,18 @@ def doctor(
             f"libreyolo doctor did not finish in {DOCTOR_TIMEOUT / 60:.0f} min",
             "check the data.yaml (libreyolo doctor)",
         )
-    return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint)
+    return _doctor_verdict(result.returncode, result.stdout, result.stderr, marker, fingerprint, root)
 
 
 def _doctor_argv(data_yaml: Path, imgsz: int, command: str | None) -> list[str]:
     return [libreyolo.executable(command), "doctor", str(data_yaml), "--imgsz", str(imgsz), "--json"]
 
 
-def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str) -> dict[str, Any]:
-    """Log doctor's warnings, raise on its errors; remember a pass in ``marker``."""
+def _doctor_verdict(
+    returncode: int, stdout: str, stderr: str, marker: Path, fingerprint: str, root: Path | None = None
+) -> dict[str, Any]:
+    """Log doctor's warnings, raise on its errors (a path named relative to ``root``, the dataset's own);
+    remember a pass in ``marker``."""
     try:
         report = json.loads(stdout)
         if not isinstance(report, dict):  # not doctor's report: told like unreadable output
@@ -120,7 +107,7 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
     if returncode != 0 or problems:
         first = problems[0] if problems else {"message": f"exit code {returncode}"}
         paths = first.get("paths") or []
-        where = f" ({paths[0]})" if paths else ""
+        where = f" ({_shown(str(paths[0]), root)})" if paths else ""
         more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
         raise DatasetInvalidError(
             f"the dataset check found errors: {first.get('message')}{where}{more}",
@@ -132,6 +119,14 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
     return report
 
 
+def _shown(path: str, root: Path | None) -> str:
+    """A path doctor names, as the dataset names it (never a staging or cache folder of the volume)."""
+    if root is not None:
+        with contextlib.suppress(ValueError):
+            return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    return path
+
+
 # -- the check beside the training's start ---------------------------------------------------------
 # `libreyolo doctor` spends most of its ~5 s importing torch and libreyolo, as the training child does
 # when it starts: run side by side, a cold start is not delayed by the check, and training is stopped
@@ -141,19 +136,19 @@ def _doctor_verdict(returncode: int, stdout: str, stderr: str, marker: Path, fin
 class DatasetCheck:
     """``libreyolo doctor`` running in the background on data in its final place."""
 
-    def __init__(self, wanted: Mapping[str, tuple[Path, int]], command: str | None = None) -> None:
+    def __init__(self, wanted: Mapping[str, tuple[Path, int, Path | None]], command: str | None = None) -> None:
         self._deadline = time.monotonic() + DOCTOR_TIMEOUT
         self._files = contextlib.ExitStack()  # the children's output, read once they exit
-        self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str]] = []
+        self._runs: list[tuple[procs.Child, IO[bytes], IO[bytes], Path, str, Path | None]] = []
         try:
-            for fingerprint, (data_yaml, imgsz) in wanted.items():
+            for fingerprint, (data_yaml, imgsz, root) in wanted.items():
                 argv = _doctor_argv(data_yaml, imgsz, command)
                 logger.info("+ %s (beside the start of training)", " ".join(argv))
                 # files, not pipes: a long report must not block the child while nobody reads; closed by cancel()
                 out = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
                 err = self._files.enter_context(tempfile.TemporaryFile())  # noqa: SIM115
                 process = procs.Child(argv, cwd=data_yaml.parent, output=out, errors=err, echo=False)
-                self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint))
+                self._runs.append((process, out, err, data_yaml.parent / _DOCTOR_MARKER, fingerprint, root))
         except BaseException:
             self.cancel()  # a second check that cannot start must not leave the first one running
             raise
@@ -164,7 +159,7 @@ class DatasetCheck:
     def result(self) -> None:
         """Wait for the verdict; raise what ``doctor`` raises."""
         try:
-            for process, out, err, marker, fingerprint in self._runs:
+            for process, out, err, marker, fingerprint, root in self._runs:
                 try:
                     code = process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
@@ -174,7 +169,7 @@ class DatasetCheck:
                 out.seek(0)
                 err.seek(0)
                 stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-                _doctor_verdict(code, stdout, stderr, marker, fingerprint)
+                _doctor_verdict(code, stdout, stderr, marker, fingerprint, root)
         finally:
             self.cancel()
 

@@ -69,7 +69,7 @@ class DiskNeed:
 
 
 def unpacked_estimate(archive_name: str, archive_bytes: int) -> int:
-    kind = "gz" if archive_name.endswith((".gz", ".tgz")) else "tar"
+    kind = "gz" if archive_name.endswith((".gz", ".tgz", ".zip")) else "tar"
     return math.ceil(archive_bytes * _UNPACKED_PER_BYTE[kind])
 
 

@@ -39,14 +39,15 @@ from ..hub import Hub
 from ..log import logger
 from ..retry import NETWORK_ERRORS, is_retryable
 from ..settings import Settings
-from . import extract
+from . import extract, parquet, parquet_child, unzip
 from .cache import READY_MARKER, PreparedDataset, data_dir, install_archive, read_ready_marker, use_ready_archive
 from .checks import Deferred
-from .choose import choose_archive
+from .choose import PARQUET, choose_archive
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
 from .hub_reads import (
     RemoteFile,
     dataset_file,
+    dataset_files,
     dataset_revision,
     download_dataset_file,
     stream_dataset_file,
@@ -75,13 +76,20 @@ def prepare(settings: Settings, *, stream: bool = True, defer_to: Deferred | Non
     sha = resolve_revision(hub, repo, settings.dataset_revision, store)
     name = settings.dataset_file or _cached_choice(store, sha) or choose_archive(hub, repo, sha)
     entry = store / f"{sha}--{_safe(name)}"
-    identity = {"source": "hub", "repo": repo, "revision": sha, "file": name}
+    identity: dict[str, Any] = {"source": "hub", "repo": repo, "revision": sha, "file": name}
+    if name == PARQUET:  # converted with this box format: another format is another dataset
+        identity["bbox"] = settings.dataset_bbox.value
+        entry = entry.with_name(f"{entry.name}-{settings.dataset_bbox.value}")
     description = f"{repo}@{sha[:12]}:{name}"
     marker = read_ready_marker(entry, identity)
     if marker is not None:
         logger.info("dataset: %s is already on the volume (%d files), nothing downloaded", description, marker["files"])
         return _with_revision(use_ready_archive(settings, entry, marker, description, defer_to=defer_to), sha)
 
+    if name == PARQUET:
+        prepared = _prepare_parquet(settings, hub, entry, identity, description, defer_to)
+        _remember_choice(store, sha, name)
+        return _with_revision(prepared, sha)
     remote = dataset_file(hub, repo, name, sha)
     if remote.size is None:
         raise CorruptArchiveError(f"the Hub does not tell the size of {name}", "try again later")
@@ -101,6 +109,11 @@ def prepare(settings: Settings, *, stream: bool = True, defer_to: Deferred | Non
         def fill(folder: Path) -> extract.ExtractReport:
             return _download_then_extract(hub, remote, partial.parent / remote.path.replace("/", "--"), folder, cap)
 
+    elif unzip.is_zip(name):  # a zip's directory is at its end: the whole file first
+
+        def fill(folder: Path) -> extract.ExtractReport:
+            return _download_then_unzip(hub, remote, partial, folder, cap)
+
     else:
 
         def fill(folder: Path) -> extract.ExtractReport:
@@ -117,6 +130,70 @@ def prepare(settings: Settings, *, stream: bool = True, defer_to: Deferred | Non
     seconds = time.monotonic() - started  # download and extraction overlap: a floor of the download's speed
     mbps = round((remote.size - have) / seconds / 1e6, 1) if seconds > 0 and remote.size > have else None
     return replace(_with_revision(prepared, sha), download_mbps=mbps)
+
+
+def _prepare_parquet(
+    settings: Settings,
+    hub: Hub,
+    entry: Path,
+    identity: dict[str, Any],
+    description: str,
+    defer_to: Deferred | None,
+) -> PreparedDataset:
+    """The repo's parquet files converted into images and labels (``parquet``), one file at a time."""
+    repo, sha = identity["repo"], identity["revision"]
+    files = dataset_files(hub, repo, sha)
+    train, validation = parquet.chosen_splits(list(files), repo)
+    largest = max(files[path] for path in train + validation)
+    total = sum(files[path] for path in train + validation)
+    # Two files on disk at a time (one converted, the next downloading); the images take what the files took.
+    need = DiskNeed(2 * largest, total, checkpoint_estimate(settings.run_args))
+    free = check_disk(settings.workdir, need)
+    scratch = entry.parent.parent / ".downloads" / f"{entry.name}.files"
+    readme = _readme(hub, repo, sha, files)
+    logger.info("dataset: converting %s (%d parquet files, %.2f GB)", description, len(train + validation), total / GB)
+
+    def download(path: str, local: Path) -> None:
+        remote = dataset_file(hub, repo, path, sha)
+        partial = local.with_suffix(".part")
+        _download_whole(hub, remote, partial)
+        partial.rename(local)
+
+    def fill(folder: Path) -> extract.ExtractReport:
+        cap = free - need.archive - need.checkpoints
+        try:
+            report = parquet_child.convert_in_child(
+                train, validation, download, scratch, folder, bbox=settings.dataset_bbox, readme=readme, max_bytes=cap
+            )
+        except BaseException as error:
+            if not isinstance(error, extract.STOP_REQUESTS):  # a stop keeps the files for the next start
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        shutil.rmtree(scratch, ignore_errors=True)
+        return report
+
+    prepared, _ = install_archive(settings, entry, identity, fill, description, defer_to=defer_to)
+    logger.info("dataset: ready in %s", entry)
+    return prepared
+
+
+def _readme(hub: Hub, repo: str, sha: str, files: dict[str, int]) -> str | None:
+    """The dataset card (its ``dataset_info`` may name the classes), when the repo has a small one."""
+    if "README.md" not in files or files["README.md"] > 1 << 20:
+        return None
+    remote = dataset_file(hub, repo, "README.md", sha)
+    return b"".join(remote_chunks(hub, remote, 0)).decode(errors="replace")
+
+
+def _download_whole(hub: Hub, remote: RemoteFile, partial: Path) -> None:
+    """``remote`` into ``partial`` (continuing what an earlier start left there), its checksum verified."""
+    download = _Download(hub, remote, partial)
+    download.start()
+    try:
+        download.finish()
+    finally:
+        download.stop()
+    download.progress.done()
 
 
 def _with_revision(prepared: PreparedDataset, sha: str) -> PreparedDataset:
@@ -174,6 +251,14 @@ def _stream_and_extract(hub: Hub, remote: RemoteFile, partial: Path, folder: Pat
         download.stop()
     download.progress.done()
     _discard(partial)  # complete and verified: what comes next never needs these bytes again
+    return report
+
+
+def _download_then_unzip(hub: Hub, remote: RemoteFile, partial: Path, folder: Path, cap: int) -> extract.ExtractReport:
+    """The zip whole into the partial file (resumable, checksum verified), then extracted from it."""
+    _download_whole(hub, remote, partial)
+    report = unzip.extract_zip(partial, folder, max_bytes=cap)
+    _discard(partial)
     return report
 
 

@@ -73,6 +73,18 @@ def dataset_root_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
     return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
 
 
+def dataset_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
+    """Path → size of every file of the dataset repo at commit ``sha`` (its parquet shards sit in folders)."""
+    from huggingface_hub.hf_api import RepoFile
+
+    with _DatasetErrors(hub, repo_id, sha):
+        entries = with_retries(
+            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=True)),
+            f"listing dataset {repo_id}",
+        )
+    return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
+
+
 def dataset_file(hub: Hub, repo_id: str, path: str, sha: str) -> RemoteFile:
     """Size, ETag and storage of one file (a HEAD request; nothing is downloaded)."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url

@@ -9,10 +9,11 @@ from pathlib import Path
 from ..errors import DatasetNotFoundError
 from ..log import logger
 from ..settings import Settings
-from . import extract
+from . import extract, unzip, verify
 from .cache import PreparedDataset, data_dir, install_archive, path_key, read_ready_marker, safe_name, use_ready_archive
-from .checks import Deferred, doctor, imgsz_of, locate_data_yaml, write_resolved_yaml
+from .checks import Deferred, doctor, imgsz_of
 from .disk import GB, DiskNeed, check_disk, checkpoint_estimate, unpacked_estimate
+from .forms import libreyolo_yaml
 
 
 def prepare_folder(settings: Settings, *, defer_to: Deferred | None = None) -> PreparedDataset:
@@ -20,14 +21,16 @@ def prepare_folder(settings: Settings, *, defer_to: Deferred | None = None) -> P
     root = Path(settings.dataset_repo)
     if not root.is_dir():
         raise DatasetNotFoundError(f"dataset folder {root} does not exist", "fix DATASET_REPO")
-    source_yaml = locate_data_yaml(root, settings.data_yaml)
-    resolved = write_resolved_yaml(source_yaml, data_dir(settings) / "local" / path_key(root) / "data.yaml")
+    resolved = libreyolo_yaml(root, settings.data_yaml, None, data_dir(settings) / "local" / path_key(root))
+    fingerprint = _folder_fingerprint(root, resolved)
+    verify.refuse(resolved, root, fingerprint)  # never deferred: training must not start on such data
     doctor(
         resolved,
         imgsz=imgsz_of(settings),
-        fingerprint=_folder_fingerprint(root, source_yaml),
+        fingerprint=fingerprint,
         defer_to=defer_to,
         command=settings.libreyolo_command,
+        root=root,
     )
     return PreparedDataset(data_yaml=resolved, root=root, description=str(root))
 
@@ -50,6 +53,8 @@ def prepare_tar(settings: Settings, *, defer_to: Deferred | None = None) -> Prep
     logger.info("dataset: extracting %s (%.2f GB)", tar, info.st_size / GB)
 
     def fill(folder: Path) -> extract.ExtractReport:
+        if unzip.is_zip(tar.name):
+            return unzip.extract_zip(tar, folder, max_bytes=free - need.checkpoints)
         return extract.extract(extract.read_file(tar), folder, max_bytes=free - need.checkpoints)
 
     prepared, _ = install_archive(settings, entry, identity, fill, str(tar), defer_to=defer_to)
@@ -57,7 +62,7 @@ def prepare_tar(settings: Settings, *, defer_to: Deferred | None = None) -> Prep
 
 
 def _folder_fingerprint(root: Path, data_yaml: Path) -> str:
-    """Cheap identity of a local dataset: its data.yaml and the names, sizes and times of its files."""
+    """Cheap identity of a local dataset: the data.yaml libreyolo gets and the names, sizes and times of its files."""
     digest = hashlib.sha256(data_yaml.read_bytes())
     for folder, _, files in sorted(os.walk(root)):
         for name in sorted(files):

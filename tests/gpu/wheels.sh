@@ -22,6 +22,7 @@ PACKAGES=(
     watchdog
     apprise requests-oauthlib oauthlib markdown
     onnx onnxruntime protobuf ml_dtypes flatbuffers
+    pyarrow
 )
 # What such a machine provides (tests/unit/test_gpu_scripts.py checks that every runtime requirement is in one of
 # the two lists, so a new dependency gets a decision here).

@@ -435,7 +435,7 @@ def test_revision_not_found(hub_ctx: HubContext, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "env", "code", "words"),
     [
-        ({"README.md": b"# none\n"}, {}, errors.NoArchiveError.exit_code, "no .tar or .tar.gz"),
+        ({"README.md": b"# none\n"}, {}, errors.NoArchiveError.exit_code, "no .tar, .tar.gz or .zip"),
         ({"a.tar": b"a", "b.tar.gz": b"b"}, {}, errors.AmbiguousArchiveError.exit_code, "a.tar, b.tar.gz"),
         ({"a.tar": b"a"}, {"DATASET_FILE": "c.tar"}, errors.NoArchiveError.exit_code, "c.tar is not in"),
     ],
@@ -503,12 +503,13 @@ def test_no_data_yaml(hub_ctx: HubContext, tmp_path: Path) -> None:
 def test_doctor_errors_stop_the_stage(hub_ctx: HubContext, tmp_path: Path) -> None:
     root = tmp_path / "src" / "cones"
     make_dataset(root)
-    (root / "labels" / "train" / "000.txt").write_text("9 0.5 0.5 0.2 0.2\n")  # a class the data.yaml lacks
+    (root / "labels" / "train" / "000.txt").write_text("0 0.5 0.5\n")  # a row doctor reads as malformed
     repo = publish(hub_ctx, {"cones.tar": pack(root, tmp_path / "src" / "cones.tar")})
     workdir = tmp_path / "work"
     result = fetch(workdir, repo)
     assert result.returncode == errors.DatasetInvalidError.exit_code, result.output[-2000:]
-    assert "class ids outside" in result.stderr
+    assert "malformed label line" in result.stderr
+    assert "(cones/labels/train/000.txt)" in result.stderr  # the dataset's own path, not the volume's staging folder
     assert left_behind(workdir) == []
 
 

@@ -259,8 +259,8 @@ def test_a_dataset_check_whose_second_doctor_cannot_start_stops_the_first(
             started.append(self)
 
     monkeypatch.setattr(procs, "Child", SecondFails)
-    wanted = {name: (tmp_path / name / "data.yaml", 64) for name in ("train", "val")}
-    for data_yaml, _ in wanted.values():
+    wanted = {name: (tmp_path / name / "data.yaml", 64, None) for name in ("train", "val")}
+    for data_yaml, _, _ in wanted.values():
         data_yaml.parent.mkdir()
     with pytest.raises(OSError, match="too many open files"):
         checks.DatasetCheck(wanted, str(standin))

@@ -55,6 +55,7 @@ NO_STOP_HERE = {
     ("dataset/hub_reads.py", "xet_stream_dataset_file.produce"): _THREAD,
     ("dataset/hub_reads.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/fetch.py", "_Download.run"): _THREAD,
+    ("dataset/parquet.py", "Prefetch.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
     ("pipeline.py", "Job._deliver"): _WRAP_UP,
     ("release/providers.py", "_within.bounded.attempt"): _THREAD,
