@@ -129,6 +129,7 @@ class Settings:
     # Seconds between milestone commits to OUTPUT_REPO (bucket mode); None: only at the end.
     publish_every: float | None = DEFAULT_PUBLISH_EVERY
     workdir_given: bool = False  # WORKDIR was set, not defaulted: `trainbox sync` keeps its work there
+    dataset_revision_given: bool = False  # DATASET_REVISION was set: a resume compares it with the run's commit
     squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
     host_check: HostCheck = HostCheck.WARN
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
@@ -413,6 +414,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         gpus=Vars.GPUS.read(env),
         workdir=workdir,
         workdir_given="WORKDIR" in env,
+        dataset_revision_given="DATASET_REVISION" in env,
         hf_home=hf_home,
         run_name=Vars.RUN_NAME.read(env)
         or _derived_name(workdir, dataset_repo, dataset_file, data_yaml, output_repo, args=user_args),

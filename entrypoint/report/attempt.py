@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+from .. import run_identity
 from ..errors import AgentError, CostLimitError, DeadlineError, NodesOutOfMemoryError, PreemptedError, StallError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
@@ -41,7 +42,11 @@ class Attempt:
 
     def begin(self) -> None:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose, in a
-        run folder made now (a full or read-only volume then still ends with an exit code and a release)."""
+        run folder made now (a full or read-only volume then still ends with an exit code and a release). A run this
+        volume holds under this name, started with other settings, is another run: refused before anything changes."""
+        mismatch = run_identity.refusal(self.state.previous, self.settings.record())
+        if mismatch is not None:
+            raise run_identity.refuse(mismatch, self.settings.run_name, "this volume")
         self.state.update(settings=self.settings.record())
         run_dir = self.settings.run_dir
         try:
