@@ -229,7 +229,11 @@ class Vars:
     HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
     DATASET_FILE = Variable("which tar in the dataset repo (default: the only one at its root)", parse.text, None)
     DATASET_REVISION = Variable(
-        "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
+        "branch, tag or commit of the dataset repo, pinned to a commit at the run's first start (resumes and"
+        " extensions keep it)",
+        parse.text,
+        "main",
+        "main",
     )
     DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
     GPUS = Variable("all, cpu, or indices like 0,1", plain(parse_gpus), GpuSelection(), "all")

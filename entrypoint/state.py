@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -145,7 +145,7 @@ def _run_id(data: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) and value.isalnum() and 8 <= len(value) <= 64 else None
 
 
-def recorded_dataset_revision(data: dict[str, Any] | None) -> str | None:
+def recorded_dataset_revision(data: Mapping[str, Any] | None) -> str | None:
     """The dataset commit a run trains on: ``dataset_revision``, kept from its first start; else (a trainbox.json
     from before it was kept) the commit its last dataset stage recorded."""
     data = data or {}
@@ -195,8 +195,9 @@ class RunState:
         }
         # The settings the run was started with stay recorded until this start's pass the check (Attempt.begin):
         # a start refused as another run leaves them as they were.
-        if isinstance((previous or {}).get("settings"), dict):
-            self._data["settings"] = copy.deepcopy(previous["settings"])
+        recorded = (previous or {}).get("settings")
+        if isinstance(recorded, dict):
+            self._data["settings"] = copy.deepcopy(recorded)
 
     @classmethod
     def load(cls, run_dir: Path, run_name: str) -> RunState:
