@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import run_identity
 from ..hub import Hub
 from ..log import logger
 from ..parsing import DatasetKind
 from ..settings import Settings
+from ..sync import run_identity
 from .hub_reads import dataset_revision
 
 

@@ -9,7 +9,6 @@ import threading
 import time
 from typing import Any
 
-from .. import run_identity
 from ..errors import AgentError, CostLimitError, DeadlineError, NodesOutOfMemoryError, PreemptedError, StallError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
@@ -18,6 +17,7 @@ from ..release import cost, providers
 from ..release.clock import ShutdownClock
 from ..settings import Settings
 from ..state import Phase, RunState
+from ..sync import run_identity
 from ..training import resume, stoprule
 from .status import progress_fields
 

@@ -457,8 +457,7 @@ class Uploader:
             self.card_refused = None  # before the batch leaves `pending`, like a refusal
             _tell(self.on_card, None, "card")
         self._settle(lane, batch, committed=True)
-        if lane is self.repo:
-            self.owes_run_id = False  # trainbox.json, pending since the start, went with this commit
+        self.owes_run_id &= lane is not self.repo  # trainbox.json, pending since the start, went with a repo commit
         lane.budget.spend()
         lane.commits.append(sha)
         lane.last_error = None

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import libreyolo, procs, run_identity
+from .. import libreyolo, procs
 from ..errors import ConfigError, CrashLoopError, NotThisRunError, PreemptedError, SyncError, UserInterruptError
 from ..hub import Hub
 from ..log import logger
 from ..run_args import RunArgs
-from ..sync import checkpoint, read
+from ..sync import checkpoint, read, run_identity
 from ..sync.bucket import RunFolder
 from .process import CONSOLE_LOG
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import run_args, run_identity
+from entrypoint import run_args
 from entrypoint.errors import ConfigError
 from entrypoint.report.card_facts import card_info
 from entrypoint.settings import from_env
 from entrypoint.state import RunState
+from entrypoint.sync import run_identity
 from entrypoint.training import extend, resume
 from tests.fakes.libreyolo import _checkpoint
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from entrypoint import run_identity
 from entrypoint.errors import ConfigError, NotThisRunError
-from entrypoint.run_identity import Mismatch, refusal
 from entrypoint.settings import from_env
 from entrypoint.state import RunState, recorded_dataset_revision
+from entrypoint.sync import run_identity
+from entrypoint.sync.run_identity import Mismatch, refusal
 from entrypoint.training import resume
 
 OPTIONS = {"model": "str", "epochs": "int", "imgsz": "int", "lr0": "float"}

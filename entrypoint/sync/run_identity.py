@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import run_args
-from .errors import ConfigError, NotThisRunError
-from .state import recorded_dataset_revision
+from .. import run_args
+from ..errors import ConfigError, NotThisRunError
+from ..state import recorded_dataset_revision
 
 RUN_ID = "run id"
 DATASET_REVISION = "DATASET_REVISION"
