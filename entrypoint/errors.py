@@ -40,6 +40,13 @@ class ConfigError(AgentError):
     reason = "config"
 
 
+class NotThisRunError(ConfigError):
+    """The run this start names (RUN_NAME, OUTPUT_REPO) was started with another run-defining setting, dataset
+    commit or run id: another run, refused before anything is written (exit 10; the crash-loop guard skips it)."""
+
+    reason = "not_this_run"
+
+
 class CrashLoopError(AgentError):
     exit_code = 11
     reason = "crash_loop"

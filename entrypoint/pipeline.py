@@ -15,6 +15,7 @@ from types import FrameType
 from typing import Any
 
 from . import dataset, preflight
+from .dataset import pin as dataset_pin
 from .errors import (
     AgentError,
     CostLimitError,
@@ -81,6 +82,7 @@ class Job:
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
         self._new_run = False  # this start gave the run its id: it goes to the repo before training
         self._gpu_indices: tuple[int, ...] | None = None  # the GPUs trained on (None: the CPU): exports use the first
+        self._data_settings = settings  # the dataset to fetch: a resume's pinned to the run's first commit
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -198,7 +200,9 @@ class Job:
     def _dataset(self) -> dataset.PreparedDataset:
         """Step 3: the dataset ready for training; libreyolo's own check runs beside the training's start."""
         self.state.set_phase(Phase.DATASET)
-        data, self._dataset_check = dataset.prepare_checked_in_background(self.settings)
+        data, self._dataset_check = dataset.prepare_checked_in_background(self._data_settings)
+        if data.revision is not None:
+            self.state.pin_dataset(data.revision)  # the first start's commit: the run's from now on
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
@@ -223,7 +227,8 @@ class Job:
             self.hub.ensure_writable_repo(repo, bucket=bucket)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
-        resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record())
+        run_id = self.state.run_id if self.settings.topology.leader else None  # the others take node 0's
+        resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record(), run_id)
         # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
         self.state.adopt_history(remote, authoritative=not self.settings.topology.leader)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
@@ -266,6 +271,8 @@ class Job:
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
         self.bucket, self._new_run = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
+        # Every store's record adopted: an explicit other DATASET_REVISION is refused before anything is resumed.
+        self._data_settings = dataset_pin.pinned(self.settings, self.state.dataset_revision)
         resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves

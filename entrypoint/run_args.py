@@ -10,7 +10,6 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from . import libreyolo
 from .errors import ConfigError
@@ -175,33 +174,3 @@ def _check_imgsz(text: str, model: str, family: str | None) -> None:
             f"use imgsz={nearest}{trained}",
         )
 
-
-def differences(ours: dict[str, Any], theirs: Any) -> list[str]:
-    """What defines the run and differs between two trainbox.json ``settings`` records, one phrase each
-    (``identity``; an older record has only its dataset, repo and RUN_ARGS as libreyolo got them)."""
-    theirs = theirs if isinstance(theirs, dict) else {}
-    if isinstance(theirs.get("identity"), dict):
-        mine, other = dict(ours.get("identity") or {}), dict(theirs["identity"])
-    else:
-        keys = {"DATASET_REPO": "dataset", "OUTPUT_REPO": "output_repo", "RUN_ARGS": "run_args"}
-        mine = {name: ours.get(key) for name, key in keys.items()}
-        other = {name: theirs.get(key) for name, key in keys.items()}
-    found = []
-    for name in sorted(set(mine) | set(other)):
-        if name == "RUN_ARGS":
-            found += _arg_differences(str(mine.get(name) or ""), str(other.get(name) or ""))
-        elif mine.get(name) != other.get(name):
-            found.append(f"{name} is {mine.get(name) or 'unset'} here, {other.get(name) or 'unset'} in that run")
-    return found
-
-
-def _arg_differences(mine: str, theirs: str) -> list[str]:
-    try:
-        here, there = dict(parse(mine).defining().pairs), dict(parse(theirs).defining().pairs)
-    except ConfigError:
-        return [] if mine == theirs else [f"RUN_ARGS is {mine!r} here, {theirs!r} in that run"]
-    return [
-        f"RUN_ARGS {key} is {here.get(key, 'unset')} here, {there.get(key, 'unset')} in that run"
-        for key in sorted(set(here) | set(there))
-        if here.get(key) != there.get(key)
-    ]

@@ -131,6 +131,7 @@ class Settings:
     # Seconds between milestone commits to OUTPUT_REPO (bucket mode); None: only at the end.
     publish_every: float | None = DEFAULT_PUBLISH_EVERY
     workdir_given: bool = False  # WORKDIR was set, not defaulted: `trainbox sync` keeps its work there
+    dataset_revision_given: bool = False  # DATASET_REVISION was set: a resume compares it with the run's commit
     squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
     host_check: HostCheck = HostCheck.WARN
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
@@ -239,7 +240,11 @@ class Vars:
     HF_ENDPOINT = elsewhere("Hub URL, honoured through huggingface_hub", "the public Hub")
     DATASET_FILE = Variable("which tar in the dataset repo (default: the only one at its root)", parse.text, None)
     DATASET_REVISION = Variable(
-        "branch, tag or commit of the dataset repo, pinned to a commit at start", parse.text, "main", "main"
+        "branch, tag or commit of the dataset repo, pinned to a commit at the run's first start (resumes and"
+        " extensions keep it)",
+        parse.text,
+        "main",
+        "main",
     )
     DATA_YAML = Variable("which data.yaml, relative to the dataset root (default: the only one)", parse.text, None)
     DATASET_BBOX = Variable(
@@ -464,6 +469,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         gpus=Vars.GPUS.read(env),
         workdir=workdir,
         workdir_given="WORKDIR" in env,
+        dataset_revision_given="DATASET_REVISION" in env,
         hf_home=hf_home,
         run_name=Vars.RUN_NAME.read(env)
         or _derived_name(workdir, dataset_repo, dataset_file, data_yaml, output_repo, args=user_args),

@@ -14,11 +14,12 @@ import datetime as dt
 import enum
 import json
 import os
+import re
 import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +29,7 @@ from .log import logger, redact
 
 STATE_FILE = "trainbox.json"
 SCHEMA_VERSION = 1
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 _RUN_ID_BYTES = 8  # 16 hex digits: a run's identity in its stores (the bucket's manifests and folder)
 
 
@@ -170,6 +172,15 @@ def _run_id(data: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) and value.isalnum() and 8 <= len(value) <= 64 else None
 
 
+def recorded_dataset_revision(data: Mapping[str, Any] | None) -> str | None:
+    """The dataset commit a run trains on: ``dataset_revision``, kept from its first start; else (a trainbox.json
+    from before it was kept) the commit its last dataset stage recorded."""
+    data = data or {}
+    dataset = data.get("dataset")
+    value = data.get("dataset_revision") or (dataset.get("revision") if isinstance(dataset, dict) else None)
+    return value if isinstance(value, str) and _COMMIT.fullmatch(value) else None
+
+
 def _settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An attempt whose outcome was still provisional (``final: false``: killed during its final
     upload, before the outcome was known) is recorded as lost, not as what it hoped for."""
@@ -197,6 +208,8 @@ class RunState:
             "run_name": run_name,
             # Minted at the run's first start (ensure_run_id) and kept: the volume's, else the repo's (adopt_history).
             "run_id": _run_id(previous),
+            # The dataset repo's commit resolved at the run's first start: every later start trains on it.
+            "dataset_revision": recorded_dataset_revision(previous),
             "phase": Phase.STARTING.value,
             "started_at": now_iso(),
             "updated_at": now_iso(),
@@ -207,6 +220,11 @@ class RunState:
             "phases": {},
             "exit": None,
         }
+        # The settings the run was started with stay recorded until this start's pass the check (Attempt.begin):
+        # a start refused as another run leaves them as they were.
+        recorded = (previous or {}).get("settings")
+        if isinstance(recorded, dict):
+            self._data["settings"] = copy.deepcopy(recorded)
 
     @classmethod
     def load(cls, run_dir: Path, run_name: str) -> RunState:
@@ -242,6 +260,20 @@ class RunState:
         self.save()
         return True
 
+    @property
+    def dataset_revision(self) -> str | None:
+        with self._lock:
+            value: str | None = self._data["dataset_revision"]
+            return value
+
+    def pin_dataset(self, commit: str) -> None:
+        """The run's first start resolved its dataset to ``commit``: the run trains on it from now on."""
+        with self._lock:
+            if self._data["dataset_revision"] is not None:
+                return
+            self._data["dataset_revision"] = commit
+        self.save()
+
     def follow_run_id(self, leader: dict[str, Any] | None) -> None:
         """A node other than 0 takes node 0's run id (from its trainbox.json on the repo), if it names one."""
         run_id = _run_id(leader)
@@ -266,6 +298,9 @@ class RunState:
             adopted = self._data["run_id"] is None and _run_id(remote) is not None
             if adopted:
                 self._data["run_id"] = _run_id(remote)
+            if self._data["dataset_revision"] is None and recorded_dataset_revision(remote) is not None:
+                self._data["dataset_revision"] = recorded_dataset_revision(remote)
+                adopted = True
             if not attempts or (len(attempts) <= len(self._data["attempts"]) and not authoritative):
                 if adopted:
                     self._save_locked()

@@ -19,6 +19,7 @@ from ..release import cost, providers
 from ..release.clock import ShutdownClock
 from ..settings import Settings
 from ..state import Phase, RunState
+from ..sync import run_identity
 from ..training import resume, stoprule
 from .status import progress_fields
 
@@ -46,7 +47,11 @@ class Attempt:
 
     def begin(self) -> None:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose, in a
-        run folder made now (a full or read-only volume then still ends with an exit code and a release)."""
+        run folder made now (a full or read-only volume then still ends with an exit code and a release). A run this
+        volume holds under this name, started with other settings, is another run: refused before anything changes."""
+        mismatch = run_identity.refusal(self.state.previous, self.settings.record())
+        if mismatch is not None:
+            raise run_identity.refuse(mismatch, self.settings.run_name, "this volume")
         self.state.update(settings=self.settings.record())
         run_dir = self.settings.run_dir
         try:

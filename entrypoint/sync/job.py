@@ -145,8 +145,10 @@ def start(
 
 def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> None:
     """A new run: its trainbox.json (the run id) on the repo now, before training, so that a new volume
-    learns it. With a bucket the repo gets trainbox.json only with a milestone; without one, at once anyway."""
+    learns it. With a bucket the repo gets trainbox.json only with a milestone; without one, at once anyway. Missed
+    now, it is retried beside training until it lands, whatever PUBLISH_EVERY says."""
     if uploader.bucket is not None and not uploader.flush(RUN_ID_TIMEOUT, final=False, everywhere=True):
+        uploader.owes_run_id = True
         logger.warning(
             "sync: run id %s is not on %s yet (%s); until it is, a new volume cannot tell this run's bucket"
             " state from another run's and starts over",

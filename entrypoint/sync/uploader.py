@@ -90,6 +90,7 @@ class Uploader:
         self.taken_over: TakenOverError | None = None
         self.final_publish: dict[str, Any] | None = None  # bucket mode: whether the end's repo commit made it
         self.bucket_complete = False  # the last flush left every file in the bucket
+        self.owes_run_id = False  # a new run's id missed the repo at the start: retried beside training, any budget
         self.on_commit = on_commit
         self.on_card = on_card  # told why the Hub refused the card, or None once a card landed
         self.on_storage = on_storage
@@ -368,7 +369,7 @@ class Uploader:
             if not lane.pending or self.taken_over is not None:
                 return None
         wait = max(0.0, lane.retry_at - time.monotonic())
-        if self._flush_deadline() is not None:
+        if self._flush_deadline() is not None or (lane is self.repo and self.owes_run_id):
             return max(wait, lane.budget.hold())  # a final upload spends over budget, not over a 429
         return max(wait, lane.budget.wait_time())
 
@@ -456,6 +457,7 @@ class Uploader:
             self.card_refused = None  # before the batch leaves `pending`, like a refusal
             _tell(self.on_card, None, "card")
         self._settle(lane, batch, committed=True)
+        self.owes_run_id &= lane is not self.repo  # trainbox.json, pending since the start, went with a repo commit
         lane.budget.spend()
         lane.commits.append(sha)
         lane.last_error = None

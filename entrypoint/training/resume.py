@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import libreyolo, procs, run_args
-from ..errors import ConfigError, CrashLoopError, PreemptedError, SyncError, UserInterruptError
+from .. import libreyolo, procs
+from ..errors import ConfigError, CrashLoopError, NotThisRunError, PreemptedError, SyncError, UserInterruptError
 from ..hub import Hub
 from ..log import logger
 from ..run_args import RunArgs
-from ..sync import checkpoint, read
+from ..sync import checkpoint, read, run_identity
 from ..sync.bucket import RunFolder
 from .process import CONSOLE_LOG
 
@@ -36,6 +36,8 @@ _NOT_FAILURES = {
     "lost",
     # Trained, only the upload failed (a Hub outage): the next start must be let through to upload it.
     SyncError.reason,
+    # Another run refused at start: nothing of this run was tried.
+    NotThisRunError.reason,
 }
 # The run folder's history, restored with a checkpoint from a store so it keeps all its rows.
 _HISTORY_FILES = (*read.HISTORY, CONSOLE_LOG)
@@ -70,23 +72,28 @@ def check_same_run(
     repo_id: str,
     names: set[str] | None = None,
     ours: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> None:
-    """OUTPUT_REPO holds nothing yet, or this run: its trainbox.json names it. Anything else
-    (another run, or files without a trainbox.json, e.g. mirrored by `trainbox sync`) would be
-    resumed, judged complete or overwritten as if it were ours. ``ours``: settings.record(), to name
-    what differs (a higher ``epochs`` does not: it extends the run under the same name)."""
+    """OUTPUT_REPO holds nothing yet, or this run: its trainbox.json names it, with this run's settings
+    (``ours``: settings.record(); a higher ``epochs`` extends the run) and run id (``run_id``: the volume's, None
+    when it knows none). Anything else (another run, or files without a trainbox.json, e.g. mirrored by
+    `trainbox sync`) would be resumed, judged complete or overwritten as if it were ours."""
     other = (remote or {}).get("run_name")
     if other and other != run_name:
-        differs = run_args.differences(ours or {}, (remote or {}).get("settings"))
+        differs = run_identity.setting_mismatches(ours or {}, (remote or {}).get("settings"))
         if differs:
             raise ConfigError(
-                f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r}: {'; '.join(differs)}",
+                f"OUTPUT_REPO {repo_id} already holds run {other!r}, not {run_name!r}:"
+                f" {'; '.join(mismatch.phrase() for mismatch in differs)}",
                 "use a new OUTPUT_REPO for a new run, or that run's settings to continue it (more epochs extend it)",
             )
         raise ConfigError(
             f"OUTPUT_REPO {repo_id} already holds run {other!r} with these settings, named {run_name!r} here",
             f"set RUN_NAME={other} to continue (or extend) that run, or use a new OUTPUT_REPO",
         )
+    mismatch = run_identity.refusal(remote, ours or {}, run_id=run_id) if other else None
+    if mismatch is not None:
+        raise run_identity.refuse(mismatch, run_name, f"OUTPUT_REPO {repo_id}")
     foreign = sorted((names or set()) - _NOT_A_RUN)
     if not other and foreign:
         raise ConfigError(

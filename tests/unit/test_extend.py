@@ -12,6 +12,7 @@ from entrypoint.errors import ConfigError
 from entrypoint.report.card_facts import card_info
 from entrypoint.settings import from_env
 from entrypoint.state import RunState
+from entrypoint.sync import run_identity
 from entrypoint.training import extend, resume
 from tests.fakes.libreyolo import _checkpoint
 
@@ -75,7 +76,7 @@ def test_a_run_recorded_by_an_older_trainbox_is_compared_by_what_it_recorded() -
 def test_run_args_differences_ignore_epochs_and_order() -> None:
     ours = {"identity": {"RUN_ARGS": "imgsz=640 model=a.pt", "DATASET_REPO": "x/y"}}
     theirs = {"identity": {"RUN_ARGS": "model=a.pt imgsz=640", "DATASET_REPO": "x/y"}}
-    assert run_args.differences(ours, theirs) == []
+    assert run_identity.setting_mismatches(ours, theirs) == []
     assert frozenset({"epochs"}) == run_args.EXTENDS_THE_RUN
 
 
