@@ -173,4 +173,3 @@ def _check_imgsz(text: str, model: str, family: str | None) -> None:
             f"RUN_ARGS imgsz={text} is not a multiple of {model}'s stride {stride} (libreyolo would round it up)",
             f"use imgsz={nearest}{trained}",
         )
-
