@@ -199,7 +199,7 @@ def test_bad_setting_stops_before_anything_is_spent(tmp_path: Path) -> None:
     env = trainbox_env(tmp_path / "work", GPUS="cpu", MAX_RUNTIME="6x")
     result = run_trainbox("run", env=env, timeout=60)
     assert result.returncode == errors.ConfigError.exit_code
-    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    lines = [line for line in result.stderr.splitlines() if "ERROR" in line]
     assert len(lines) == 1 and "MAX_RUNTIME" in lines[0] and "90m" in lines[0]
     assert not (tmp_path / "work" / "runs").exists()
 

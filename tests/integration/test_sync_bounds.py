@@ -61,7 +61,7 @@ def test_sync_stopped_while_the_hub_refuses_commits_ends_within_the_bound_naming
             process.kill()
             process.communicate()
     assert code == SyncError.exit_code and took <= EXIT_BOUND, output[-3000:]
-    (said,) = [line for line in output.splitlines() if "error:" in line]
+    (said,) = [line for line in output.splitlines() if "ERROR:" in line and "are not on" in line]
     assert f"are not on {repo} (stopped by a signal)" in said and "weights/last.pt" in said, said
     assert "rerun `trainbox sync" in output
     assert not hub_ctx.hub.repo_exists(repo) or "weights/last.pt" not in hub_ctx.hub.files(repo)
