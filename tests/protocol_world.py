@@ -539,9 +539,12 @@ class Agent:
             return rest.split("/")[1]
 
         newer = max((a for k in listing.sizes if "/manifests/" in k and (a := attempt_of(k))), default=None)
-        if newer is not None and newer > self.attempt and not self.rules.lease:
+        if newer is not None and newer > self.attempt:
             return self.end(71, f"a newer attempt {newer} writes the run")
         if self.rules.careful_delete:
+            unknown = [k for k in listing.sizes if "/manifests/" in k and k not in self.known and k in w.bodies]
+            if unknown and w.faults.outcome("read") == "ok":  # another attempt's manifests, read now
+                self.known.update({k: w.bodies[k] for k in unknown})
             known = {k: m for k, m in w.bodies.items() if k in self.known}
             doomed = p.deletable(listing, self.current, known, self.attempt, attempt_of, holder=self._holds())
         else:

@@ -141,6 +141,9 @@ class BucketStore:
                 f" one (attempt {self.attempt}) started; this one stops writing and training",
                 "leave the newer one running; to continue here instead, stop it, then start this one again",
             )
+        unknown = [key for key in manifests if key not in self._known]
+        if unknown:  # another attempt's, written since this one started: what it names must be known
+            self._known.update({m.key: m for m in self.folder.read_manifests(unknown, deadline=deadline)})
         listing = protocol.Listing(protocol.Read.COMPLETE, {k: v for k, v in found.items() if v is not None})
         garbage = sorted(
             protocol.deletable(listing, self.current, self._known, self.attempt, self.folder.attempt_of, holder=True)

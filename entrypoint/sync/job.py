@@ -254,13 +254,13 @@ def hub_holds_everything(
     if uploader.taken_over is not None:
         # The other container resumed from the Hub: epochs this volume made since its last landing are here alone.
         weights = settings.run_dir / WEIGHTS_DIR
-        found = sorted(path.name for path in weights.glob("*.pt")) if weights.is_dir() else list[str]()
+        names = sorted(path.name for path in weights.glob("*.pt")) if weights.is_dir() else []
         newest = newest_local(settings.run_dir)
         epochs = f" (epoch {newest[1].completed_epochs})" if newest is not None else ""
         logger.warning(
             "another container holds this run now; this volume's checkpoints%s are kept, not destroyed: %s",
             epochs,
-            ", ".join(found[:6]) or "none",
+            ", ".join(names[:6]) or "none",
         )
         return False
     synced = uploader.flush(timeout)

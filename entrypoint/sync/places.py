@@ -101,8 +101,8 @@ class Routing:
         """The lanes a flush waits for: the working state's, and the repo's at the end or without a bucket."""
         if self.bucket is None:
             return [self.repo]
-        if self.fallback is not None:  # the snapshots wait for the bucket: a flush waits for them too
-            snapshots = any(protocol.is_snapshot(relative) for relative in self.bucket.pending)
+        if self.fallback is not None:  # the snapshots wait for the bucket: the end's flush waits for them too
+            snapshots = self.final and any(protocol.is_snapshot(relative) for relative in self.bucket.pending)
             return [self.repo, self.bucket] if snapshots else [self.repo]
         return [self.bucket, self.repo] if self.final or self.everywhere else [self.bucket]
 
