@@ -107,7 +107,8 @@ class RunLease:
             lease, head, head_at = self.read()
             if self.attempt is None:
                 self.attempt = new_attempt(after=lease.holder if lease is not None else None)
-            beat = self._beat(lease, head, head_at)
+            live = lease is not None and not lease.released and lease.holder != self.attempt
+            beat = self._beat(lease, head, head_at) if live else protocol.Beat(head, head_at)
             if beat is None:
                 if time.monotonic() - began > 3 * self.period:
                     raise StoreUnreadableError(
