@@ -1,3 +1,4 @@
+# over 500 lines: the snapshot and committer threads share one condition and its state; split, its locking would be too
 """The uploader: a run folder mirrored to its stores, every epoch boundary as one unit, never torn, never lost.
 
 One snapshotter stages each boundary's changed files once (snapshot.py); each store has a lane (lane.py):
@@ -8,10 +9,9 @@ its store the newest copy of every file it still needs, as one unit. A failed un
 again, carrying anything newer. All shared state sits under ``_changed``. ``flush`` waits, within its
 timeout, for every store that must hold the run; ``cut_short`` bounds any flush (SIGTERM).
 
-When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row for at least ``fallback_after`` seconds
-(sync/protocol.py), or refuses the token, the repo takes the working state at every boundary (said once,
-``on_storage``; never the snapshots) until the bucket answers again. With a lease (sync/lease.py), every
-write is checked first and every landing renews it.
+When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row for ``fallback_after`` seconds, or
+refuses the token, the repo takes the working state, never the snapshots (said once, ``on_storage``) until
+the bucket answers again. The run's lease (sync/lease.py) is checked before every write, renewed by every landing.
 When the bucket shows that a newer attempt writes the run, nothing more is written anywhere
 (``taken_over``, ``on_taken_over``).
 """
