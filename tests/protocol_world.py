@@ -211,11 +211,10 @@ class Agent:
         self.failures = 0
         self.failing_since: float | None = None
         self.fallback = False
-        self.checked_at: float | None = None  # when a lease check last said this attempt holds the run
         self.exit: int | None = None
         self.trained = False  # an epoch waits for its boundary
         self.last_write: float | None = None
-        self.head: int | None = None  # the repo's head after this holder's last look or commit (its fence)
+        self.checked_at: float | None = None  # when a read of the lease last named this attempt
         self.beat_at = 0.0  # when this holder last renewed (its clock)
         self.beats = 0
 
@@ -286,6 +285,9 @@ class Agent:
         self.run_id = lease.run_id if lease else str(repo.get("run_id") or f"run-{self.name}")
         if verdict is p.Verdict.MINE:
             return self._holding()
+        if lease is not None and self.attempt <= lease.holder:  # later than the attempt it takes over from
+            after = float(lease.holder.split("-")[0]) + 0.001
+            self.attempt = f"{max(self.clock, after):016.3f}-{self.name}"
         taken = p.Lease(self.run_id, self.attempt, self.clock)
         self.judged_at = w.now
         self.take = ({"lease": taken} | ({} if self.run_known else {"run_id": self.run_id}), head)
@@ -308,8 +310,7 @@ class Agent:
         self._holding()
 
     def _holding(self) -> None:
-        self.checked_at = self.beat_at = self.clock
-        self.head = None
+        self.beat_at = self.checked_at = self.clock
         self.world.takes.append((self.world.now, self.name))
         self.world.judged.append((self.world.now if self.judged_at is None else self.judged_at, self.name))
         self.world.say(f"{self.name} holds the run {self.run_id} as {self.attempt}")
@@ -366,13 +367,14 @@ class Agent:
         self._boundary()
 
     def _holds(self) -> bool:
-        """Before writing: the lease still names this attempt (a fresh check, within a quarter period)."""
+        """Before writing (as lease.RunLease.check): the lease read within a quarter period names this attempt
+        (a taker waits a whole period of silence, so one that took it is seen before it could matter)."""
         if not self.rules.lease:
             return True
         if self.checked_at is not None and self.clock - self.checked_at < PERIOD / 4:
             return True
         try:
-            repo, head = self.world.repo_read()
+            repo, _ = self.world.repo_read()
         except Failed:
             return False
         lease = repo.get("lease")
@@ -382,27 +384,28 @@ class Agent:
         if not p.may_write(lease, self.attempt, None):
             self.end(71, "another container took the run over")
             return False
-        self.checked_at, self.head = self.clock, head
+        self.checked_at = self.clock
         return True
 
-    def _commit(self, changes: dict[str, Any]) -> bool:
-        """A repo commit of the holder: with ``parent_commit`` its last known head (the new rules), so a
-        take-over in between answers 412 and the holder looks at the lease again."""
+    def _commit(self, changes: dict[str, Any], *, lease: bool = False) -> bool:
+        """A repo commit of the holder. A working-state commit goes as it is (the check before it fences it); a
+        lease commit (a renewal, the release) with ``parent_commit`` the head it read the lease at: 412 when
+        the repo moved, and the lease is looked at again next time."""
         w = self.world
-        parent = self.head if self.rules.lease else None
-        if self.rules.lease and parent is None:
-            self.checked_at = None
-            if not self._holds():
+        parent = None
+        if lease and self.rules.lease:
+            try:
+                repo, parent = w.repo_read()
+            except Failed:
                 return False
-            parent = self.head
+            held = repo.get("lease")
+            if held is not None and held.holder != self.attempt:
+                self.end(71, "another container took the run over")
+                return False
         try:
             self._wrote()
-            self.head = w.repo_commit(changes, parent)
-        except Conflict:
-            self.checked_at, self.head = None, None
-            return False
-        except Failed:
-            self.head = None
+            w.repo_commit(changes, parent)
+        except (Conflict, Failed):
             return False
         return True
 
@@ -421,7 +424,7 @@ class Agent:
                 w.batch([(key, 1)], {}, old)
             except Failed:
                 return
-        elif not self._commit({"lease": p.Lease(str(self.run_id), self.attempt, self.clock)}):
+        elif not self._commit({"lease": p.Lease(str(self.run_id), self.attempt, self.clock)}, lease=True):
             return
         self._beat_seen()
 
@@ -564,7 +567,7 @@ class Agent:
         if not self._holds():
             return
         # Once, best effort: an unreleased lease expires (a watcher waits one period).
-        self._commit({"lease": released})
+        self._commit({"lease": released}, lease=True)
         self.end(0, "done")
 
     def _ended(self) -> None:

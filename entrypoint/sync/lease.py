@@ -5,14 +5,15 @@ run, the period), committed with ``parent_commit``: the Hub answers 412 when the
 of two containers taking it at once one wins and the other reads again (on a new run, the lease carries the run
 id: the loser adopts it instead of minting its own). The holder's heartbeat is what it writes anyway: its
 manifests in the bucket, its commits to the repo; when neither came for half a period (long epochs), a small
-heartbeat object in the bucket, or without one a lease commit to the repo. No commit per boundary.
+heartbeat object in the bucket, or without one a lease commit to the repo. No commit per boundary, and one
+read of the lease per quarter period at most.
 
 A container that finds the lease held watches the holder's heartbeat on its own clock (clocks may be a minute
 apart): if it moves within one period, the holder lives and this one ends (``LeaseHeldError``, exit 72, having
 written nothing); if not, the lease has expired and is taken over (compare-and-swap), so a container relaunched
-after a preemption waits at most one period. The holder, before each write, knows it still holds the run: no one
-can take it within a period of its last heartbeat, and past half of one it reads the lease again; a lease that
-names another attempt stops it (``TakenOverError``, exit 71).
+after a preemption waits at most one period. The holder checks the lease before each write (a read at most
+every quarter period: a taker needs a whole period of silence first); a lease that names another attempt stops
+it (``TakenOverError``, exit 71).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class RunLease:
         self.attempt: str | None = None
         self.run_id: str | None = None
         self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
+        self._checked_at = 0.0  # monotonic: when a read of the lease last named this attempt
         self._beats = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -138,11 +140,14 @@ class RunLease:
                 sleep(min(10.0, self.period / 12))
                 continue
             held_id = lease.run_id if lease is not None else run_id
+            if verdict is protocol.Verdict.TAKE and lease is not None and self.attempt <= lease.holder:
+                self.attempt = new_attempt(after=lease.holder)  # later than the one it takes over from
             if verdict is protocol.Verdict.TAKE and not self._take(held_id, head, lease):
                 watch = None
                 continue
             self.run_id = held_id
             self.landed()
+            self._checked_at = time.monotonic()
             return held_id
 
     def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
@@ -189,12 +194,14 @@ class RunLease:
             return time.monotonic() - self._beat_at
 
     def check(self, deadline: float | None = None) -> None:
-        """Before a write: this attempt still holds the run, else ``TakenOverError``. Within half a period of
-        its last heartbeat no one can have taken it (a taker waits a whole period of silence); past that the
-        lease is read again (an error: the write waits)."""
+        """Before a write: this attempt still holds the run, else ``TakenOverError``. The lease is read again
+        when the last read is a quarter period old (a read error: the write waits); a taker waits a whole
+        period of silence, so a take-over is seen long before this attempt's writes could matter."""
         if self.lost is not None:
             raise self.lost
-        if self.quiet() < self.period / 2:
+        with self._lock:
+            fresh = time.monotonic() - self._checked_at < self.period / 4
+        if fresh:
             return
         lease, _, _ = self.read(deadline)
         assert self.attempt is not None
@@ -206,6 +213,8 @@ class RunLease:
                 "leave the other one running; this volume's epochs are kept",
             )
             raise self.lost
+        with self._lock:
+            self._checked_at = time.monotonic()
 
     def renew(self, *, in_bucket: bool) -> None:
         """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
@@ -234,10 +243,11 @@ class RunLease:
 
         def run() -> None:
             while not self._stop.wait(self.period / 8):
-                if self.quiet() < self.period / 2:
-                    continue
                 try:
-                    self.renew(in_bucket=in_bucket())
+                    if self.quiet() < self.period / 2:
+                        self.check()  # a take-over is noticed between boundaries too (long epochs)
+                    else:
+                        self.renew(in_bucket=in_bucket())
                 except TakenOverError as error:
                     on_lost(error)
                     return
