@@ -201,10 +201,13 @@ class Agent:
         self.run_known = False  # the repo knew the run before this start
         self.take: tuple[dict[str, Any], int | None] = ({}, None)
         self.judged_at: float | None = None
+        self.took_over = False  # the lease was taken from a holder that had not released it
+        self.writes_from = 0.0  # (its clock) no write before this
         self.watch: p.Watch | None = None
         self.read_since: float | None = None
         self.base: dict[str, dict[str, Any]] = {}
         self.known: dict[str, p.Manifest] = {}
+        self.learned = False
         self.current: p.Manifest | None = None
         self.seq = 0
         self.uploaded: dict[str, str] = {}  # relative → key this attempt uploaded
@@ -290,6 +293,7 @@ class Agent:
             self.attempt = f"{max(self.clock, after):016.3f}-{self.name}"
         taken = p.Lease(self.run_id, self.attempt, self.clock)
         self.judged_at = w.now
+        self.took_over = lease is not None and not lease.released
         self.take = ({"lease": taken} | ({} if self.run_known else {"run_id": self.run_id}), head)
         self.phase = "taking"
 
@@ -311,6 +315,8 @@ class Agent:
 
     def _holding(self) -> None:
         self.beat_at = self.checked_at = self.clock
+        if self.took_over:  # a holder that may not know yet writes for at most a quarter period: let it finish
+            self.writes_from = self.clock + PERIOD / 4
         self.world.takes.append((self.world.now, self.name))
         self.world.judged.append((self.world.now if self.judged_at is None else self.judged_at, self.name))
         self.world.say(f"{self.name} holds the run {self.run_id} as {self.attempt}")
@@ -335,15 +341,14 @@ class Agent:
                 return
             if decision is p.BucketRead.REFUSE:
                 return self.end(73, "the bucket cannot be read and the run has epochs")
-            self.known = {k: w.bodies[k] for k in listing.sizes if k in w.bodies}
-            whole = p.newest_whole(self.known.values(), listing.sizes, str(self.run_id))
+            manifests = [w.bodies[k] for k in listing.sizes if k in w.bodies]
+            whole = p.newest_whole(manifests, listing.sizes, str(self.run_id))
             if whole:
-                newest = whole[0]
-                self.base = dict(newest.files) if self.rules.carry else {}
-                epochs = max(epochs, newest.epoch)
+                epochs = max(epochs, whole[0].epoch)
         epochs = max(epochs, int(repo.get("last") or 0))
         told = max(w.durable.values(), default=0)
-        if epochs < told and self.rules.lease:
+        holder = repo.get("lease") is not None and repo["lease"].holder == self.attempt
+        if epochs < told and self.rules.lease and holder:
             w.fail(f"{self.name} resumes at epoch {epochs}, below the durable {told}")
         if epochs < told:  # the old rules: record it, the history then fails on what it deletes
             w.say(f"{self.name} resumes at {epochs} below the durable {told}")
@@ -371,6 +376,8 @@ class Agent:
         (a taker waits a whole period of silence, so one that took it is seen before it could matter)."""
         if not self.rules.lease:
             return True
+        if self.clock < self.writes_from:
+            return False
         if self.checked_at is not None and self.clock - self.checked_at < PERIOD / 4:
             return True
         try:
@@ -468,8 +475,26 @@ class Agent:
             self.trained = False
         w.say(f"{self.name} commits epoch {epoch} to the repo")
 
+    def _learn(self) -> bool:
+        """Before its first boundary (as BucketStore._learn), after any wait a take-over asks: every manifest
+        of the folder, and the newest whole one's files to carry forward. False: the listing failed."""
+        if self.learned:
+            return True
+        w = self.world
+        listing = w.listing()
+        if not listing.complete:
+            return False
+        self.known = {k: w.bodies[k] for k in listing.sizes if k in w.bodies}
+        whole = p.newest_whole(self.known.values(), listing.sizes, str(self.run_id))
+        self.base = dict(whole[0].files) if whole and self.rules.carry else {}
+        self.learned = True
+        return True
+
     def _to_bucket(self, epoch: int) -> None:
         w = self.world
+        if not self._learn():
+            self._bucket_failed()
+            return
         prefix = f"run/{self.run_id}"
         written: dict[str, dict[str, Any]] = {}
         add: list[tuple[str, int]] = []

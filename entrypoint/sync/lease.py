@@ -50,6 +50,7 @@ class RunLease:
         self.run_id: str | None = None
         self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
         self._checked_at = 0.0  # monotonic: when a read of the lease last named this attempt
+        self._writes_from = 0.0  # monotonic: no write before (a holder taken over may still be finishing one)
         self._beats = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -148,6 +149,10 @@ class RunLease:
             self.run_id = held_id
             self.landed()
             self._checked_at = time.monotonic()
+            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released:
+                # The holder taken over may have read its lease just before: it writes for at most a quarter
+                # period more. This one writes (and reads what it carries forward) only after that.
+                self._writes_from = self._checked_at + self.period / 4
             return held_id
 
     def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
@@ -199,6 +204,11 @@ class RunLease:
         period of silence, so a take-over is seen long before this attempt's writes could matter."""
         if self.lost is not None:
             raise self.lost
+        wait = self._writes_from - time.monotonic()
+        if wait > 0:
+            if deadline is not None and time.monotonic() + wait > deadline:
+                raise TimeoutError(f"the run was taken over {self.period / 4 - wait:.0f} s ago: its first write waits")
+            time.sleep(wait)
         with self._lock:
             fresh = time.monotonic() - self._checked_at < self.period / 4
         if fresh:

@@ -432,6 +432,8 @@ class Uploader:
             return False
         self._landed(lane, batch, sha)
         try:
+            if self.lease is not None:
+                self.lease.check(deadline)  # deletes too only while this attempt holds the run
             lane.store.tidy(deadline=deadline)
         except TakenOverError:
             raise
