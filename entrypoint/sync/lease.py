@@ -31,7 +31,7 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from ..errors import LeaseHeldError, StopRequested, StoreUnreadableError, TakenOverError
 from ..hub import Hub, with_retries
 from ..log import logger
-from ..retry import describe, status_of
+from ..retry import RETRY_STATUS, describe, status_of
 from . import protocol
 from .bucket import Bucket, RunFolder, new_attempt
 
@@ -56,6 +56,7 @@ class RunLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: TakenOverError | None = None
+        self.unleased = False  # taken while the repo refused commits (429): committed by the next renewal
 
     # -- reading --------------------------------------------------------------------------------
     def read(self, deadline: float | None = None) -> tuple[protocol.Lease | None, str, float | None]:
@@ -173,7 +174,12 @@ class RunLease:
             if status_of(error) == 412:
                 logger.info("lease: the repo moved while the lease was taken; reading it again")
                 return False
-            raise
+            if status_of(error) != 429:
+                raise
+            # The repo takes no commit now: the run goes on unleased (said), and the heartbeat commits the lease
+            # once the repo takes commits again.
+            logger.warning("lease: the Hub rate-limits commits to %s: the run's lease is taken later", self.repo_id)
+            self.unleased = True
         return True
 
     def _commit(self, data: bytes, parent: str, message: str) -> None:
@@ -186,6 +192,7 @@ class RunLease:
                 parent_commit=parent,
             ),
             f"committing the run's lease to {self.repo_id}",
+            retry_status=RETRY_STATUS - {429},  # a rate limit is not waited out here (it may last an hour)
         )
 
     # -- keeping ----------------------------------------------------------------------------------
@@ -211,7 +218,7 @@ class RunLease:
             time.sleep(wait)
         with self._lock:
             fresh = time.monotonic() - self._checked_at < self.period / 4
-        if fresh:
+        if fresh or self.unleased:
             return
         lease, _, _ = self.read(deadline)
         assert self.attempt is not None
@@ -230,7 +237,7 @@ class RunLease:
         """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
         assert self.attempt is not None and self.run_id is not None
         self.check()
-        if in_bucket and self.bucket is not None:
+        if in_bucket and self.bucket is not None and not self.unleased:
             folder = RunFolder(self.bucket, self.run_name, self.run_id)
             self._beats += 1
             key = f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats:06d}"
@@ -238,13 +245,15 @@ class RunLease:
             self.bucket.batch([(b"{}", key)], old)
         else:
             lease, head, _ = self.read()
-            if lease is None or lease.holder != self.attempt:
+            if not self.unleased and (lease is None or lease.holder != self.attempt):
                 self.check()
                 return
+            renewed = protocol.Lease(self.run_id, self.attempt, time.time(), self.period)
             try:
-                self._commit(replace(lease, taken_at=time.time()).to_bytes(), head, "Renew the run's lease")
+                self._commit(renewed.to_bytes(), head, "Renew the run's lease")
+                self.unleased = False
             except HfHubHTTPError as error:
-                if status_of(error) != 412:  # 412: the repo moved (a commit of ours, likely): checked next time
+                if status_of(error) not in (412, 429):  # 412: the repo moved (a commit of ours, likely); 429: later
                     raise
         self.landed()
 
