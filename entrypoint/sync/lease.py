@@ -57,6 +57,7 @@ class RunLease:
         self._thread: threading.Thread | None = None
         self.lost: TakenOverError | None = None
         self.unleased = False  # taken while the repo refused commits (429): committed by the next renewal
+        self.may_commit: Callable[[], bool] = lambda: True  # False while the repo rate-limits this run's commits
 
     # -- reading --------------------------------------------------------------------------------
     def read(self, deadline: float | None = None) -> tuple[protocol.Lease | None, str, float | None]:
@@ -174,11 +175,11 @@ class RunLease:
             if status_of(error) == 412:
                 logger.info("lease: the repo moved while the lease was taken; reading it again")
                 return False
-            if status_of(error) != 429:
+            if status_of(error) not in (401, 403, 429):
                 raise
-            # The repo takes no commit now: the run goes on unleased (said), and the heartbeat commits the lease
-            # once the repo takes commits again.
-            logger.warning("lease: the Hub rate-limits commits to %s: the run's lease is taken later", self.repo_id)
+            # The repo takes no commit now (a rate limit, a token that may not commit): the run goes on unleased
+            # (said) as it always could, and the heartbeat commits the lease once the repo takes commits again.
+            logger.warning("lease: %s refused the run's lease (HTTP %s): taken later", self.repo_id, status_of(error))
             self.unleased = True
         return True
 
@@ -244,6 +245,8 @@ class RunLease:
             old = [f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats - 1:06d}"] if self._beats > 1 else []
             self.bucket.batch([(b"{}", key)], old)
         else:
+            if not self.may_commit():
+                return
             lease, head, _ = self.read()
             if not self.unleased and (lease is None or lease.holder != self.attempt):
                 self.check()
@@ -253,7 +256,7 @@ class RunLease:
                 self._commit(renewed.to_bytes(), head, "Renew the run's lease")
                 self.unleased = False
             except HfHubHTTPError as error:
-                if status_of(error) not in (412, 429):  # 412: the repo moved (a commit of ours, likely); 429: later
+                if status_of(error) not in (401, 403, 412, 429):  # 412: the repo moved (a commit of ours); else later
                     raise
         self.landed()
 
@@ -280,7 +283,7 @@ class RunLease:
         """At the end: the lease let go, so the next container takes the run at once. Best effort: a lease not
         released expires after one period."""
         self._stop.set()
-        if self.lost is not None or self.attempt is None:
+        if self.lost is not None or self.attempt is None or self.unleased or not self.may_commit():
             return
         try:
             lease, head, _ = self.read(deadline)
