@@ -31,7 +31,7 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 from ..errors import LeaseHeldError, StopRequested, StoreUnreadableError, TakenOverError
 from ..hub import Hub, with_retries
 from ..log import logger
-from ..retry import RETRY_STATUS, describe, status_of
+from ..retry import RETRY_STATUS, describe, retry_after_of, status_of
 from . import protocol
 from .bucket import Bucket, RunFolder, new_attempt
 
@@ -57,6 +57,7 @@ class RunLease:
         self._thread: threading.Thread | None = None
         self.lost: TakenOverError | None = None
         self.unleased = False  # taken while the repo refused commits (429): committed by the next renewal
+        self.retry_after = 0.0  # seconds of quiet the Hub asked for when the lease was taken (429)
         self.may_commit: Callable[[], bool] = lambda: True  # False while the repo rate-limits this run's commits
 
     # -- reading --------------------------------------------------------------------------------
@@ -180,6 +181,8 @@ class RunLease:
             # The repo takes no commit now (a rate limit, a token that may not commit): the run goes on unleased
             # (said) as it always could, and the heartbeat commits the lease once the repo takes commits again.
             logger.warning("lease: %s refused the run's lease (HTTP %s): taken later", self.repo_id, status_of(error))
+            if status_of(error) == 429:  # the Hub asked for quiet: the run's other commits keep it too
+                self.retry_after = retry_after_of(error) or 60.0
             self.unleased = True
         return True
 
