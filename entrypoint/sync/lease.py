@@ -224,7 +224,12 @@ class RunLease:
             fresh = time.monotonic() - self._checked_at < self.period / 4
         if fresh or self.unleased:
             return
-        lease, _, _ = self.read(deadline)
+        try:
+            lease, _, _ = self.read(deadline)
+        except HfHubHTTPError as error:
+            if status_of(error) in (401, 403):  # a token that may not read the repo: the write says so itself
+                return
+            raise
         assert self.attempt is not None
         if not protocol.may_write(lease, self.attempt, None):
             holder = lease.holder if lease is not None else "?"
