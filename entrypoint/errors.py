@@ -268,6 +268,22 @@ class TakenOverError(AgentError):
     reason = "taken_over"
 
 
+class LeaseHeldError(AgentError):
+    """Another container holds this run's lease and is alive (its heartbeat moved while this one watched):
+    this one ends at once, having written nothing. Not retryable: the run is being trained."""
+
+    exit_code = 72
+    reason = "lease_held"
+
+
+class StoreUnreadableError(AgentError):
+    """The run's bucket could not be read at resume, and the repo knows the run: its newest epochs may be
+    there alone. Nothing is written (a fresh start would lose them); retryable: the platform starts it again."""
+
+    exit_code = 73
+    reason = "store_unreadable"
+
+
 class DeadlineError(StopRequested):
     exit_code = 80
     reason = "deadline"

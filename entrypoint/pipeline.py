@@ -44,6 +44,7 @@ from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
 from .sync.bucket import RunFolder
+from .sync.lease import RunLease
 from .sync.uploader import Uploader
 from .training import extend, monitor, profiling, resume, sizing
 from .training.launch import Launch, attempt_output, log_size
@@ -69,6 +70,7 @@ class Job:
         self._trainer_live = False
         self.uploader: Uploader | None = None
         self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
+        self.lease: RunLease | None = None  # this container's hold on the run: one writer at a time (sync/lease.py)
         self.hub: Hub | None = None
         self.already_complete = False
         self.dashboard: monitor.Monitor | None = None
@@ -258,6 +260,7 @@ class Job:
             before_snapshot=self._before_snapshot,
             on_commit=self.progress.committed,
             stop=self.request_stop,
+            lease=self.lease,
             on_fallback=lambda line: notify.event("storage fallback", line),
         )
         self.state.on_phase(self.uploader.notify)
@@ -270,7 +273,7 @@ class Job:
         return scratch
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
-        self.bucket, self._new_run = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
+        self.bucket, self._new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
         # Every store's record adopted: an explicit other DATASET_REVISION is refused before anything is resumed.
         self._data_settings = dataset_pin.pinned(self.settings, self.state.dataset_revision)
         resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
@@ -289,6 +292,9 @@ class Job:
             volume=not self.settings.topology.multi,
             revision=self._nodes.revision if self._nodes is not None else None,
             bucket=self.bucket,
+            # a bucket that cannot be read is not an empty one: a run the repo knew ends (73) rather than start over
+            run_known=not self._new_run,
+            read_for=self.settings.lease_period / 2,
         )
         if point is not None:
             if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
@@ -450,6 +456,8 @@ class Job:
         self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
+            if self.lease is not None:  # after the last write: the next container takes the run at once
+                self.lease.release(time.monotonic() + min(10.0, self.clock.remaining()))
         finally:
             if self.uploader is not None:
                 self.uploader.stop(timeout=min(5.0, self.clock.remaining()))

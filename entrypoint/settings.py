@@ -45,6 +45,8 @@ DEFAULT_STALL_TIMEOUT = 30 * 60
 # Two halvings reach a quarter of the batch: past that, the memory is not the batch's doing.
 DEFAULT_OOM_RETRIES = 2
 DEFAULT_PUBLISH_EVERY = 10 * 60
+# One writer per run: a quiet holder's lease is taken over after this (sync/protocol.py says why two minutes).
+DEFAULT_LEASE_PERIOD = 2 * 60.0
 # The Hub allows 128 commits an hour per repo; the agent keeps to 100 (room for people and other tools), so no
 # milestone comes more often than this (sync/ledger.py spends the same budget).
 COMMITS_PER_HOUR = 100
@@ -132,6 +134,7 @@ class Settings:
     publish_every: float | None = DEFAULT_PUBLISH_EVERY
     workdir_given: bool = False  # WORKDIR was set, not defaulted: `trainbox sync` keeps its work there
     dataset_revision_given: bool = False  # DATASET_REVISION was set: a resume compares it with the run's commit
+    lease_period: float = DEFAULT_LEASE_PERIOD  # one writer per run: sync/lease.py
     squash_history: bool = False  # CHECKPOINT_BUCKET=off: squash OUTPUT_REPO's history once the run is done
     host_check: HostCheck = HostCheck.WARN
     host_min_gpu_fraction: float = DEFAULT_HOST_MIN_GPU_FRACTION
@@ -304,6 +307,13 @@ class Vars:
         parse.optional_duration,
         DEFAULT_PUBLISH_EVERY,
         "10m",
+    )
+    LEASE_PERIOD = Variable[float | None](
+        "one writer per run: a container finding the run's holder quiet this long takes the run over (else it"
+        " ends, exit 72); the bucket's fallback and resume's retries take half of it",
+        parse.optional_duration,
+        DEFAULT_LEASE_PERIOD,
+        "2m",
     )
     SQUASH_HISTORY = Variable(
         "CHECKPOINT_BUCKET=off: 1 squashes OUTPUT_REPO's history once the run is done", parse.flag, False, "0"
@@ -496,6 +506,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         checkpoint_bucket=_checkpoint_bucket(env, output_repo),
         publish_every=_publish_every(env),
         squash_history=Vars.SQUASH_HISTORY.read(env),
+        lease_period=Vars.LEASE_PERIOD.read(env) or DEFAULT_LEASE_PERIOD,
         host_check=Vars.HOST_CHECK.read(env),
         host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
         host_min_copy_gbps=Vars.HOST_MIN_COPY_GBPS.read(env),

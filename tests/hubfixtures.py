@@ -66,7 +66,8 @@ class HubContext:
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for a child process (e.g. the agent): this Hub, this test's token, cache and transfer mode."""
-        env = {**os.environ, "HF_TOKEN": self.token, "HF_HUB_CACHE": str(self.cache_dir), **extra}
+        # One writer per run: a test's agent started after another one's kill waits one short lease period.
+        env = {**os.environ, "LEASE_PERIOD": "6s", "HF_TOKEN": self.token, "HF_HUB_CACHE": str(self.cache_dir), **extra}
         if self.transfer == "lfs":
             env["HF_HUB_DISABLE_XET"] = "1"
         elif "HF_HUB_DISABLE_XET" not in extra:

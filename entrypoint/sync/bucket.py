@@ -18,7 +18,6 @@ never read as ours, and never deleted.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import tempfile
@@ -26,7 +25,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
@@ -36,8 +34,8 @@ from ..errors import AccessError
 from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import status_of
+from .protocol import Manifest as Manifest
 
-MANIFEST_FORMAT = 2
 MANIFESTS = "manifests"
 OBJECTS = "objects"
 # Manifests read, newest first, when looking for the newest whole one (a torn boundary or two before it).
@@ -200,74 +198,6 @@ class Bucket:
             deadline=deadline,
             attempts=BUCKET_ATTEMPTS,
         )
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """One boundary of a run in its bucket: ``files`` maps each relative path to its object
-    (``key``, ``sha256``, ``size``, ``epoch``); ``key`` is where this manifest itself lies."""
-
-    key: str
-    run_id: str
-    run_name: str
-    attempt: str
-    seq: int
-    commit: str
-    epoch: int
-    written_at: float
-    files: dict[str, dict[str, Any]]
-
-    def to_bytes(self) -> bytes:
-        body = {
-            "format": MANIFEST_FORMAT,
-            "run_id": self.run_id,
-            "run_name": self.run_name,
-            "attempt": self.attempt,
-            "seq": self.seq,
-            "commit": self.commit,
-            "epoch": self.epoch,
-            "written_at": self.written_at,
-            "files": self.files,
-        }
-        return json.dumps(body, indent=1, sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, key: str, data: bytes) -> Manifest | None:
-        """The manifest in ``data``, or None when it is not one of ours (unreadable, another format)."""
-        try:
-            body = json.loads(data)
-            files = body["files"]
-            entries = {
-                str(rel): {
-                    "key": str(e["key"]),
-                    "sha256": str(e["sha256"]),
-                    "size": int(e["size"]),
-                    "epoch": int(e.get("epoch") or 0),
-                }
-                for rel, e in files.items()
-            }
-            if body.get("format") != MANIFEST_FORMAT:
-                return None
-            return cls(
-                key=key,
-                run_id=str(body["run_id"]),
-                run_name=str(body["run_name"]),
-                attempt=str(body["attempt"]),
-                seq=int(body["seq"]),
-                commit=str(body["commit"]),
-                epoch=int(body["epoch"]),
-                written_at=float(body["written_at"]),
-                files=entries,
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-    def keys(self) -> set[str]:
-        return {entry["key"] for entry in self.files.values()}
-
-    def whole(self, sizes: dict[str, int]) -> bool:
-        """Every object this manifest names is in the bucket with its size (``sizes``: key → size)."""
-        return all(sizes.get(entry["key"]) == entry["size"] for entry in self.files.values())
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """The bucket as a store the uploader writes to: each boundary's objects and its manifest in one batch,
 to keys no earlier boundary used; what the new manifest no longer names deleted only once it landed.
 
-One ``BucketStore`` is one attempt (one agent process) writing one run's folder (bucket.py has the
-layout). Its steady state is one copy of each file of the newest boundary plus, for a moment, the one
-before: about one checkpoint more than the run folder's. After each landing it lists the folder
-(``tidy``): a manifest of a newer attempt means another agent took the run over, and this one stops
-(``TakenOverError``) before it writes again.
+One ``BucketStore`` is one attempt (one agent process, the holder of the run's lease) writing one run's
+folder (bucket.py has the layout). Before its first boundary it reads every manifest there (``_learn``): its
+manifests carry the newest whole one's files forward by key (the ``epoch_N.pt`` snapshots earlier attempts
+made, which this volume may not hold), never uploaded again. Its steady state is one copy of each file of the
+newest boundary plus, for a moment, the one before. After each landing it lists the folder (``tidy``) and
+deletes only what sync/protocol.py's ``deletable`` allows: nothing on a failed listing, nothing named by a
+manifest it does not know or by one with more epochs. A manifest of a newer attempt means another container
+took the run over, and this one stops (``TakenOverError``) before it writes again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 from .. import libreyolo
 from ..errors import TakenOverError
 from ..log import logger
-from .bucket import Manifest, RunFolder, new_attempt, newest_attempt
+from . import protocol
+from .bucket import MANIFESTS, Manifest, RunFolder, new_attempt, newest_attempt
 from .staging import StagedFile
 
 
@@ -32,11 +36,32 @@ class BucketStore:
         self._seq = 0
         self._sent: dict[str, Manifest] = {}  # commit id → the manifest that batch carried
         self._present: set[str] = set()  # object keys of ours known to be in the bucket
+        self._base: dict[str, dict[str, Any]] | None = None  # the newest whole manifest's files at the start
+        self._known: dict[str, Manifest] = {}  # every manifest whose content this attempt knows, by key
 
     @classmethod
-    def begin(cls, folder: RunFolder, *, deadline: float | None = None) -> BucketStore:
-        """A new attempt on ``folder``, later than every manifest already there."""
+    def begin(cls, folder: RunFolder, *, attempt: str | None = None, deadline: float | None = None) -> BucketStore:
+        """A new attempt on ``folder`` (``attempt``: the one the run's lease names), later than every manifest
+        already there."""
+        if attempt is not None:
+            return cls(folder, attempt)
         return cls(folder, new_attempt(after=newest_attempt(folder.manifest_keys(deadline=deadline), folder)))
+
+    def _learn(self, deadline: float | None) -> None:
+        """Once, before the first boundary: every manifest of the folder, and the newest whole one's files to
+        carry forward. A listing or a read that fails raises: the boundary waits (it is tried again)."""
+        if self._base is not None:
+            return
+        listing = self.folder.bucket.listing(self.folder.prefix, deadline=deadline)
+        keys = [key for key in listing if key.startswith(f"{self.folder.prefix}/{MANIFESTS}/")]
+        manifests = self.folder.read_manifests(keys, deadline=deadline)
+        self._known.update({manifest.key: manifest for manifest in manifests})
+        sizes = {key: size for key, size in listing.items() if size is not None}
+        whole = protocol.newest_whole(manifests, sizes, self.folder.run_id)
+        self._base = dict(whole[0].files) if whole else {}
+        if whole:
+            carried = sorted(rel for rel in whole[0].files if protocol.is_snapshot(rel))
+            logger.info("bucket: this attempt's boundaries keep naming %s", ", ".join(carried) or "the newest boundary")
 
     @property
     def name(self) -> str:
@@ -57,6 +82,8 @@ class BucketStore:
         return {relative: str(entry["sha256"]) for relative, entry in files.items()}
 
     def commit(self, files: Sequence[StagedFile], message: str, *, deadline: float | None, commit_id: str) -> str:
+        self._learn(deadline)
+        assert self._base is not None
         self._seq += 1
         entries: dict[str, dict[str, Any]] = {}
         add: list[tuple[Path | bytes, str]] = []
@@ -78,9 +105,10 @@ class BucketStore:
             commit=commit_id,
             epoch=epoch,
             written_at=time.time(),
-            files={**previous, **entries},
+            files=protocol.next_files(self._base, previous, entries),
         )
         self._sent[commit_id] = manifest
+        self._known[manifest.key] = manifest
         # The manifest last: a reader of the bucket sees the objects before the manifest naming them.
         self.folder.bucket.batch([*add, (manifest.to_bytes(), manifest.key)], deadline=deadline)
         self._took(manifest)
@@ -99,12 +127,13 @@ class BucketStore:
         return manifest.key
 
     def tidy(self, *, deadline: float | None) -> None:
-        """Delete what the newest landed manifest does not name (earlier boundaries, earlier attempts,
-        batches cut short), after checking that no newer attempt writes this run."""
+        """Delete what sync/protocol.py's ``deletable`` allows after a landing (earlier boundaries, earlier
+        attempts, batches cut short), after checking that no newer attempt writes this run. A listing that
+        fails raises: nothing is deleted, tried again after the next boundary."""
         if self.current is None:
             return
         found = self.folder.bucket.listing(self.folder.prefix, deadline=deadline)
-        manifests = [key for key in found if key.startswith(f"{self.folder.prefix}/manifests/")]
+        manifests = [key for key in found if key.startswith(f"{self.folder.prefix}/{MANIFESTS}/")]
         newest = newest_attempt(manifests, self.folder)
         if newest is not None and newest > self.attempt:
             raise TakenOverError(
@@ -112,14 +141,18 @@ class BucketStore:
                 f" one (attempt {self.attempt}) started; this one stops writing and training",
                 "leave the newer one running; to continue here instead, stop it, then start this one again",
             )
-        keep = self.current.keys() | {self.current.key}
-        # Ours and older attempts' only: a newer attempt's objects whose manifest is still on its way stay.
+        unknown = [key for key in manifests if key not in self._known]
+        if unknown:  # another attempt's, written since this one started: what it names must be known
+            self._known.update({m.key: m for m in self.folder.read_manifests(unknown, deadline=deadline)})
+        listing = protocol.Listing(protocol.Read.COMPLETE, {k: v for k, v in found.items() if v is not None})
         garbage = sorted(
-            key for key in found if key not in keep and (self.folder.attempt_of(key) or "~") <= self.attempt
+            protocol.deletable(listing, self.current, self._known, self.attempt, self.folder.attempt_of, holder=True)
         )
         if garbage:
             self.folder.bucket.batch(delete=garbage, deadline=deadline)
             self._present -= set(garbage)
+            for key in garbage:
+                self._known.pop(key, None)
 
     def _took(self, manifest: Manifest) -> None:
         if self.current is None or manifest.seq >= self.current.seq:

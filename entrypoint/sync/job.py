@@ -19,23 +19,37 @@ from ..settings import Settings
 from ..state import Phase, RunState
 from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
 from .bucket_store import BucketStore
-from .read import bucket_state, remote_state
+from .lease import RunLease
+from .read import bucket_state, newest_local, remote_state
 from .uploader import Uploader
 
 # A new run's id is on the repo (its trainbox.json) before training, within this.
 RUN_ID_TIMEOUT = 60.0
 
 
-def open_run(settings: Settings, state: RunState, hub: Hub | None, scratch: Path) -> tuple[RunFolder | None, bool]:
-    """The run's identity and its bucket folder: the run id (the volume's, else the repo's, adopted with
-    its history, else a new one: then True, and the caller puts it on the repo before training; a node
-    other than 0 takes node 0's), the folder (written by node 0, read by the others), and the bucket's
+def open_run(
+    settings: Settings, state: RunState, hub: Hub | None, scratch: Path
+) -> tuple[RunFolder | None, bool, RunLease | None]:
+    """The run's identity, its lease and its bucket folder: the run id (the volume's, else the repo's, adopted
+    with its history, else a new one: then True, and the caller puts it on the repo before training; a node
+    other than 0 takes node 0's), the run's lease taken by node 0 (``LeaseHeldError``, exit 72, when another
+    container holds it: nothing written), the folder (written by node 0, read by the others), and the bucket's
     trainbox.json adopted, the newest of all: the guards count its attempts too."""
     if not settings.topology.leader and hub is not None and settings.output_repo is not None:
         state.follow_run_id(remote_state(hub, settings.output_repo, scratch))
     new_run = state.ensure_run_id()
     run_id = state.run_id
     assert run_id is not None
+    lease = None
+    if settings.topology.leader and hub is not None and settings.output_repo is not None:
+        bucket = Bucket(hub, settings.checkpoint_bucket) if settings.checkpoint_bucket is not None else None
+        lease = RunLease(hub, settings.output_repo, settings.run_name, settings.lease_period, bucket)
+        held = lease.acquire(run_id)
+        if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
+            logger.info("resume: run %s was started by another container; continuing it", held)
+            state.follow_run_id({"run_id": held})
+            run_id = held
+        state.update(lease=lease.describe())
     if new_run:
         logger.info("resume: a new run: its id is %s", run_id)
     folder, where = open_bucket(settings, hub, run_id, write=settings.topology.leader)
@@ -43,7 +57,7 @@ def open_run(settings: Settings, state: RunState, hub: Hub | None, scratch: Path
         state.update(storage=where)
     if folder is not None:
         state.adopt_history(bucket_state(folder, scratch), authoritative=not settings.topology.leader)
-    return folder, new_run
+    return folder, new_run, lease
 
 
 def _storage_changed(state: RunState, change: dict[str, Any], tell: Callable[[str], None] | None) -> None:
@@ -95,6 +109,7 @@ def start(
     on_commit: Callable[[str, list[str]], None],
     stop: Callable[[AgentError], None],
     on_fallback: Callable[[str], None] | None = None,
+    lease: RunLease | None = None,
 ) -> Uploader:
     """Mirror the run folder to OUTPUT_REPO (and its bucket folder, when there is one). ``newer``: what
     the Hub holds newer than this volume, never overwritten by the older copy; ``stop``: how the job is
@@ -104,7 +119,7 @@ def start(
     store = None
     if folder is not None:
         try:
-            store = BucketStore.begin(folder)
+            store = BucketStore.begin(folder, attempt=lease.attempt if lease is not None else None)
         except StopRequested:
             raise
         except Exception as error:  # listing the folder failed: the repo holds the working state instead
@@ -129,6 +144,8 @@ def start(
         publish_every=settings.publish_every,
         on_storage=lambda change: _storage_changed(state, change, on_fallback),
         on_taken_over=taken_over,
+        lease=lease,
+        fallback_after=settings.lease_period / 2,
     )
     try:
         uploader.start()  # held only once it runs: the end never waits for threads that never started
@@ -138,6 +155,11 @@ def start(
             f"cannot prepare the upload in {work_dir}: {error.strerror or error}",
             "give WORKDIR a writable volume",
         ) from None
+    if lease is not None:  # the heartbeat when no write came for half a lease period (long epochs)
+        lease.may_commit = lambda: uploader.repo.budget.hold() <= 0 and not uploader.repo.denied_at
+        if lease.retry_after:  # the Hub rate-limited the lease's commit: the repo's commits wait as long
+            uploader.repo.budget.drain(lease.retry_after)
+        lease.keep(lambda: uploader.bucket is not None and uploader.fallback is None, uploader.lost_run)
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
     return uploader
@@ -235,8 +257,17 @@ def hub_holds_everything(
             logger.warning("the Hub is not known to hold this volume's checkpoints (%s)", ", ".join(at_risk[:3]))
         return not at_risk
     if uploader.taken_over is not None:
-        logger.warning("this run belongs to a newer attempt now: nothing on this volume is kept for it")
-        return True
+        # The other container resumed from the Hub: epochs this volume made since its last landing are here alone.
+        weights = settings.run_dir / WEIGHTS_DIR
+        names = sorted(path.name for path in weights.glob("*.pt")) if weights.is_dir() else []
+        newest = newest_local(settings.run_dir)
+        epochs = f" (epoch {newest[1].completed_epochs})" if newest is not None else ""
+        logger.warning(
+            "another container holds this run now; this volume's checkpoints%s are kept, not destroyed: %s",
+            epochs,
+            ", ".join(names[:6]) or "none",
+        )
+        return False
     synced = uploader.flush(timeout)
     if uploader.bucket_complete:
         synced = True  # every epoch is in the bucket: the repo's final publish is reported, not required

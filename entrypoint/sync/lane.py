@@ -35,6 +35,7 @@ class Lane:
         # The last commit that failed without a clear "no": it may have landed.
         self.unconfirmed: tuple[str, list[StagedFile]] | None = None
         self.failures = 0  # commits failed in a row
+        self.failing_since: float | None = None  # monotonic: when the first of them failed
         self.retry_at = 0.0
         self.denied_at = 0.0  # when the store last refused the token
         self.commits: list[str] = []

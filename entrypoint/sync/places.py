@@ -5,8 +5,9 @@ milestones: ``best.pt``, ``metrics.jsonl``, ``trainbox.json``, the card and the 
 PUBLISH_EVERY (the newest state wins; off: none until the end), and at the end the final ``last.pt`` and
 ``best.pt`` (``final_milestone``). The final ``last.pt`` is staged again for the repo (the bucket's copy is
 gone by then): at once at a normal end, after SIGTERM only once the working state is in (``restage_due``).
-When the bucket fails ``FALLBACK_AFTER`` boundaries in a row, or refuses the token, the repo takes
-everything at every boundary until the bucket answers again (uploader.py).
+When the bucket fails ``FALLBACK_AFTER`` boundaries in a row and for half a lease period (sync/protocol.py), or
+refuses the token, the repo takes the working state at every boundary (``last.pt`` and the small files, never the
+``epoch_N.pt`` snapshots: they wait for the bucket) until the bucket answers again (uploader.py).
 Without a bucket, the repo takes everything at every boundary.
 """
 
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import libreyolo
+from . import protocol
 from .lane import Lane
 from .ledger import COMMITS_PER_HOUR, CommitBudget
 from .staging import StagedFile
 
-# Failed bucket boundaries in a row before the working state goes to the repo as commits.
-FALLBACK_AFTER = 3
+# Failed bucket boundaries in a row (and half a lease period) before the working state goes to the repo.
+FALLBACK_AFTER = protocol.FALLBACK_BOUNDARIES
 # The bucket has no commit limit: every boundary goes at once.
 UNLIMITED = 10**9
 
@@ -97,8 +99,11 @@ class Routing:
 
     def required(self) -> list[Lane]:
         """The lanes a flush waits for: the working state's, and the repo's at the end or without a bucket."""
-        if self.bucket is None or self.fallback is not None:
+        if self.bucket is None:
             return [self.repo]
+        if self.fallback is not None:  # the snapshots wait for the bucket: the end's flush waits for them too
+            snapshots = self.final and any(protocol.is_snapshot(relative) for relative in self.bucket.pending)
+            return [self.repo, self.bucket] if snapshots else [self.repo]
         return [self.bucket, self.repo] if self.final or self.everywhere else [self.bucket]
 
     def deliver(self, staged: list[StagedFile]) -> list[StagedFile]:
@@ -158,11 +163,12 @@ class Routing:
         return complete, record | ({"skipped": skipped} if skipped else {})
 
     def fall_back(self, why: str) -> bool:
-        """The bucket keeps failing: the repo takes everything at every boundary. True when this changed it."""
+        """The bucket keeps failing: the repo takes the working state at every boundary, never a snapshot. True
+        when this changed it."""
         if self.bucket is None or self.fallback is not None:
             return False
         self.fallback = why
-        self.repo.takes = everything
+        self.repo.takes = protocol.repo_takes_in_fallback
         self.repo.budget = every_boundary_budget(self.repo.ledger.commit_times)
         return True
 

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,20 +24,21 @@ from typing import Any, Protocol
 from huggingface_hub.errors import EntryNotFoundError
 
 from .. import libreyolo
-from ..errors import StopRequested
+from ..errors import StopRequested, StoreUnreadableError
 from ..hub import Hub
 from ..log import logger
 from ..retry import describe
 from ..state import STATE_FILE
-from . import checkpoint
+from . import checkpoint, protocol
 from .bucket import Bucket, Manifest, RunFolder
+from .lease import LEASE_FILE
 from .staging import sha256_of
 
 # The run folder's history, brought along with a checkpoint from a store, so the run keeps its rows
 # and its best weights (training/resume.py adds the console log).
 HISTORY = (*libreyolo.HISTORY_FILES, libreyolo.BEST_CHECKPOINT)
 # Files a new repo may hold before any run: they prove nothing and belong to no run.
-NOT_A_RUN = frozenset({".gitattributes", "README.md"})
+NOT_A_RUN = frozenset({".gitattributes", "README.md", LEASE_FILE})
 # Reads of the bucket begun again when a writer tidied away the boundary being read.
 _READS = 3
 
@@ -224,37 +226,67 @@ def restore_history(source: Source, run_dir: Path, scratch: Path, names: Sequenc
             os.replace(fetched, run_dir / name)
 
 
-def bucket_sources(folder: RunFolder, *, say_others: bool = True) -> list[BucketSource]:
-    """This run's whole boundaries in its bucket, the most epochs first; none when the bucket cannot be
-    read (it is one of three places: never a reason not to resume). Another run's folder under the same
-    RUN_NAME is said in one line (``say_others``) and left alone."""
-    try:
-        manifests = folder.whole_manifests()
-        if not manifests and say_others:
+def bucket_sources(
+    folder: RunFolder, *, say_others: bool = True, run_known: bool | None = None, read_for: float = 0.0
+) -> list[BucketSource]:
+    """This run's whole boundaries in its bucket, the most epochs first. A bucket that cannot be read is not
+    an empty bucket (sync/protocol.py): with ``run_known`` set, its read is tried again for ``read_for``
+    seconds; then, when the repo knows the run (True), ``StoreUnreadableError`` (exit 73: a fresh start would
+    lose the epochs only the bucket holds); else (False, or None: a reader that only looks) none.
+    Another run's folder under the same RUN_NAME is said in one line (``say_others``) and left alone."""
+    began = time.monotonic()
+    while True:
+        try:
+            manifests = folder.whole_manifests()
+            break
+        except StopRequested:
+            raise
+        except Exception as error:
+            waited = time.monotonic() - began
+            decision = protocol.bucket_read(protocol.Read.FAILED, waited, bool(run_known), read_for)
+            if run_known is not None and decision is protocol.BucketRead.RETRY:
+                logger.warning("resume: cannot read %s (%s); reading it again", folder.label, describe(error))
+                time.sleep(min(5.0, max(0.5, read_for / 10)))
+                continue
+            if run_known is not None and decision is protocol.BucketRead.REFUSE:
+                raise StoreUnreadableError(
+                    f"cannot read {folder.label} for {waited:.0f} s ({describe(error)}), and the run's newest epochs"
+                    " may be there alone: not starting over, nothing written",
+                    "start it again once the bucket answers (a retryable exit)",
+                ) from None
+            logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
+            return []
+    if not manifests and say_others:
+        try:
             others = folder.other_runs()
-            if others:
-                logger.warning(
-                    "resume: hf://buckets/%s/%s/ holds another run's state (%s), not run %s's: not resumed,"
-                    " left as it is",
-                    folder.bucket.bucket_id,
-                    folder.run_name,
-                    ", ".join(o.rsplit("/", 1)[-1] for o in others[:3]),
-                    folder.run_id,
-                )
-    except StopRequested:
-        raise
-    except Exception as error:
-        logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
-        return []
+        except StopRequested:
+            raise
+        except Exception:
+            others = []
+        if others:
+            logger.warning(
+                "resume: hf://buckets/%s/%s/ holds another run's state (%s), not run %s's: not resumed, left as it is",
+                folder.bucket.bucket_id,
+                folder.run_name,
+                ", ".join(o.rsplit("/", 1)[-1] for o in others[:3]),
+                folder.run_id,
+            )
     return [BucketSource(folder, manifest) for manifest in manifests]
 
 
 def _newest_in_bucket(
-    folder: RunFolder, scratch: Path, better_than: int, local_last: Path, local_counts: bool, history: Sequence[str]
+    folder: RunFolder,
+    scratch: Path,
+    better_than: int,
+    local_last: Path,
+    local_counts: bool,
+    history: Sequence[str],
+    run_known: bool | None,
+    read_for: float,
 ) -> tuple[Copy, BucketSource] | None:
     for _ in range(_READS):
         try:
-            for source in bucket_sources(folder):
+            for source in bucket_sources(folder, run_known=run_known, read_for=read_for):
                 last = libreyolo.LAST_CHECKPOINT
                 if last in source.manifest.files and (source.epochs_hint(last) or 0) > better_than:
                     wanted = [] if source.same_as(last, local_last) else [last]
@@ -265,7 +297,7 @@ def _newest_in_bucket(
             return None
         except EntryNotFoundError:
             logger.info("resume: %s moved on while it was read (a writer tidied up); reading it again", folder.label)
-        except StopRequested:
+        except (StopRequested, StoreUnreadableError):
             raise
         except Exception as error:  # the bucket is one of three places: never a reason not to resume
             logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
@@ -283,11 +315,14 @@ def find_newest(
     repo_id: str | None = None,
     revision: str | None = None,
     history: Sequence[str] = HISTORY,
+    run_known: bool | None = None,
+    read_for: float = 0.0,
 ) -> Copy | None:
     """The newest valid checkpoint of this run on the volume, in its bucket (whole boundaries of this
     run id only) or in OUTPUT_REPO, copied to weights/last.pt with its history.
     ``volume=False``: the stores alone (what every node of a multi-node training can see);
-    ``revision``: the repo as it was at that commit (node 0's, so every node picks the same epoch)."""
+    ``revision``: the repo as it was at that commit (node 0's, so every node picks the same epoch);
+    ``run_known``, ``read_for``: a bucket that cannot be read (``bucket_sources``)."""
     local_last = run_dir / libreyolo.LAST_CHECKPOINT
     found = newest_local(run_dir) if volume else None
     best = Copy(found[0], found[1], "volume") if found else None
@@ -295,7 +330,9 @@ def find_newest(
     scratch = Path(tempfile.mkdtemp(prefix="resume-", dir=work_dir))
     try:
         if folder is not None:
-            in_bucket = _newest_in_bucket(folder, scratch, best.epochs if best else 0, local_last, not volume, history)
+            in_bucket = _newest_in_bucket(
+                folder, scratch, best.epochs if best else 0, local_last, not volume, history, run_known, read_for
+            )
             if in_bucket is not None:
                 best, winner = in_bucket
         if hub is not None and repo_id is not None and (revision or hub.head(repo_id)):

@@ -1,3 +1,4 @@
+# over 500 lines: the snapshot and committer threads share one condition and its state; split, its locking would be too
 """The uploader: a run folder mirrored to its stores, every epoch boundary as one unit, never torn, never lost.
 
 One snapshotter stages each boundary's changed files once (snapshot.py); each store has a lane (lane.py):
@@ -8,8 +9,9 @@ its store the newest copy of every file it still needs, as one unit. A failed un
 again, carrying anything newer. All shared state sits under ``_changed``. ``flush`` waits, within its
 timeout, for every store that must hold the run; ``cut_short`` bounds any flush (SIGTERM).
 
-When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row or refuses the token, the repo
-takes the working state at every boundary (said once, ``on_storage``) until the bucket answers again.
+When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row for ``fallback_after`` seconds, or
+refuses the token, the repo takes the working state, never the snapshots (said once, ``on_storage``) until
+the bucket answers again. The run's lease (sync/lease.py) is checked before every write, renewed by every landing.
 When the bucket shows that a newer attempt writes the run, nothing more is written anywhere
 (``taken_over``, ``on_taken_over``).
 """
@@ -30,9 +32,10 @@ from .. import libreyolo
 from ..errors import AccessError, AgentError, StopRequested, TakenOverError
 from ..hub import CardRefusedError, Hub, RateLimitedError, new_commit_id
 from ..log import logger
-from . import places
+from . import places, protocol
 from .bucket_store import BucketStore
 from .lane import Lane
+from .lease import RunLease
 from .ledger import CommitBudget
 from .snapshot import Snapshotter
 from .staging import StagedFile
@@ -66,6 +69,8 @@ class Uploader:
         publish_every: float | None = None,
         on_storage: Callable[[dict[str, Any]], None] | None = None,
         on_taken_over: Callable[[TakenOverError], None] | None = None,
+        lease: RunLease | None = None,
+        fallback_after: float = 0.0,
     ) -> None:
         self.repo_id = repo_id
         self.run_dir = run_dir
@@ -95,6 +100,8 @@ class Uploader:
         self.on_card = on_card  # told why the Hub refused the card, or None once a card landed
         self.on_storage = on_storage
         self.on_taken_over = on_taken_over
+        self.lease = lease  # checked before every write, told of every landing (its heartbeat)
+        self.fallback_after = fallback_after  # seconds the bucket must fail (as well as boundaries)
         self.card_refused: str | None = None
         self.poll_interval = poll_interval
         self._discard: list[StagedFile] = []  # copies no lane needs; deleted once no commit reads them
@@ -284,11 +291,13 @@ class Uploader:
         with self._changed:
             if not self.routing.fall_back(why):
                 return
-            self.snapshots.again(places.working_state_only)  # staged again, for the repo this time
+            self.snapshots.again(places.final_restaged)  # last.pt staged again, for the repo this time
         logger.warning(
-            "bucket: %s failed %d boundaries in a row (%s); the working state goes to %s as commits until it answers",
+            "bucket: %s failed %d boundaries in a row for %.0f s (%s); the working state (not the snapshots) goes to"
+            " %s as commits until it answers",
             self.bucket.name,
             self.bucket.failures,
+            time.monotonic() - (self.bucket.failing_since or time.monotonic()),
             why,
             self.repo_id,
         )
@@ -304,7 +313,7 @@ class Uploader:
         logger.info("bucket: %s answers again; the working state goes there", self.bucket.name)
         _tell(self.on_storage, {"mode": "bucket", "fallback": False, "why": None}, "storage")
 
-    def _taken(self, error: TakenOverError) -> None:
+    def lost_run(self, error: TakenOverError) -> None:
         """A newer attempt writes the run: nothing more is written anywhere, and the job is told."""
         with self._changed:
             first = self.taken_over is None
@@ -331,7 +340,7 @@ class Uploader:
                     lane.busy = True
                 ok = self._commit_pending(lane)
             except TakenOverError as error:
-                self._taken(error)
+                self.lost_run(error)
                 ok = True
             except Exception as error:
                 ok = False
@@ -344,6 +353,7 @@ class Uploader:
 
     def _after_try(self, lane: Lane, ok: bool) -> None:
         lane.failures = 0 if ok else lane.failures + 1
+        lane.failing_since = None if ok else lane.failing_since or time.monotonic()
         if not ok:
             # Short retries while someone waits on a flush, or while the bucket counts its way to the
             # fallback (each try carries the newest boundary); longer ones beside training.
@@ -352,7 +362,8 @@ class Uploader:
             lane.retry_at = time.monotonic() + pause
         if lane is not self.bucket:
             return
-        if not ok and (lane.failures >= places.FALLBACK_AFTER or lane.denied_at):
+        failing_for = time.monotonic() - (lane.failing_since or time.monotonic())
+        if not ok and protocol.fall_back(lane.failures, failing_for, bool(lane.denied_at), self.fallback_after):
             self._fall_back(" ".join((lane.last_error or "no answer").split())[:200])
         elif ok and lane.commits and self.fallback is not None:
             self._bucket_back()
@@ -398,6 +409,8 @@ class Uploader:
         if len(names) > 6:
             message += f" and {len(names) - 6} more"
         commit_id = new_commit_id()
+        if self.lease is not None:
+            self.lease.check(deadline)  # another container took the run: TakenOverError, nothing written
         try:
             sha = lane.store.commit(batch, message, deadline=deadline, commit_id=commit_id)
         except CardRefusedError as error:
@@ -420,6 +433,8 @@ class Uploader:
             return False
         self._landed(lane, batch, sha)
         try:
+            if self.lease is not None:
+                self.lease.check(deadline)  # deletes too only while this attempt holds the run
             lane.store.tidy(deadline=deadline)
         except TakenOverError:
             raise
@@ -458,6 +473,8 @@ class Uploader:
             _tell(self.on_card, None, "card")
         self._settle(lane, batch, committed=True)
         self.owes_run_id &= lane is not self.repo  # trainbox.json, pending since the start, went with a repo commit
+        if self.lease is not None:
+            self.lease.landed()
         lane.budget.spend()
         lane.commits.append(sha)
         lane.last_error = None

@@ -167,11 +167,15 @@ def find(
     volume: bool = True,
     revision: str | None = None,
     bucket: RunFolder | None = None,
+    run_known: bool | None = None,
+    read_for: float = 0.0,
 ) -> ResumePoint | None:
     """Where to resume: the newest valid checkpoint of this run on the volume, in its bucket (whole
     boundaries of this run id only) or in OUTPUT_REPO, placed at weights/last.pt (``read.find_newest``);
     ``volume=False``: the stores alone (what every node of a multi-node training can see);
-    ``revision``: the repo as it was at that commit (node 0's, so every node picks the same epoch)."""
+    ``revision``: the repo as it was at that commit (node 0's, so every node picks the same epoch);
+    ``run_known``: the repo knew the run before this start, so a bucket that cannot be read for ``read_for``
+    seconds ends the start (exit 73) instead of starting over (None: not judged)."""
     found = read.find_newest(
         run_dir,
         work_dir,
@@ -181,6 +185,8 @@ def find(
         repo_id=repo_id,
         revision=revision,
         history=_HISTORY_FILES,
+        run_known=run_known,
+        read_for=read_for,
     )
     if found is None:
         return None

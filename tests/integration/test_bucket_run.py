@@ -3,8 +3,9 @@
 
 A kill -9, a SIGTERM or a bucket that refuses manifests at any step: a new volume resumes at the last whole
 boundary, never earlier; a bucket failing mid-run: the repo takes the working state within a few
-boundaries; a repo made again: a new run id, the old state neither resumed nor deleted; two agents on one
-run: the older one stops (exit 71); the crash-loop and out-of-memory guards read the newest store."""
+boundaries; a repo made again: a new run id, the old state neither resumed nor deleted; one writer per run:
+a second container on a live run ends (72), a holder quiet a whole lease period is taken over (71); the
+orderings of issue 45; the crash-loop and out-of-memory guards read the newest store."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint.errors import CrashLoopError, PreemptedError, TakenOverError
+from entrypoint.errors import CrashLoopError, LeaseHeldError, PreemptedError, StoreUnreadableError, TakenOverError
 from entrypoint.release.clock import PREEMPT_BUDGET
 from entrypoint.sync.bucket import Manifest
 from entrypoint.sync.checkpoint import inspect
@@ -98,6 +99,13 @@ class Run:
         files = self.hub.bucket_files(self.bucket_id) if self.bucket_id in self.hub._buckets else {}
         sizes = {key: entry.size for key, entry in files.items()}
         return [m for m in self.manifests() if m.whole(sizes)]
+
+    def bucket_attempt(self, key: str) -> str | None:
+        """The attempt that wrote an object or manifest key (None: a heartbeat, another layout)."""
+        parts = key.split("/")
+        if len(parts) > 3 and parts[2] == "objects":
+            return parts[3]
+        return parts[3].rsplit("-", 1)[0] if len(parts) > 3 and parts[2] == "manifests" else None
 
     def bucket_epoch(self) -> int:
         """The newest whole boundary's epoch: what a new volume resumes from."""
@@ -262,20 +270,28 @@ def test_a_repo_made_again_starts_a_new_run_and_leaves_the_old_state_alone(run: 
     assert {k for k in run.hub.bucket_files(run.bucket_id) if k.startswith(f"{RUN}/{old_id}/")} == old_keys
 
 
-def test_two_agents_on_one_run_the_older_stops_and_the_newer_finishes(run: Run) -> None:
-    slow = {"RUN_ARGS": "epochs=16", "FAKE_EPOCH_SECONDS": "1"}
-    older = run.start("m1", **slow)
+def test_a_holder_quiet_a_whole_lease_period_is_taken_over_and_stops_with_71(run: Run) -> None:
+    """A frozen holder (no heartbeat for a lease period) is taken over; once it runs again it writes nothing
+    more, ends with 71 and keeps its volume (said in one line); the new holder finishes the run."""
+    slow = {"RUN_ARGS": "epochs=12", "FAKE_EPOCH_SECONDS": "1"}
+    older = run.start("m1", **slow, **held_after(run.tmp_path, 2))  # still training when it runs again
     wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", older)
-    newer = run.start("m2", **slow)  # a platform starting a second container on the same run
+    os.killpg(older.pid, signal.SIGSTOP)  # a machine cut off, a stall: no heartbeat
+    try:
+        newer = run.start("m2", **slow)
+        wait_for(lambda: len({m.attempt for m in run.manifests()}) == 2, "the second container's boundary", newer)
+    finally:
+        os.killpg(older.pid, signal.SIGCONT)
     code, output = finish(older)
     assert code == TakenOverError.exit_code, output[-3000:]
-    assert "another agent" in output and "stops writing and training" in output
+    assert "took this run over" in output or "another agent" in output
+    assert "are kept, not destroyed" in output
     older_state = run.state("m1")
-    assert older_state["exit"]["reason"] == "taken_over" and older_state["phase"] == "failed"
+    assert older_state["exit"]["reason"] == "taken_over" and older_state["phase"] == "failed", output[-4000:]
     code, output = finish(newer)
     assert code == 0, output[-3000:]
-    manifests = run.manifests()
-    assert {m.attempt for m in manifests} == {manifests[-1].attempt} and manifests[-1].epoch == 16
+    newest = max(run.whole(), key=lambda m: m.epoch)
+    assert newest.epoch == 12 and newest.attempt == run.state("m2")["lease"]["attempt"]
 
 
 def test_the_guards_read_the_newest_store_not_the_repos_older_copy(run: Run) -> None:
@@ -340,3 +356,86 @@ def test_a_boundary_torn_at_any_step_resumes_at_the_last_whole_one(run: Run, ste
     assert code == 0, output[-3000:]
     resumed = run.state("m2")["resume"]
     assert resumed["epochs_done"] >= whole, f"resumed at {resumed}, the bucket held epoch {whole} whole"
+
+
+# -- one writer per run, and the orderings of issue 45 with the real agent ------------------------------
+def test_a_new_volume_keeps_the_snapshots_earlier_attempts_made(run: Run) -> None:
+    """Ordering 1: the new volume's manifests carry the earlier attempt's epoch_N.pt forward, by key."""
+    first = run.start("m1")
+    wait_for(lambda: run.bucket_epoch() >= 3, "epoch 3 in the bucket", first)
+    kill_9(first)
+    before = max(run.whole(), key=lambda m: m.epoch)
+    earlier = {rel: entry["key"] for rel, entry in before.files.items() if "epoch_" in rel}
+    assert earlier, "the stand-in writes an epoch_N.pt per epoch"
+    code, output = run.run("m2")
+    assert code == 0, output[-3000:]
+    (newest,) = run.whole()
+    files = run.hub.bucket_files(run.bucket_id)
+    assert {rel: newest.files[rel]["key"] for rel in earlier} == earlier, "not carried forward by key"
+    assert all(key in files for key in earlier.values()), "an earlier snapshot was deleted"
+    assert {f"weights/epoch_{n}.pt" for n in range(1, 9)} <= set(newest.files)
+
+
+def test_a_bucket_that_cannot_be_read_at_resume_ends_73_and_deletes_nothing(run: Run) -> None:
+    """Ordering 2: a 503 on every bucket listing while a new volume resumes is not an empty bucket."""
+    first = run.start("m1", **held_after(run.tmp_path, 3))
+    wait_for(lambda: run.bucket_epoch() >= 3, "epoch 3 in the bucket", first)
+    first.send_signal(signal.SIGTERM)  # it lets the lease go: the next container takes the run at once
+    finish(first, EXIT_BOUND)
+    keys = set(run.hub.bucket_files(run.bucket_id))
+    with run.hub.inject("503", method="GET", path=r"^/api/buckets/.*/tree"):
+        code, output = run.run("m2")
+    assert code == StoreUnreadableError.exit_code, output[-3000:]
+    assert "not starting over" in output and "resume: continuing" not in output
+    assert set(run.hub.bucket_files(run.bucket_id)) == keys, "the bucket changed"
+    assert run.state("m2")["exit"]["reason"] == "store_unreadable"
+    assert not (run.tmp_path / "m2" / "runs" / RUN / "weights" / "last.pt").exists()
+
+
+@pytest.mark.parametrize("bucket", ["bucket", "off"])
+def test_a_second_container_on_a_live_run_ends_72_writing_nothing_and_the_first_finishes(run: Run, bucket: str) -> None:
+    """Orderings 3 and 4 (with a bucket, and with every boundary a repo commit)."""
+    env = {"RUN_ARGS": "epochs=10", "FAKE_EPOCH_SECONDS": "1"}
+    env |= {"CHECKPOINT_BUCKET": "off"} if bucket == "off" else {}
+    first = run.start("m1", **env)
+    wait_for(lambda: (run.bucket_epoch() if bucket == "bucket" else run.repo_epoch()) >= 2, "epoch 2 stored", first)
+    code, output = run.run("m2", **env)
+    assert code == LeaseHeldError.exit_code, output[-3000:]
+    assert "another container holds run" in output
+    assert run.state("m2")["exit"]["reason"] == "lease_held"
+    if bucket == "bucket":
+        attempts = {m.attempt for m in run.manifests()}
+        assert len(attempts) == 1, "the second container wrote a boundary"
+        assert {run.bucket_attempt(k) for k in run.hub.bucket_files(run.bucket_id)} - {None} <= attempts
+    code, output = finish(first)
+    assert code == 0, output[-3000:]
+    assert run.state("m1")["progress"] == {"epochs_done": 10, "epochs_total": 10}
+
+
+def test_two_containers_started_together_on_a_new_run_one_trains(run: Run) -> None:
+    """Ordering 5: one run id, one writer; the other ends with 72."""
+    env = {"RUN_ARGS": "epochs=6", "FAKE_EPOCH_SECONDS": "1"}
+    one, two = run.start("m1", **env), run.start("m2", **env)
+    (code_one, out_one), (code_two, out_two) = finish(one), finish(two)
+    assert sorted([code_one, code_two]) == [0, LeaseHeldError.exit_code], out_one[-2000:] + out_two[-2000:]
+    winner = "m1" if code_one == 0 else "m2"
+    run_id = run.state(winner)["run_id"]
+    assert json.loads(run.hub.file_bytes(run.repo, "trainbox.json"))["run_id"] == run_id
+    assert {key.split("/")[1] for key in run.hub.bucket_files(run.bucket_id)} == {run_id}, "two run ids in the bucket"
+
+
+def test_a_short_bucket_outage_commits_no_snapshot_to_the_repo(run: Run) -> None:
+    """Ordering 6: three failed boundaries in a couple of seconds are waited out: no fallback."""
+    env = {"RUN_ARGS": "epochs=8", "FAKE_EPOCH_SECONDS": "1", "LEASE_PERIOD": "40s"}
+    process = run.start("m1", **env)
+    wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", process)
+    fault = run.hub.inject("503", path=r"^/api/buckets/.*/batch$", times=3)
+    try:
+        wait_for(lambda: fault.fired >= 3, "three failed boundaries", process)
+    finally:
+        fault.remove()
+    code, output = finish(process)
+    assert code == 0, output[-3000:]
+    assert "boundaries in a row" not in output, "fell back on a short outage"
+    assert not [path for path in run.hub.files(run.repo) if "epoch_" in path]
+    assert run.bucket_epoch() == 8

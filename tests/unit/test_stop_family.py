@@ -40,6 +40,7 @@ NO_STOP_HERE = {
     ("sync/snapshot.py", "Snapshotter._pass"): "called by the snapshot thread only",
     ("sync/snapshot.py", "Snapshotter._stage_again"): "called by the snapshot thread only",
     ("sync/uploader.py", "Uploader._commit_loop"): _THREAD,
+    ("sync/lease.py", "RunLease.keep.run"): _THREAD,
     ("sync/uploader.py", "Uploader._commit_pending"): "the committer thread",
     ("sync/uploader.py", "Uploader._landed"): "the committer thread",
     ("training/process.py", "TrainingProcess._watch_liveness"): _THREAD,

@@ -104,7 +104,8 @@ def test_the_bucket_takes_every_file_and_the_repo_milestones_then_the_final_last
 def test_the_fallback_gives_the_repo_the_working_state_and_coming_back_takes_it_away(tmp_path: Path) -> None:
     repo, bucket, routing = lanes(tmp_path)
     assert routing.fall_back("HTTP 503") and not routing.fall_back("again")
-    assert routing.working is repo and routing.required() == [repo] and repo.takes("weights/epoch_3.pt")
+    assert routing.working is repo and routing.required() == [repo] and repo.takes("weights/last.pt")
+    assert not repo.takes("weights/epoch_3.pt"), "a snapshot waits for the bucket, never goes to the repo"
     assert repo.budget.burst > 1  # a commit per boundary, within the Hub's hourly limit
     routing.deliver([staged("weights/last.pt", tmp_path), staged("metrics.jsonl", tmp_path)])
     dropped = routing.back()

@@ -1,0 +1,308 @@
+"""The run's lease: one container writes a run at a time. sync/protocol.py decides; this module reads and writes.
+
+The lease is a small file in the model repo (``LEASE_FILE``: the run id, the holding attempt, when it took the
+run, the period), committed with ``parent_commit``: the Hub answers 412 when the repo moved since it was read, so
+of two containers taking it at once one wins and the other reads again (on a new run, the lease carries the run
+id: the loser adopts it instead of minting its own). The holder's heartbeat is what it writes anyway: its
+manifests in the bucket, its commits to the repo; when neither came for half a period (long epochs), a small
+heartbeat object in the bucket, or without one a lease commit to the repo. No commit per boundary, and one
+read of the lease per quarter period at most.
+
+A container that finds the lease held watches the holder's heartbeat on its own clock (clocks may be a minute
+apart): if it moves within one period, the holder lives and this one ends (``LeaseHeldError``, exit 72, having
+written nothing); if not, the lease has expired and is taken over (compare-and-swap), so a container relaunched
+after a preemption waits at most one period. The holder checks the lease before each write (a read at most
+every quarter period: a taker needs a whole period of silence first); a lease that names another attempt stops
+it (``TakenOverError``, exit 71).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from huggingface_hub import CommitOperationAdd, hf_hub_url
+from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+from ..errors import LeaseHeldError, StopRequested, StoreUnreadableError, TakenOverError
+from ..hub import Hub, with_retries
+from ..log import logger
+from ..retry import RETRY_STATUS, describe, retry_after_of, status_of
+from . import protocol
+from .bucket import Bucket, RunFolder, new_attempt
+
+LEASE_FILE = ".trainbox/lease.json"
+HEARTBEAT = "heartbeat"
+_SAID_EVERY = 30.0
+
+
+class RunLease:
+    """This container's side of the run's lease: take it (``acquire``), keep it (``landed``, ``check``, the
+    heartbeat thread), let it go at the end (``release``)."""
+
+    def __init__(self, hub: Hub, repo_id: str, run_name: str, period: float, bucket: Bucket | None) -> None:
+        self.hub, self.repo_id, self.run_name, self.period, self.bucket = hub, repo_id, run_name, period, bucket
+        self.attempt: str | None = None
+        self.run_id: str | None = None
+        self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
+        self._checked_at = 0.0  # monotonic: when a read of the lease last named this attempt
+        self._writes_from = 0.0  # monotonic: no write before (a holder taken over may still be finishing one)
+        self._beats = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost: TakenOverError | None = None
+        self.unleased = False  # taken while the repo refused commits (429): committed by the next renewal
+        self.retry_after = 0.0  # seconds of quiet the Hub asked for when the lease was taken (429)
+        self.may_commit: Callable[[], bool] = lambda: True  # False while the repo rate-limits this run's commits
+
+    # -- reading --------------------------------------------------------------------------------
+    def read(self, deadline: float | None = None) -> tuple[protocol.Lease | None, str, float | None]:
+        """The lease as the repo's head holds it, the head's sha and its time (the Hub's clock)."""
+        api = self.hub.api
+        info = with_retries(lambda: api.repo_info(self.repo_id), f"reading {self.repo_id}", deadline=deadline)
+        head = str(info.sha)
+        modified = getattr(info, "last_modified", None)
+        at = modified.timestamp() if modified is not None else None
+        url = hf_hub_url(self.repo_id, LEASE_FILE, revision=head, endpoint=api.endpoint)
+        headers = build_hf_headers(token=self.hub.token or False)
+
+        def fetch() -> bytes | None:
+            response = get_session().get(url, headers=headers, timeout=30)
+            if response.status_code == 404:
+                return None
+            hf_raise_for_status(response)
+            return bytes(response.content)
+
+        data = with_retries(fetch, f"reading the run's lease in {self.repo_id}", deadline=deadline)
+        return (protocol.Lease.parse(data) if data is not None else None), head, at
+
+    def _beat(self, lease: protocol.Lease | None, head: str, head_at: float | None) -> protocol.Beat | None:
+        """The holder's heartbeat: the repo's head, and its manifests and heartbeats in the bucket (None: the
+        bucket could not be read now)."""
+        if lease is None or self.bucket is None:
+            return protocol.Beat(head, head_at)
+        folder = RunFolder(self.bucket, self.run_name, lease.run_id)
+        try:
+            found = [
+                key
+                for part in (HEARTBEAT, "manifests")
+                for key in self.bucket.listing(f"{folder.prefix}/{part}", recursive=False)
+                if f"/{lease.holder}-" in key
+            ]
+        except StopRequested:
+            raise
+        except Exception as error:
+            logger.info("lease: cannot read %s now (%s); looking again", folder.label, describe(error))
+            return None
+        # Without any write of the holder in the bucket, the repo's head time tells when it last wrote.
+        return protocol.Beat(f"{head}|{','.join(sorted(found))}", None if found else head_at)
+
+    # -- taking ---------------------------------------------------------------------------------
+    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = time.sleep) -> str:
+        """Take the run's lease; return the run id it names (another container's, on a new run both started).
+        ``LeaseHeldError`` when a live container holds it; ``StoreUnreadableError`` when its heartbeat could
+        not be read for three periods."""
+        watch: protocol.Watch | None = None
+        began, said = time.monotonic(), -_SAID_EVERY
+        while True:
+            lease, head, head_at = self.read()
+            if self.attempt is None:
+                self.attempt = new_attempt(after=lease.holder if lease is not None else None)
+            live = lease is not None and not lease.released and lease.holder != self.attempt
+            beat = self._beat(lease, head, head_at) if live else protocol.Beat(head, head_at)
+            if beat is None:
+                if time.monotonic() - began > 3 * self.period:
+                    raise StoreUnreadableError(
+                        f"cannot tell whether another container holds run {self.run_name}: its bucket does not answer",
+                        "start it again once the bucket answers",
+                    )
+                sleep(min(10.0, self.period / 12))
+                continue
+            verdict, watch = protocol.judge_lease(lease, self.attempt, beat, time.time(), watch)
+            if verdict is protocol.Verdict.HELD:
+                assert lease is not None
+                raise LeaseHeldError(
+                    f"another container holds run {self.run_name} (attempt {lease.holder}; its heartbeat moved while"
+                    " this one watched): this one writes nothing and ends",
+                    "do not start it again while that one runs; it is not a failure of this run",
+                )
+            if verdict is protocol.Verdict.WATCH:
+                assert lease is not None and watch is not None
+                if time.monotonic() - said >= _SAID_EVERY:
+                    said = time.monotonic()
+                    logger.info(
+                        "lease: attempt %s holds run %s; watching its heartbeat (taken over if quiet %.0f s more)",
+                        lease.holder,
+                        self.run_name,
+                        max(0.0, lease.period - (time.time() - watch.since)),
+                    )
+                sleep(min(10.0, self.period / 12))
+                continue
+            held_id = lease.run_id if lease is not None else run_id
+            if verdict is protocol.Verdict.TAKE and lease is not None and self.attempt <= lease.holder:
+                self.attempt = new_attempt(after=lease.holder)  # later than the one it takes over from
+            if verdict is protocol.Verdict.TAKE and not self._take(held_id, head, lease):
+                watch = None
+                continue
+            self.run_id = held_id
+            self.landed()
+            self._checked_at = time.monotonic()
+            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released:
+                # The holder taken over may have read its lease just before: it writes for at most a quarter
+                # period more. This one writes (and reads what it carries forward) only after that.
+                self._writes_from = self._checked_at + self.period / 4
+            return held_id
+
+    def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
+        """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412) or the answer was
+        lost (the next read says whether it landed)."""
+        assert self.attempt is not None
+        data = protocol.Lease(run_id, self.attempt, time.time(), self.period).to_bytes()
+        if previous is not None and not previous.released:
+            logger.warning(
+                "lease: attempt %s of run %s was quiet a whole lease period (%.0f s): taking the run over",
+                previous.holder,
+                self.run_name,
+                previous.period,
+            )
+        try:
+            self._commit(data, head, "Take the run's lease")
+        except HfHubHTTPError as error:
+            if status_of(error) == 412:
+                logger.info("lease: the repo moved while the lease was taken; reading it again")
+                return False
+            if status_of(error) not in (401, 403, 429):
+                raise
+            # The repo takes no commit now (a rate limit, a token that may not commit): the run goes on unleased
+            # (said) as it always could, and the heartbeat commits the lease once the repo takes commits again.
+            logger.warning("lease: %s refused the run's lease (HTTP %s): taken later", self.repo_id, status_of(error))
+            if status_of(error) == 429:  # the Hub asked for quiet: the run's other commits keep it too
+                self.retry_after = retry_after_of(error) or 60.0
+            self.unleased = True
+        return True
+
+    def _commit(self, data: bytes, parent: str, message: str) -> None:
+        api = self.hub.api
+        with_retries(
+            lambda: api.create_commit(
+                self.repo_id,
+                [CommitOperationAdd(path_in_repo=LEASE_FILE, path_or_fileobj=data)],
+                commit_message=message,
+                parent_commit=parent,
+            ),
+            f"committing the run's lease to {self.repo_id}",
+            retry_status=RETRY_STATUS - {429},  # a rate limit is not waited out here (it may last an hour)
+        )
+
+    # -- keeping ----------------------------------------------------------------------------------
+    def landed(self) -> None:
+        """A write of this attempt landed (a boundary, a commit): that is a heartbeat."""
+        with self._lock:
+            self._beat_at = time.monotonic()
+
+    def quiet(self) -> float:
+        with self._lock:
+            return time.monotonic() - self._beat_at
+
+    def check(self, deadline: float | None = None) -> None:
+        """Before a write: this attempt still holds the run, else ``TakenOverError``. The lease is read again
+        when the last read is a quarter period old (a read error: the write waits); a taker waits a whole
+        period of silence, so a take-over is seen long before this attempt's writes could matter."""
+        if self.lost is not None:
+            raise self.lost
+        wait = self._writes_from - time.monotonic()
+        if wait > 0:
+            if deadline is not None and time.monotonic() + wait > deadline:
+                raise TimeoutError(f"the run was taken over {self.period / 4 - wait:.0f} s ago: its first write waits")
+            time.sleep(wait)
+        with self._lock:
+            fresh = time.monotonic() - self._checked_at < self.period / 4
+        if fresh or self.unleased:
+            return
+        try:
+            lease, _, _ = self.read(deadline)
+        except HfHubHTTPError as error:
+            if status_of(error) in (401, 403):  # a token that may not read the repo: the write says so itself
+                return
+            raise
+        assert self.attempt is not None
+        if not protocol.may_write(lease, self.attempt, None):
+            holder = lease.holder if lease is not None else "?"
+            self.lost = TakenOverError(
+                f"another container (attempt {holder}) took this run over after this one (attempt {self.attempt})"
+                " was quiet a whole lease period; this one stops writing and training",
+                "leave the other one running; this volume's epochs are kept",
+            )
+            raise self.lost
+        with self._lock:
+            self._checked_at = time.monotonic()
+
+    def renew(self, *, in_bucket: bool) -> None:
+        """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
+        assert self.attempt is not None and self.run_id is not None
+        self.check()
+        if in_bucket and self.bucket is not None and not self.unleased:
+            folder = RunFolder(self.bucket, self.run_name, self.run_id)
+            self._beats += 1
+            key = f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats:06d}"
+            old = [f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats - 1:06d}"] if self._beats > 1 else []
+            self.bucket.batch([(b"{}", key)], old)
+        else:
+            if not self.may_commit():
+                return
+            lease, head, _ = self.read()
+            if not self.unleased and (lease is None or lease.holder != self.attempt):
+                self.check()
+                return
+            renewed = protocol.Lease(self.run_id, self.attempt, time.time(), self.period)
+            try:
+                self._commit(renewed.to_bytes(), head, "Renew the run's lease")
+                self.unleased = False
+            except HfHubHTTPError as error:
+                if status_of(error) not in (401, 403, 412, 429):  # 412: the repo moved (a commit of ours); else later
+                    raise
+        self.landed()
+
+    def keep(self, in_bucket: Callable[[], bool], on_lost: Callable[[TakenOverError], None]) -> None:
+        """The heartbeat thread: renews when quiet for half a period; tells ``on_lost`` once if the run is lost."""
+
+        def run() -> None:
+            while not self._stop.wait(self.period / 8):
+                try:
+                    if self.quiet() < self.period / 2:
+                        self.check()  # a take-over is noticed between boundaries too (long epochs)
+                    else:
+                        self.renew(in_bucket=in_bucket())
+                except TakenOverError as error:
+                    on_lost(error)
+                    return
+                except Exception as error:  # tried again at the next tick
+                    logger.warning("lease: renewing the lease failed (%s); trying again", describe(error))
+
+        self._thread = threading.Thread(target=run, name="sync-lease", daemon=True)
+        self._thread.start()
+
+    def release(self, deadline: float | None = None) -> None:
+        """At the end: the lease let go, so the next container takes the run at once. Best effort: a lease not
+        released expires after one period."""
+        self._stop.set()
+        if self.lost is not None or self.attempt is None or self.unleased or not self.may_commit():
+            return
+        try:
+            lease, head, _ = self.read(deadline)
+            if lease is None or lease.holder != self.attempt or lease.released:
+                return
+            self._commit(replace(lease, released=True).to_bytes(), head, "Release the run's lease")
+        except StopRequested:
+            raise
+        except Exception as error:
+            logger.info("lease: not released (%s); it expires after %.0f s", describe(error), self.period)
+
+    def describe(self) -> dict[str, Any]:
+        """trainbox.json's ``lease``."""
+        return {"attempt": self.attempt, "period": self.period, "file": LEASE_FILE}
