@@ -114,7 +114,7 @@ def test_a_finished_run_given_more_epochs_resumes_from_its_checkpoint(two_epochs
     assert two_epochs.result.returncode == 0, two_epochs.result.output[-3000:]
     workdir = tmp_path / "work"
     shutil.copytree(two_epochs.workdir, workdir, symlinks=True)
-    env = two_epochs.env | {"WORKDIR": str(workdir), "RUN_ARGS": f"{TINY_RUN_ARGS} epochs=3"}
+    env = two_epochs.env | {"WORKDIR": str(workdir), "RUN_ARGS": f"{TINY_RUN_ARGS} epochs=3 save_period=1"}
     env["RUN_NAME"] = state_of(workdir)["run_name"]  # the same run, one more epoch
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
