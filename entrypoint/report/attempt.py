@@ -75,6 +75,7 @@ class Attempt:
                 "price_source": self.price.source,
                 "max_cost": self.settings.max_cost,
                 "max_price_per_hour": self.settings.max_price_per_hour,
+                "healed_seconds": 0.0,  # none yet in this container (a record adopted from another is not ours)
             }
         )
         cost.check_ceiling(self.price, self.settings.max_price_per_hour)
@@ -133,6 +134,8 @@ class Attempt:
         no longer count."""
         spent = self.spent()
         self._counted = self.clock.elapsed()
+        # the receipt bills this container's whole time: it leaves out what the healed try's entry already counts
+        self.state.update(cost={"healed_seconds": round(self._counted, 1)})
         return spent
 
     def report_progress(self, *, again: bool = False) -> None:

@@ -206,8 +206,19 @@ def compute(state: dict[str, Any], now: float, price_per_hour: float | None = No
         host=summary,
         feeding=sizing.describe(state["sizing"]) if isinstance(state.get("sizing"), dict) else None,
         stopped=_stopped(state),
-        attempts=_attempts(state, None if price_per_hour is None else max(0.0, end - started) / 3600 * price_per_hour),
+        attempts=_attempts(
+            state, None if price_per_hour is None else _own_seconds(state, end - started) / 3600 * price_per_hour
+        ),
     )
+
+
+def _own_seconds(state: dict[str, Any], billed: float) -> float:
+    """This attempt's share of the container's billed time: less what a try healed in it already counted in its own
+    entry of ``attempts`` (``cost.healed_seconds``), so the run's total counts no second twice."""
+    block = state.get("cost")
+    healed = block.get("healed_seconds") if isinstance(block, dict) else None
+    healed = float(healed) if isinstance(healed, int | float) and not isinstance(healed, bool) else 0.0
+    return max(0.0, billed - healed)
 
 
 def _attempts(state: dict[str, Any], billed_dollars: float | None) -> tuple[AttemptSpend, ...]:

@@ -113,3 +113,20 @@ def test_after_a_restart_the_receipt_lists_every_attempt_and_the_runs_total() ->
     assert found.as_dict()["run_dollars"] == pytest.approx(5.52)
     first = receipt.compute(finished_state(), now=T0 + 3700, price_per_hour=2.0)
     assert first is not None and first.attempts == () and "the run" not in first.one_line()
+
+
+def test_a_try_healed_in_this_container_is_not_counted_twice_in_the_runs_total() -> None:
+    # attempt 2 healed (out of memory) after 1800 s of this container, which then billed 3636 s in all: attempt 3
+    # is the other 1836 s, not the whole container again
+    state = finished_state(release=T0 + 3634, released=T0 + 3636) | {
+        "attempt": 3,
+        "cost": {"price_per_hour": 2.0, "healed_seconds": 1800.0},
+        "attempts": [
+            {"attempt": 2, "reason": "out_of_memory", "cost": {"hours": 0.5, "price_per_hour": 2.0, "dollars": 1.0}},
+            {"attempt": 3},
+        ],
+    }
+    found = receipt.compute(state, now=T0, price_per_hour=2.0)
+    assert found is not None
+    assert found.run_dollars == pytest.approx(1.0 + 1836 / 3600 * 2.0)
+    assert found.one_line().endswith("the run: #2 $1.00 + #3 $1.02 = $2.02")
