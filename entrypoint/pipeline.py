@@ -273,8 +273,11 @@ class Job:
         return scratch
 
     def _find_resume_point(self) -> resume.ResumePoint | None:
+        # An explicit other DATASET_REVISION is refused before the run's lease is taken (a refused start writes
+        # nothing), on what the volume and the repo recorded; and again once the bucket's record is adopted too.
+        if self.settings.dataset_revision_given:
+            dataset_pin.pinned(self.settings, self.state.dataset_revision)
         self.bucket, self._new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
-        # Every store's record adopted: an explicit other DATASET_REVISION is refused before anything is resumed.
         self._data_settings = dataset_pin.pinned(self.settings, self.state.dataset_revision)
         resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
         if self.settings.run_args.get("resume") is not None:

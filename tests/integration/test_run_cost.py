@@ -65,6 +65,8 @@ def test_a_killed_attempts_spend_counts_towards_the_runs_cap_on_a_new_volume(
         MAX_COST=f"{MAX_COST:g}",
         FAKE_TRAIN_MODE="forever",
         FAKE_EPOCH_SECONDS="1",
+        # the killed holder's lease expires in seconds: the second bills its wait too, at $3600/h a whole cap
+        LEASE_PERIOD="6s",
     )
     first = tmp_path / "machine1"
     process = start_trainbox("run", env=stand_in(tmp_path, first, **base))
