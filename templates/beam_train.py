@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from beam import Image, Volume, function
 
-IMAGE = "ghcr.io/libreyolo/trainbox:0.1.0"  # a fixed release, not `latest`: every attempt runs the same image
+IMAGE = "ghcr.io/libreyolo/trainbox:0.2.0"  # a fixed release, not `latest`: every attempt runs the same image
 RUN_ARGS = "model=LibreYOLO9s.pt epochs=100 imgsz=640"
 GPU = "A10G"
 TIMEOUT_HOURS = 6.0

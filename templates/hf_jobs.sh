@@ -21,7 +21,7 @@ DATASET_REPO=$1
 OUTPUT_REPO=$2
 shift 2
 
-IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.1.0} # a fixed release: a rerun resumes with the same image
+IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.2.0} # a fixed release: a rerun resumes with the same image
 RUN_ARGS=${RUN_ARGS:-model=LibreYOLO9s.pt epochs=100 imgsz=640}
 FLAVOR=${FLAVOR:-a100-large} # `hf jobs hardware` lists them
 TIMEOUT=${TIMEOUT:-6h}       # s, m, h or d

@@ -21,7 +21,7 @@ uploads what it has and writes trainbox.json within Modal's 30 s grace; the rest
 
 import modal
 
-IMAGE = "ghcr.io/libreyolo/trainbox:0.1.0"  # a fixed release: a restart runs the same image as the first attempt
+IMAGE = "ghcr.io/libreyolo/trainbox:0.2.0"  # a fixed release: a restart runs the same image as the first attempt
 RUN_ARGS = "model=LibreYOLO9s.pt epochs=100 imgsz=640"
 GPU = "A100"  # 40 GB; --gpu picks another (Modal's names: T4, L4, A10G, L40S, A100, A100-80GB, H100, ...)
 TIMEOUT_HOURS = 6.0

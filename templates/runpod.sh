@@ -49,7 +49,7 @@ if [ -z "${RUNPOD_API_KEY:-}" ]; then
   exit 2
 fi
 API=${RUNPOD_API_URL:-https://api.runpod.io}
-IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.1.0} # a fixed release: a rerun resumes with the same image
+IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.2.0} # a fixed release: a rerun resumes with the same image
 RUN_ARGS=${RUN_ARGS:-model=LibreYOLO9s.pt epochs=100 imgsz=640}
 MAX_RUNTIME=${MAX_RUNTIME:-12h}
 SECRET=${HF_TOKEN_SECRET:-HF_TOKEN} # the name of the RunPod secret holding the Hugging Face token

@@ -46,7 +46,7 @@ if [ -z "${VAST_API_KEY:-}" ]; then
   exit 2
 fi
 API=${VAST_API_URL:-https://console.vast.ai}
-IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.1.0} # a fixed release: a rerun resumes with the same image
+IMAGE=${IMAGE:-ghcr.io/libreyolo/trainbox:0.2.0} # a fixed release: a rerun resumes with the same image
 RUN_ARGS=${RUN_ARGS:-model=LibreYOLO9s.pt epochs=100 imgsz=640}
 MAX_RUNTIME=${MAX_RUNTIME:-12h}
 scratch=$(mktemp -d)

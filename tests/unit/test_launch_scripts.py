@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import entrypoint
 from tests.fakes.providers import FakeRunPodLaunch, FakeVastLaunch
 from tests.unit.test_templates import IMAGE, TEMPLATES, check_names
 
@@ -57,7 +58,7 @@ def test_runpod_makes_one_pod_that_trains_and_deletes_itself(runpod: FakeRunPodL
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (body,) = runpod.created()  # valid against RunPod's CreatePodRequest, or the stand-in answers 422
-    assert body["image"] == f"{IMAGE}:0.1.0" and body["gpu"] == {
+    assert body["image"] == f"{IMAGE}:{entrypoint.__version__}" and body["gpu"] == {
         "id": "NVIDIA H100 80GB HBM3", "count": 2, "minCudaVersion": "12.6"
     }  # fmt: skip
     assert body["mounts"] == {"persistent": {"size": 200, "path": "/workspace"}} and body["cloud"] == "SECURE"
@@ -117,7 +118,11 @@ def test_vast_rents_the_cheapest_matching_offer(vast: FakeVastLaunch) -> None:
     assert done.returncode == 0, done.stderr
     ((path, body),) = vast.rented()
     assert path == "/api/v0/asks/222/"  # the cheaper 4090 with the disk asked for
-    assert body["image"] == f"{IMAGE}:0.1.0" and (body["runtype"], body["args"], body["disk"]) == ("args", ["run"], 120)
+    assert body["image"] == f"{IMAGE}:{entrypoint.__version__}" and (body["runtype"], body["args"], body["disk"]) == (
+        "args",
+        ["run"],
+        120,
+    )
     env = body["env"]
     assert "HF_TOKEN" not in env  # the account's environment variables carry it to every instance
     assert (env["ON_EXIT"], env["ON_FAILURE"], env["OUTPUT_REPO"]) == ("destroy", "destroy", "acme/yolo")

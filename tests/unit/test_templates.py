@@ -187,7 +187,7 @@ def test_runpod_keeps_pods_off_hosts_whose_driver_is_too_old() -> None:
     # the README gives the floor of each variant
     readme = (TEMPLATES / "README.md").read_text()
     for variant in ("cu126", "cu130"):
-        release = image_cuda(f"{IMAGE}:0.1.0-{variant}")
+        release = image_cuda(f"{IMAGE}:{entrypoint.__version__}-{variant}")
         assert f'"minCudaVersion": "{release}"' in readme, variant
     assert "13.1" not in readme and "13.2" not in readme
 
