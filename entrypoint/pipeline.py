@@ -32,7 +32,7 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import STATUS_FILE, check_export_gpu
+from .libreyolo import BEST_CHECKPOINT, STATUS_FILE, check_export_gpu
 from .log import logger
 from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
 from .release.end import check_access, end_of_job
@@ -471,16 +471,33 @@ class Job:
     def _deliver(self) -> None:
         """A finished run's deliverables beside best.pt, before the final publish: the EXPORT formats, each checked,
         and config.json. Never fails the run: the weights are the product."""
-        if not self.settings.topology.leader or self.already_complete:
+        if not self.settings.topology.leader:
             return
-        found = (self.state.snapshot().get("dataset") or {}).get("data_yaml")
+        # A start that finds the run already trained delivers only what the earlier attempts did not settle (one
+        # killed during its exports): the settled records stay in trainbox.json, so the card keeps listing them.
+        done = exports.settled(self.state.previous, self.settings) if self.already_complete else {}
+        todo = tuple(name for name in self.settings.export if name not in done)
+        source = (self.state.previous or {}) if self.already_complete else self.state.snapshot()
+        found = (source.get("dataset") or {}).get("data_yaml")
         data_yaml = Path(found) if isinstance(found, str) else None
+        if done:
+            self.state.update(exports=done)
+        # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
+        best = self.settings.run_dir / BEST_CHECKPOINT
+        on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
+        if self.already_complete and not (todo and on_volume):
+            return
         try:
-            made: dict[str, dict[str, Any]] = {}
-            if self.settings.export:
+            made: dict[str, dict[str, Any]] = dict(done)
+            if todo:
                 device = "cpu" if self._gpu_indices is None else str(self._gpu_indices[0])
-                made = exports.export_all(
-                    self.settings, self.state, device=device, stopping=lambda: self.clock.preempted, data_yaml=data_yaml
+                made |= exports.export_all(
+                    self.settings,
+                    self.state,
+                    device=device,
+                    stopping=lambda: self.clock.preempted,
+                    data_yaml=data_yaml,
+                    names=todo,
                 )
             if self.settings.output_repo is not None:
                 hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)

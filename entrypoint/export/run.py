@@ -37,13 +37,24 @@ class ExportFailed(Exception):
     """This format is not published; the message says why, in one line."""
 
 
+class ExportStopped(ExportFailed):
+    """Stopped by a SIGTERM: skipped, not failed, so the next start of the finished run makes it."""
+
+
 def export_all(
-    settings: Settings, state: RunState, *, device: str, stopping: Callable[[], bool], data_yaml: Path | None
+    settings: Settings,
+    state: RunState,
+    *,
+    device: str,
+    stopping: Callable[[], bool],
+    data_yaml: Path | None,
+    names: tuple[str, ...] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every EXPORT format, in order; each one's record (also in trainbox.json's ``exports``)."""
+    """Each of ``names`` (every EXPORT format by default), in order; each one's record (also in trainbox.json's
+    ``exports``)."""
     best = settings.run_dir / libreyolo.BEST_CHECKPOINT
     records: dict[str, dict[str, Any]] = {}
-    for name in settings.export:
+    for name in settings.export if names is None else names:
         if stopping():
             record: dict[str, Any] = {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
         elif not best.is_file():
@@ -57,6 +68,26 @@ def export_all(
         records[name] = record
         state.update(exports={name: record})
     return records
+
+
+def settled(previous: dict[str, Any] | None, settings: Settings) -> dict[str, dict[str, Any]]:
+    """The EXPORT formats an earlier attempt of this finished run settled: published (its file still beside
+    best.pt) or failed. A format it never reached (killed, even with -9, during the exports) or skipped
+    (SIGTERM) is not settled: a start that finds the run already trained exports it then."""
+    recorded = (previous or {}).get("exports")
+    if not isinstance(recorded, dict):
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for name in settings.export:
+        record = recorded.get(name)
+        if not isinstance(record, dict):
+            continue
+        file = record.get("file")
+        if record.get("status") == "failed" or (
+            record.get("status") == "published" and isinstance(file, str) and (settings.run_dir / file).exists()
+        ):
+            found[name] = record
+    return found
 
 
 def _one(
@@ -77,7 +108,8 @@ def _one(
         published = _publish(settings.run_dir, made, _published_name(fmt, best, checked))
     except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
         why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
-        return {"status": "failed", "why": why, "seconds": round(time.monotonic() - started, 1)}
+        status = "skipped" if isinstance(error, ExportStopped) else "failed"
+        return {"status": status, "why": why, "seconds": round(time.monotonic() - started, 1)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     relative = published.relative_to(settings.run_dir).as_posix()
@@ -151,7 +183,7 @@ def _run(
         code = child.poll()
     output = log.read_text(errors="replace")
     if why:
-        raise ExportFailed(f"{label} {why}")
+        raise (ExportStopped if stopping() else ExportFailed)(f"{label} {why}")
     if code != 0:
         raise ExportFailed(f"{label} exited with {code}: {_tail(output)}")
     return output

@@ -234,8 +234,15 @@ def sync_error(uploader: Uploader, why: str = "") -> SyncError:
     """Exit 70, naming what the Hub lacks (``why``: e.g. that a signal cut the upload short)."""
     left = uploader.pending
     names = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    # Nothing staged is waiting, yet the flush did not end: the last snapshot (the card, trainbox.json, the
+    # newest files) was never staged, so its files are not named.
+    what = (
+        f"{len(left)} file(s) are not on {uploader.repo_id}{why}: {names}"
+        if left
+        else (f"the run's last snapshot is not on {uploader.repo_id}{why}")
+    )
     return SyncError(
-        f"{len(left)} file(s) are not on {uploader.repo_id}{why}: {names} ({uploader.last_error or 'out of time'})",
+        f"{what} ({uploader.last_error or 'out of time'})",
         "they are still in the run folder; rerun `trainbox sync <run folder>` once the Hub is reachable",
     )
 

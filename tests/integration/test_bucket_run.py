@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -241,14 +242,18 @@ def test_a_bucket_failing_mid_run_falls_back_within_a_few_boundaries_and_comes_b
     try:
         wait_for(lambda: run.state("m1")["storage"].get("fallback") is True, "the fallback", process)
         fell_back_at = json.loads((run.tmp_path / "m1" / "runs" / RUN / "status.json").read_text())
-        # Within K failed boundaries (each try carries the newest; an epoch or two of slack on a loaded machine).
-        assert fell_back_at["completed_epochs"] <= failing_from + FALLBACK_AFTER + 2
+        assert fell_back_at["completed_epochs"] < 12  # while training, not at its end
         wait_for(lambda: run.repo_epoch() > failing_from, "the working state in the repo", process)
     finally:
         down.remove()
     code, output = finish(process)
     assert code == 0, output[-3000:]
-    assert len([line for line in output.splitlines() if "boundaries in a row" in line]) == 1  # said once
+    (said,) = [line for line in output.splitlines() if "boundaries in a row" in line]  # said once
+    # Within K failed tries (each carries the newest boundary), counted by the agent itself: a loaded machine
+    # stretches each try, and the epochs trained meanwhile, not their number. One more try than K where K
+    # came quicker than half a lease period (the rule asks for both).
+    counted = re.search(r"failed (\d+) boundaries in a row", said)
+    assert counted is not None and FALLBACK_AFTER <= int(counted.group(1)) <= FALLBACK_AFTER + 2, said
     assert run.state("m1")["storage"]["mode"] == "bucket", "the bucket answered again: the state went back"
     assert run.bucket_epoch() == 12
 

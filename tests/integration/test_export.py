@@ -126,6 +126,41 @@ def test_a_finished_run_publishes_a_checked_onnx_file_that_onnxruntime_runs(
 
 
 @pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("cones")
+    workdir = tmp_path / "work"
+    env = trainbox_env(
+        workdir,
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
+        EXPORT="onnx",
+        LEASE_PERIOD="4s",  # the killed agent's lease: the restart takes the run over after it
+        FAKE_EXPORT_MODE="hang",
+        **stand_in(tmp_path, epoch_seconds=0.1),
+    )
+    process = start_trainbox("run", env=env)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if " export --model " in line:
+            break
+    process.kill()
+    process.wait(timeout=30)
+    (run_dir,) = (workdir / "runs").iterdir()
+    assert "exports" not in json.loads((run_dir / "trainbox.json").read_text())
+
+    again = run_trainbox("run", env=env | {"FAKE_EXPORT_MODE": "fail"})
+    assert again.returncode == 0, again.output[-3000:]
+    assert "already trained 1/1 epochs" in again.stderr
+    record = json.loads((run_dir / "trainbox.json").read_text())["exports"]["onnx"]
+    assert record["status"] == "failed" and "export_dep_missing" in record["why"]  # tried, not left out
+    assert "| onnx | not published:" in hub_ctx.hub.file_bytes(repo, "README.md").decode()
+
+
+@pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("cones")
     workdir = tmp_path / "work"
@@ -157,5 +192,20 @@ def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx:
     (run_dir,) = (workdir / "runs").iterdir()
     exports = json.loads((run_dir / "trainbox.json").read_text())["exports"]
     assert exports["onnx"]["why"] == "libreyolo export onnx stopped: the machine is being taken back (SIGTERM)"
+    assert exports["onnx"]["status"] == "skipped"
     assert exports["torchscript"] == {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
     assert "weights/best.pt" in HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
+
+    # The next start finds the run trained, and makes the exports the SIGTERM cut (the stand-in's fail as
+    # libreyolo's do without the format's package: each is tried, and its record says so).
+    again = run_trainbox("run", env=env | {"FAKE_EXPORT_MODE": "fail"})
+    assert again.returncode == 0, again.output[-3000:]
+    assert "already trained 1/1 epochs" in again.stderr
+    exports = json.loads((run_dir / "trainbox.json").read_text())["exports"]
+    assert {name: record["status"] for name, record in exports.items()} == {"onnx": "failed", "torchscript": "failed"}
+    assert "export_dep_missing" in exports["torchscript"]["why"]
+    # Settled now: a third start tries neither again, and keeps their records for the card.
+    third = run_trainbox("run", env=env | {"FAKE_EXPORT_MODE": "hang"})
+    assert third.returncode == 0 and " export --model " not in third.output, third.output[-3000:]
+    assert json.loads((run_dir / "trainbox.json").read_text())["exports"] == exports
+    assert "| torchscript | not published:" in hub_ctx.hub.file_bytes(repo, "README.md").decode()

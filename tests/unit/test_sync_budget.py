@@ -1,16 +1,20 @@
 """The committer's bookkeeping: the commit budget (a token bucket the Hub's 429 empties) and the ledger of
-what the Hub holds, on a clock the test moves."""
+what the Hub holds, on a clock the test moves; what a failed final upload says."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from entrypoint.sync import ledger as sync_ledger
+from entrypoint.sync.job import sync_error
 from entrypoint.sync.ledger import CommitBudget, Ledger
 from entrypoint.sync.staging import StagedFile
+from entrypoint.sync.uploader import Uploader
 
 
 class Clock:
@@ -157,3 +161,12 @@ def test_rebuild_starts_over_from_the_hubs_listing(clock: Clock, tmp_path: Path)
     again = Ledger(path)
     assert again.files == {"weights/last.pt": ["e" * 64]} and again.head == "h9"
     assert not again.has("gone.txt", ["1" * 64])
+
+
+def test_a_flush_that_staged_nothing_names_the_last_snapshot_not_zero_files() -> None:
+    def uploader(pending: list[str]) -> Uploader:
+        return cast(Uploader, SimpleNamespace(pending=pending, repo_id="org/model", last_error=None))
+
+    assert sync_error(uploader([])).message == "the run's last snapshot is not on org/model (out of time)"
+    named = sync_error(uploader(["weights/last.pt"]), " (stopped by a signal)").message
+    assert named == "1 file(s) are not on org/model (stopped by a signal): weights/last.pt (out of time)"
