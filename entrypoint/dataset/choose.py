@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..errors import AmbiguousArchiveError, NoArchiveError
 from ..hub import Hub
 from ..settings import Settings
-from .hub_reads import RemoteFile, dataset_file, dataset_files, dataset_revision, dataset_root_files
+from .hub_reads import RemoteFile, dataset_file, dataset_files, dataset_revision
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 PARQUET = "*.parquet"  # the choice of a repo holding parquet files (datasets' push_to_hub)
@@ -15,7 +15,7 @@ PARQUET = "*.parquet"  # the choice of a repo holding parquet files (datasets' p
 
 def choose_archive(hub: Hub, repo: str, sha: str) -> str:
     """The only .tar/.tar.gz/.zip at the repo root; else ``PARQUET`` when the repo holds parquet files."""
-    files = dataset_root_files(hub, repo, sha)
+    files = dataset_files(hub, repo, sha, recursive=False)
     tars = sorted(path for path in files if path.lower().endswith(ARCHIVE_SUFFIXES))
     if not tars:
         if any(path.endswith(".parquet") for path in dataset_files(hub, repo, sha)):

@@ -61,25 +61,14 @@ def dataset_revision(hub: Hub, repo_id: str, revision: str, *, sleep: Callable[[
     return info.sha
 
 
-def dataset_root_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
-    """Path → size of the files at the root of the dataset repo at commit ``sha``."""
+def dataset_files(hub: Hub, repo_id: str, sha: str, *, recursive: bool = True) -> dict[str, int]:
+    """Path → size of the files of the dataset repo at commit ``sha``: every one (its parquet shards sit in
+    folders), or those at its root only."""
     from huggingface_hub.hf_api import RepoFile
 
     with _DatasetErrors(hub, repo_id, sha):
         entries = with_retries(
-            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=False)),
-            f"listing dataset {repo_id}",
-        )
-    return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
-
-
-def dataset_files(hub: Hub, repo_id: str, sha: str) -> dict[str, int]:
-    """Path → size of every file of the dataset repo at commit ``sha`` (its parquet shards sit in folders)."""
-    from huggingface_hub.hf_api import RepoFile
-
-    with _DatasetErrors(hub, repo_id, sha):
-        entries = with_retries(
-            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=True)),
+            lambda: list(hub.api.list_repo_tree(repo_id, repo_type=DATASET, revision=sha, recursive=recursive)),
             f"listing dataset {repo_id}",
         )
     return {entry.path: entry.size for entry in entries if isinstance(entry, RepoFile)}
