@@ -43,6 +43,7 @@ from .run_args import RunArgs
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
+from .sync import volume_lock
 from .sync.bucket import RunFolder
 from .sync.lease import RunLease
 from .sync.uploader import Uploader
@@ -512,4 +513,6 @@ class Job:
 
 
 def run(settings: Settings) -> int:
-    return Job(settings).run()
+    # Before the job reads or writes the run folder: a second agent on this volume is refused having written nothing.
+    with volume_lock.held(volume_lock.lock_path(settings.workdir, settings.run_name), settings.run_name):
+        return Job(settings).run()

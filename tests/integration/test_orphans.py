@@ -4,6 +4,7 @@ uploading and nothing releasing the machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from entrypoint import procs
 from tests.fakes import libreyolo as fake_libreyolo
-from tests.support import held_after, process_alive, trainbox_env
+from tests.support import held_after, open_gate, process_alive, trainbox_env
 
 WAIT = 60.0
 
@@ -61,6 +62,15 @@ def test_a_trainer_does_not_outlive_an_agent_killed_with_sigkill(tmp_path: Path)
         while process_alive(trainer) and time.monotonic() < end:
             time.sleep(0.05)
         assert not process_alive(trainer), "the trainer outlived its agent"
+        # The volume's lock died with the agent: the next start on this volume is not refused by it.
+        again = subprocess.run(
+            [sys.executable, "-m", "entrypoint", "run"],
+            env=env | {"FAKE_EPOCH_GATE": ""},
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+        )
+        assert again.returncode == 0, again.stderr[-3000:]
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -103,3 +113,52 @@ def test_the_warden_kills_a_registered_tree_when_its_agent_is_gone(tmp_path: Pat
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+@pytest.mark.slow
+def test_a_second_agent_on_the_volume_is_refused_and_the_first_trains_on(tmp_path: Path) -> None:
+    """Without OUTPUT_REPO there is no lease: the volume's lock alone keeps a second `trainbox run` (a second
+    container on the same volume, a `docker exec`) from stopping the first's trainer as a killed attempt's orphan,
+    rewriting its trainbox.json and training into its run folder."""
+    script = fake_libreyolo.install(tmp_path / "bin")
+    env = trainbox_env(
+        tmp_path / "box", GPUS="cpu", TRAINBOX_LIBREYOLO=str(script), RUN_ARGS="epochs=3", **held_after(tmp_path, 1)
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "entrypoint", "run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        trainer = None
+        end = time.monotonic() + WAIT
+        while trainer is None and time.monotonic() < end and first.poll() is None:
+            trainer = _trainer_of(first.pid)
+            time.sleep(0.1)
+        assert trainer is not None, "the stand-in trainer started"
+        (state_file,) = (tmp_path / "box" / "runs").glob("*/trainbox.json")
+        before = json.loads(state_file.read_text())
+
+        second = subprocess.run(
+            [sys.executable, "-m", "entrypoint", "run"], env=env, capture_output=True, text=True, timeout=WAIT
+        )
+        assert second.returncode == 72, second.stderr[-3000:]
+        (said,) = second.stderr.splitlines()
+        assert (
+            f"ERROR: another trainbox agent is running {state_file.parent.name} on this volume (pid {first.pid}" in said
+        )
+        assert "stop it first, or give this one another WORKDIR or RUN_NAME" in said
+        assert process_alive(trainer), "the second agent stopped the first's trainer"
+        after = json.loads(state_file.read_text())  # the first's own saves go on; the second wrote nothing
+        assert (after["attempt"], after["started_at"], after["exit"]) == (before["attempt"], before["started_at"], None)
+
+        open_gate(tmp_path, 1, 2)
+        output, _ = first.communicate(timeout=WAIT)
+        assert first.returncode == 0, output[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
