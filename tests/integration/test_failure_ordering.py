@@ -47,7 +47,7 @@ from tests.fakes.hub import HubServer
 from tests.fakes.providers import FakeVast
 from tests.hubfixtures import HubContext
 from tests.integration.test_sync_faults import assert_no_duplicate_commit
-from tests.support import make_dataset
+from tests.support import held_after, make_dataset
 
 # every test here runs `trainbox run` (the stand-in libreyolo trains for seconds) and breaks it
 pytestmark = pytest.mark.slow
@@ -701,7 +701,8 @@ def test_sigkill_in_any_phase_then_a_restart_loses_no_epoch(
         env["DATASET_REPO"] = str(make_dataset(agent.tmp_path / "cones").parent)
         # Its verdict is kept on the volume: the first attempt must not reach it either.
         doctor = {"FAKE_DOCTOR_SECONDS": "60"}
-    first = agent.start(env | {"FAKE_EPOCH_SECONDS": "0.6"} | doctor)
+    # Held after epoch 3 until killed: on a loaded machine the Hub can lag the trainer by a whole run.
+    first = agent.start(env | {"FAKE_EPOCH_SECONDS": "0.6"} | doctor | held_after(agent.tmp_path, 3))
     wait_for(lambda: "weights/epoch_2.pt" in agent.hub_files(), "epoch 2 on the Hub", first)
     os.killpg(first.pid, signal.SIGKILL)
     first.communicate()
