@@ -15,7 +15,8 @@ import click
 from . import __version__, log
 from .errors import EXIT_INTERRUPTED, AgentError, ConfigError
 from .log import logger, redact
-from .settings import Settings, debugging, internal_variables, user_variables
+from .settings import Settings, debugging
+from .variables import internal_variables, user_variables
 
 
 def load_settings(*, quiet_transfers: bool = False) -> Settings:

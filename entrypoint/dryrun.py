@@ -12,10 +12,11 @@ from pathlib import Path
 
 from .libreyolo import LAST_CHECKPOINT
 from .run_args import RunArgs
-from .settings import DatasetKind, ExitAction, Settings, user_variables
+from .settings import DatasetKind, ExitAction, Settings
 from .training import resume, sizing
 from .training.planned import planned
 from .training.process import build_command, device_arg
+from .variables import user_variables
 
 
 def report(settings: Settings, env: dict[str, str]) -> list[str]:

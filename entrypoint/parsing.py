@@ -75,7 +75,7 @@ class Declared(Mapping[str, str]):
 
     def __getitem__(self, key: str) -> str:
         if key not in self._names:
-            raise AssertionError(f"{key} is read from the environment but has no row in settings.Vars")
+            raise AssertionError(f"{key} is read from the environment but has no row in variables.Vars")
         return self._env[key]
 
     def __iter__(self) -> Iterator[str]:

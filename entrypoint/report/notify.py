@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StopRequested
 from ..log import logger, redact
-from ..settings import NotifyOn, Provider, Settings
+from ..settings import Provider, Settings
 from ..state import Phase, RunState, now_iso
+from ..variables import NotifyOn
 from . import status
 
 if TYPE_CHECKING:

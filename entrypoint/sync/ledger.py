@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..settings import COMMITS_PER_HOUR
 from ..state import write_json_atomic
+from ..variables import COMMITS_PER_HOUR
 from .staging import StagedFile
 
-__all__ = ["COMMITS_PER_HOUR", "CommitBudget", "Ledger"]  # settings.py holds the hourly figure (PUBLISH_EVERY's floor)
+__all__ = ["COMMITS_PER_HOUR", "CommitBudget", "Ledger"]  # variables.py holds the hourly figure (PUBLISH_EVERY's floor)
 
 COMMIT_BURST = 20
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.settings import MIN_PUBLISH_EVERY
+from entrypoint.variables import MIN_PUBLISH_EVERY
 from tests.hubfixtures import HubContext
 from tests.integration.test_bucket_run import Run, finish, wait_for
 from tests.support import held_after, open_gate, run_trainbox, trainbox_env

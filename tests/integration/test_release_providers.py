@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import settings
+from entrypoint import settings, variables
 from entrypoint.errors import AccessError, ConfigError, ReleaseError
 from entrypoint.release import end as release
 from entrypoint.release import providers
@@ -280,7 +280,7 @@ def test_every_runpod_request_is_in_the_v2_reference(tmp_path: Path) -> None:
 
 
 def test_the_reference_table_is_what_the_client_is_built_on() -> None:
-    assert REFERENCE["server"] == settings.RUNPOD_API_URL == "https://api.runpod.io"
+    assert REFERENCE["server"] == variables.RUNPOD_API_URL == "https://api.runpod.io"
     (action,) = [op for op in REFERENCE["operations"] if op["operationId"] == "podAction"]
     assert action["request_body"]["properties"]["action"]["enum"] == ["start", "stop", "restart", "terminate"]
     (delete,) = [op for op in REFERENCE["operations"] if op["operationId"] == "deletePod"]

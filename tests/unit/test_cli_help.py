@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from entrypoint import settings
+from entrypoint import variables
 from entrypoint.cli import cli
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -16,8 +16,8 @@ SECRET = "hf_dryRunSecretValue0123456789"
 
 
 def test_the_scan_finds_every_variable_with_its_default() -> None:
-    found = {var.name: var.default for var in settings.user_variables()}
-    # every variable of docs/configuration.md's table is read by settings.py, and found there
+    found = {var.name: var.default for var in variables.user_variables()}
+    # every variable of docs/configuration.md's table is read by settings.py, and found in its table (variables.py)
     table = CONFIGURATION.read_text().split("\n## ", 1)[0]
     names = set(re.findall(r"^\| `([A-Z_0-9]+)` \|", table, re.MULTILINE))
     assert names and names == set(found)
@@ -26,18 +26,18 @@ def test_the_scan_finds_every_variable_with_its_default() -> None:
     assert found["HF_TOKEN"] is None and found["MONITOR"] == "0"
     assert "RUNPOD_API_KEY" in found and "VAST_API_KEY" in found
     # what a provider, a launcher or the tests set is read, but not listed for a person
-    internal = {var.name for var in settings.internal_variables()}
+    internal = {var.name for var in variables.internal_variables()}
     assert {"CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "TRAINBOX_PROC_SELF", "PET_NNODES"} <= internal
-    assert not internal & set(found) and internal | set(found) == {var.name for var in settings.variables()}
+    assert not internal & set(found) and internal | set(found) == {var.name for var in variables.variables()}
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"]])
 def test_help_lists_every_variable(args: list[str]) -> None:
     shown = CliRunner().invoke(cli, args)
     assert shown.exit_code == 0, shown.output
-    for var in settings.user_variables():
+    for var in variables.user_variables():
         assert re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
-    for var in settings.internal_variables():
+    for var in variables.internal_variables():
         assert not re.search(rf"^  {var.name}\b", shown.output, re.MULTILINE), var.name
     assert "  STALL_TIMEOUT [30m]: " in shown.output and "  WORKDIR [/workspace]: " in shown.output
     # durations as a person writes them, the same in --help, --dry-run and the docs
@@ -49,7 +49,7 @@ def test_help_lists_every_variable(args: list[str]) -> None:
 def test_help_prints_each_row_once_with_its_default_and_meaning() -> None:
     shown = CliRunner().invoke(cli, ["--help"]).output
     epilog = shown.split("Environment variables", 1)[1]
-    rows = settings.user_variables()
+    rows = variables.user_variables()
     assert len(re.findall(r"^  [A-Z][A-Z0-9_]+\b", epilog, re.MULTILINE)) == len(rows)
     for var in rows:
         default = f" [{var.default}]" if var.default is not None else ""
@@ -60,7 +60,7 @@ def test_dry_run_lists_each_row_once(tmp_path: Path) -> None:
     env = {"WORKDIR": str(tmp_path), "PROVIDER": "none", "GPUS": "cpu", "MAX_COST": "", "HF_ENDPOINT": "http://hub"}
     out = CliRunner().invoke(cli, ["run", "--dry-run"], env=env).output
     listed = out.split("\nsettings\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert [line.split()[0] for line in listed] == [var.name for var in settings.user_variables()]
+    assert [line.split()[0] for line in listed] == [var.name for var in variables.user_variables()]
     assert re.search(r"^  MAX_COST\s+unset$", out, re.MULTILINE)
     assert re.search(r"^  HF_ENDPOINT\s+http://hub$", out, re.MULTILINE)
 

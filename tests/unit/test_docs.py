@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from entrypoint import settings
+from entrypoint import variables
 from entrypoint.cli import env_table
 from entrypoint.report import estimate
 
@@ -24,13 +24,13 @@ REGENERATE = (
 def test_the_configuration_page_prints_the_settings_table_row_for_row() -> None:
     text = (DOCS / "configuration.md").read_text()
     assert "\n".join(env_table()) in text, REGENERATE
-    assert len(env_table()) == len(settings.user_variables()) + 2
+    assert len(env_table()) == len(variables.user_variables()) + 2
 
 
 def test_the_development_page_lists_the_variables_set_for_the_agent() -> None:
     text = (DOCS / "development.md").read_text()
     assert "\n".join(env_table(internal=True)) in text, REGENERATE.replace("env_table()", "env_table(internal=True)")
-    assert len(env_table(internal=True)) == len(settings.internal_variables()) + 2
+    assert len(env_table(internal=True)) == len(variables.internal_variables()) + 2
 
 
 def test_the_readme_table_is_the_same_rows_for_the_variables_most_people_set() -> None:
@@ -43,11 +43,11 @@ def test_the_readme_table_is_the_same_rows_for_the_variables_most_people_set() -
 
 
 def test_the_meanings_say_what_the_code_does() -> None:
-    meanings = {var.name: var.meaning for var in settings.variables()}
+    meanings = {var.name: var.meaning for var in variables.variables()}
     # every epoch goes to the bucket by default; the repo gets milestones (not "every epoch")
     assert "CHECKPOINT_BUCKET" in meanings["OUTPUT_REPO"] and "every epoch" not in meanings["OUTPUT_REPO"].split(";")[0]
     assert "but epochs" in meanings["RUN_NAME"]
-    defaults = {var.name: var.default for var in settings.variables()}
+    defaults = {var.name: var.default for var in variables.variables()}
     assert (defaults["DDP_TIMEOUT"], defaults["RENDEZVOUS_TIMEOUT"], defaults["PUBLISH_EVERY"]) == ("10m", "15m", "10m")
 
 

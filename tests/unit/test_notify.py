@@ -18,8 +18,9 @@ from entrypoint.cli import cli
 from entrypoint.errors import ConfigError
 from entrypoint.release.clock import ShutdownClock
 from entrypoint.report import notify
-from entrypoint.settings import NotifyOn, Settings, from_env
+from entrypoint.settings import Settings, from_env
 from entrypoint.state import Phase, RunState
+from entrypoint.variables import NotifyOn
 from tests.fakes.receiver import Receiver
 
 SLACK = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ"  # the shape of a Slack webhook: its key inside

@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from entrypoint.settings import COMMITS_PER_HOUR, MIN_PUBLISH_EVERY, Settings, from_env
+from entrypoint.settings import Settings, from_env
 from entrypoint.sync.places import publish_budget
+from entrypoint.variables import COMMITS_PER_HOUR, MIN_PUBLISH_EVERY
 
 
 def make(**env: str) -> Settings:

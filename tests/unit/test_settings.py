@@ -11,7 +11,8 @@ import pytest
 
 from entrypoint.errors import ConfigError
 from entrypoint.parsing import Declared, parse_duration
-from entrypoint.settings import DatasetKind, ExitAction, Provider, Settings, Vars, from_env, parse_gpus, variables
+from entrypoint.settings import DatasetKind, ExitAction, Provider, Settings, from_env, parse_gpus
+from entrypoint.variables import Vars, variables
 
 TOKEN = "hf_settingsTestTokenValue1234567890"
 
