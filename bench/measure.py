@@ -67,7 +67,7 @@ class PeakRss(threading.Thread):
 
 class PeakTree(threading.Thread):
     """The peaks of a process's descendants, from /proc: the largest VmHWM of its upload children
-    (entrypoint.xetchild), the largest sum of its RSS and theirs at one sample, and the largest VmHWM
+    (entrypoint.xet.child), the largest sum of its RSS and theirs at one sample, and the largest VmHWM
     of any other descendant (`trainbox sync` asks `libreyolo train --help-json` for its options)."""
 
     def __init__(self, pid: int) -> None:
@@ -91,7 +91,7 @@ class PeakTree(threading.Thread):
             for pid in descendants(self.pid):
                 status = self._status(pid)
                 try:
-                    upload = b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    upload = b"entrypoint.xet.child" in Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
                 if upload:

@@ -9,7 +9,7 @@ client sees the real Hub) serves one tar, and each of these runs as its own proc
 
 Then the other way: `trainbox sync --once` of a run folder holding one torch checkpoint of random weights
 (0.1, 0.5, 1 GB: weights barely compress) to the Hub through the same CAS ("upload" rows): the agent's own
-peak, the peak of the child process it uploads large files from (entrypoint/xetchild.py), and the peak of
+peak, the peak of the child process it uploads large files from (entrypoint/xet/child.py), and the peak of
 the two together (their RSS summed at each sample); beside it, a bare `HfApi.upload_file` of the same file
 in one process with hf_xet's defaults ("inprocess" rows: what the agent held before the child).
 

@@ -28,7 +28,6 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError, RepositoryNotFoundError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from . import xetahead, xetchild
 from .errors import (
     AccessError,
     AgentError,
@@ -45,6 +44,8 @@ from .retry import (
     retry_after_of,
     status_of,
 )
+from .xet import ahead as xetahead
+from .xet import child as xetchild
 
 if TYPE_CHECKING:
     from .settings import Settings
@@ -256,8 +257,8 @@ class Hub:
             # Operations are mutated by create_commit: build fresh ones for every attempt.
             operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
             api = self.api
-            # Large staged copies sent while they were staged need no upload now (xetahead.py); the other large
-            # files travel from a child process first (the agent's memory stays flat: xetchild.py).
+            # Large staged copies sent while they were staged need no upload now (xet/ahead.py); the other large
+            # files travel from a child process first (the agent's memory stays flat: xet/child.py).
             xetahead.take(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             xetchild.preupload(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             info = api.create_commit(

@@ -278,7 +278,7 @@ class Child:
             list(argv),
             cwd=cwd,
             env=scrubbed_env(env),
-            stdin=stdin,  # subprocess.PIPE: the child takes commands (xetahead.py)
+            stdin=stdin,  # subprocess.PIPE: the child takes commands (xet/ahead.py)
             stdout=output,
             stderr=errors,
             start_new_session=True,

@@ -29,11 +29,11 @@ from pathlib import Path
 from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from .. import xetahead
 from ..errors import AccessError
 from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import status_of
+from ..xet import ahead as xetahead
 from .protocol import Manifest as Manifest
 
 MANIFESTS = "manifests"

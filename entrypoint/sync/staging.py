@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .. import xetahead
 from ..log import contains_secret, longest_secret, redact_bytes
+from ..xet import ahead as xetahead
 
 _COPY_CHUNK = 4 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""Large checkpoints go up while they are staged (entrypoint/xetahead.py), against the local Hub's CAS over
+"""Large checkpoints go up while they are staged (entrypoint/xet/ahead.py), against the local Hub's CAS over
 HTTP with the real child: the upload starts before the copy is done and the commit sends nothing again; a
 secret in a checkpoint never reaches the CAS; a checkpoint rewritten while it is staged is never committed
 torn; a child that dies leaves the commit to the usual upload. The size from which a checkpoint goes ahead
@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 
-from entrypoint import log, procs, xetahead, xetchild
+from entrypoint import log, procs
 from entrypoint.hub import Hub
 from entrypoint.sync import staging
 from entrypoint.sync.uploader import Uploader
+from entrypoint.xet import ahead as xetahead
+from entrypoint.xet import child as xetchild
 from tests.hubfixtures import HubContext
 from tests.integration.test_cas_faults import SYNC_FAULTS, XORB
 from tests.integration.test_sync import _checkpoint_bytes, _write_slowly, assert_every_checkpoint_valid
@@ -50,11 +52,11 @@ def children(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     xetahead.forget()
 
 
-AHEAD, COMMIT = "ahead", "commit"  # the child a staging copy feeds; the one a commit starts (xetchild.py)
+AHEAD, COMMIT = "ahead", "commit"  # the child a staging copy feeds; the one a commit starts (xet/child.py)
 
 
 def _kind(started: list[list[str]], kind: str) -> int:
-    children = [argv for argv in started if argv[2:3] == ["entrypoint.xetchild"]]
+    children = [argv for argv in started if argv[2:3] == ["entrypoint.xet.child"]]
     return sum(1 for argv in children if (argv[3] == "--ahead") == (kind == AHEAD))
 
 
@@ -181,7 +183,7 @@ def _kill_ahead_children() -> list[int]:
     killed = []
     for pid in procs.descendants(os.getpid()):
         with contextlib.suppress(OSError):
-            if b"entrypoint.xetchild\x00--ahead" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"entrypoint.xet.child\x00--ahead" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
     return killed
@@ -297,7 +299,7 @@ def test_nothing_goes_ahead_to_the_repo_while_a_bucket_takes_the_boundaries(
 AGENT = """
 import sys, time
 from pathlib import Path
-from entrypoint import xetchild
+from entrypoint.xet import child as xetchild
 from entrypoint.hub import Hub
 from entrypoint.sync import staging
 xetchild.CHILD_MIN_BYTES = 1024 * 1024
@@ -330,7 +332,7 @@ def test_no_child_sending_ahead_outlives_the_agent(hub_ctx: HubContext, tmp_path
         while child is None and time.monotonic() < end:
             for pid in procs.descendants(agent.pid):
                 with contextlib.suppress(OSError):
-                    if b"entrypoint.xetchild\x00--ahead" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    if b"entrypoint.xet.child\x00--ahead" in Path(f"/proc/{pid}/cmdline").read_bytes():
                         child = pid
             time.sleep(0.05)
         assert child is not None, "the child sending ahead started"

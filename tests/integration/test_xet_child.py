@@ -1,4 +1,4 @@
-"""Large files go up from a child process (entrypoint/xetchild.py), against the local Hub's CAS over HTTP:
+"""Large files go up from a child process (entrypoint/xet/child.py), against the local Hub's CAS over HTTP:
 the same bytes and the same commit as an upload in the agent's own process, the same errors, the token
 never in the child's argv, and a child killed or a CAS failing mid-upload is retried without tearing
 anything. The size from which the child takes a file is lowered so that a few MiB exercise it."""
@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from entrypoint import procs, xetchild
+from entrypoint import procs
 from entrypoint.hub import Hub
+from entrypoint.xet import child as xetchild
 from tests.hubfixtures import HubContext
 from tests.integration.test_cas_faults import SYNC_FAULTS, XORB, sync_two_epochs_through_a_fault
 from tests.integration.test_sync_faults import WAIT
@@ -69,7 +70,7 @@ def test_a_large_file_from_the_child_lands_the_same_bytes_and_commit(
     hub_ctx.hub.reset_log()
 
     sha = hub.commit(through_child, files, "Epoch boundary")
-    assert [argv[2:4] for argv in children] == [["entrypoint.xetchild", through_child]]
+    assert [argv[2:4] for argv in children] == [["entrypoint.xet.child", through_child]]
     assert not any(hub_ctx.token in part for argv in children for part in argv), "the token stays out of argv"
     assert hub_ctx.hub.find_requests("POST", XORB), "the bytes went to the CAS over HTTP"
 
@@ -116,7 +117,7 @@ def _kill_children_once_stalled(fault: Any, killed: list[int]) -> threading.Thre
                         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                     except OSError:
                         continue
-                    if b"entrypoint.xetchild" in cmdline:
+                    if b"entrypoint.xet.child" in cmdline:
                         os.kill(pid, signal.SIGKILL)
                         killed.append(pid)
             time.sleep(0.05)
@@ -158,7 +159,7 @@ def test_a_fault_on_a_cas_route_during_a_child_upload_loses_and_tears_nothing(
 PARENT = """
 import sys
 from pathlib import Path
-from entrypoint import xetchild
+from entrypoint.xet import child as xetchild
 from entrypoint.hub import Hub
 xetchild.CHILD_MIN_BYTES = 1024 * 1024
 Hub(token=sys.argv[1]).commit(sys.argv[2], [("weights/last.pt", Path(sys.argv[3]))], "Epoch boundary")
@@ -181,7 +182,7 @@ def test_no_upload_child_outlives_the_agent(hub_ctx: HubContext, tmp_path: Path,
         while child is None and time.monotonic() < end:
             for pid in procs.descendants(agent.pid):
                 with contextlib.suppress(OSError):
-                    if b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    if b"entrypoint.xet.child" in Path(f"/proc/{pid}/cmdline").read_bytes():
                         child = pid
             time.sleep(0.05)
         assert child is not None, "the upload child started"
@@ -212,7 +213,7 @@ def test_a_deadline_stops_the_child_and_fails_the_commit_promptly(
 
     assert time.monotonic() - began < 3.0 + 2.0, "the child's grace is 1 s"
     assert not any(
-        b"entrypoint.xetchild" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        b"entrypoint.xet.child" in Path(f"/proc/{pid}/cmdline").read_bytes()
         for pid in procs.descendants(os.getpid())
         if Path(f"/proc/{pid}/cmdline").exists()
     ), "no upload child left running"

@@ -1,4 +1,4 @@
-"""The staging copy of a checkpoint feeds its upload as it goes (entrypoint/xetahead.py): the upload is told
+"""The staging copy of a checkpoint feeds its upload as it goes (entrypoint/xet/ahead.py): the upload is told
 only of bytes already in the staged copy and cleared by the secret scan, never one byte of a secret, and
 is told the copy's size and sha256 when it is whole."""
 
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from entrypoint import log, xetahead
+from entrypoint import log
 from entrypoint.sync import staging
+from entrypoint.xet import ahead as xetahead
 
 SECRET = "hf_staging_feed_secret_5f0c2b7e91d4a6"
 CHUNK = 64 * 1024

@@ -63,8 +63,8 @@ NO_STOP_HERE = {
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
     ("gpu/nodes_probe.py", "*"): _CHILD,
-    ("xetchild.py", "main"): _CHILD,
-    ("xetchild.py", "_ahead_main"): _CHILD,
+    ("xet/child.py", "main"): _CHILD,
+    ("xet/child.py", "_ahead_main"): _CHILD,
     ("report/notify.py", "Notifier._deliver"): _THREAD,
 }
 

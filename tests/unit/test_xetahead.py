@@ -1,4 +1,4 @@
-"""Where staged copies are sent ahead (entrypoint/xetahead.py) and when a commit may name what was sent:
+"""Where staged copies are sent ahead (entrypoint/xet/ahead.py) and when a commit may name what was sent:
 only to the repo that takes the folder's commits and never while a bucket takes them; twins in one
 upload; and a commit takes a copy only when the child sent exactly that copy, whole. The child is a
 stand-in here (tests/integration/test_xet_ahead.py runs the real one)."""
@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 import pytest
 from huggingface_hub import CommitOperationAdd
 
-from entrypoint import xetahead, xetchild
+from entrypoint.xet import ahead as xetahead
+from entrypoint.xet import child as xetchild
 
 REPO = xetahead.Destination("org/run", "http://hub.invalid", "hf_token_of_the_test")
 OTHER = xetahead.Destination("org/other", "http://hub.invalid", "hf_token_of_the_test")

@@ -1,4 +1,4 @@
-"""entrypoint/xetchild.py without a Hub: the private huggingface_hub names it relies on exist in the
+"""entrypoint/xet/child.py without a Hub: the private huggingface_hub names it relies on exist in the
 installed release, and the child's errors come back as the parent's exceptions."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from huggingface_hub import CommitOperationAdd
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-from entrypoint import xetchild
 from entrypoint.retry import is_retryable, retry_after_of, status_of
+from entrypoint.xet import child as xetchild
 
 
 def test_the_private_names_it_uses_exist() -> None:

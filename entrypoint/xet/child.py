@@ -4,13 +4,13 @@ hf_xet's upload holds whole xorbs (64 MB each) in RAM while it chunks, compresse
 more of them the faster it chunks than the CAS accepts: the agent's peak grew with the checkpoint
 (bench/xet_memory.py), and none of hf_xet's settings bounds it (its upload concurrency does not). So
 ``preupload`` runs huggingface_hub's ``preupload_lfs_files`` for the large files of a commit in a child
-(``python -m entrypoint.xetchild``) and copies what it learnt onto the parent's operations:
+(``python -m entrypoint.xet.child``) and copies what it learnt onto the parent's operations:
 ``create_commit`` then skips their transfer and sends the same commit as before. The child's memory
 is returned to the system when it exits; a child that dies is an attempt that failed without an
 answer (retried like a network error: hf_xet skips the xorbs the CAS already holds). Its errors come
 back as the exceptions ``create_commit`` would have raised, so the retry policy and the error table
 see no difference. The token reaches it in its environment, never in its argv. ``--ahead`` starts the other
-kind of child: the one a staging copy feeds while it is written (xetahead.py has the parent's side).
+kind of child: the one a staging copy feeds while it is written (xet/ahead.py has the parent's side).
 """
 
 from __future__ import annotations
@@ -74,13 +74,13 @@ def preupload(
     """Upload the large files of ``operations`` from a child and mark them uploaded; raise what
     ``create_commit`` would have raised. ``deadline``: a ``time.monotonic()`` value; the child is
     stopped then and ``TimeoutError`` raised."""
-    from . import procs
+    from .. import procs
 
     todo = large(operations)
     if not todo:
         return
     files = [[op.path_in_repo, op.path_or_fileobj] for op in todo]
-    argv = [sys.executable, "-m", "entrypoint.xetchild", repo_id, json.dumps(files)]
+    argv = [sys.executable, "-m", "entrypoint.xet.child", repo_id, json.dumps(files)]
     # From the folder that holds this package: the child imports the very code the parent runs.
     child = procs.Child(
         argv,
@@ -117,7 +117,7 @@ def preupload(
 def child_env(endpoint: str, token: str | None) -> dict[str, str]:
     """An upload child's environment: ours without provider keys, the Hub to write and the token (in the
     environment, never in its argv)."""
-    from . import procs
+    from .. import procs
 
     env = {key: value for key, value in procs.scrubbed_env().items() if key != "HF_TOKEN"}
     env.update({"HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1", _PARENT_VAR: str(os.getpid())})
@@ -150,7 +150,7 @@ def _answer(out: bytes) -> dict[str, Any] | None:
 
 
 def _died(returncode: int | None, err: bytes) -> Exception:
-    from .log import redact
+    from ..log import redact
 
     if returncode is not None and returncode < 0:
         return XetChildDied(f"the upload process was killed ({signal.Signals(-returncode).name})")
@@ -160,7 +160,7 @@ def _died(returncode: int | None, err: bytes) -> Exception:
 
 def _rebuilt(error: dict[str, Any]) -> Exception:
     """The child's exception as the parent's: an HTTP error through huggingface_hub's own mapping."""
-    from .retry import NETWORK_ERRORS
+    from ..retry import NETWORK_ERRORS
 
     if error["kind"] == "http":
         import httpx2
@@ -208,7 +208,7 @@ def die_with_parent() -> None:
 def encoded(error: BaseException) -> dict[str, Any]:
     from huggingface_hub.errors import HfHubHTTPError
 
-    from .retry import NETWORK_ERRORS
+    from ..retry import NETWORK_ERRORS
 
     response = getattr(error, "response", None)
     if isinstance(error, HfHubHTTPError) and response is not None:
@@ -258,7 +258,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-# -- the child that takes a staging copy's bytes as they are written (xetahead.py) -------------------------
+# -- the child that takes a staging copy's bytes as they are written (xet/ahead.py) -------------------------
 class _AheadCommands:
     """The parent's commands, read by a thread: the copies in order, how far each is cleared, their ends."""
 
@@ -376,7 +376,7 @@ def _open_upload(repo_id: str) -> Any:
 
 
 def _ahead_main(repo_id: str) -> NoReturn:
-    """``python -m entrypoint.xetchild --ahead REPO``: commands on stdin, one JSON answer on stdout."""
+    """``python -m entrypoint.xet.child --ahead REPO``: commands on stdin, one JSON answer on stdout."""
     from huggingface_hub.utils._xet import get_xet_session
 
     get_xet_session()  # hf_xet's runtime, while the child waits for its first copy

@@ -3,7 +3,7 @@ feeds the staged copy, its hash, the secret scan and the upload.
 
 Otherwise a 500 MB checkpoint is copied to the staging folder (hashed, scanned), checked, and only then
 uploaded: the wire waits for all of that. Here the staging copy (``sync/staging.copy_checked``) feeds a
-child process (``python -m entrypoint.xetchild --ahead``; its side is in xetchild.py) that streams the
+child process (``python -m entrypoint.xet.child --ahead``; its side is in xet/child.py) that streams the
 copy's bytes to the Xet CAS (hf_xet's streaming upload) as they are written: the upload trails the copy by
 a few MB. The rules that keep it safe:
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .log import logger
+from ..log import logger
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitOperationAdd
@@ -120,7 +120,7 @@ def feed(target: Path, size: int) -> Feed | None:
     began) while it is written; None when it goes the usual way (small, no repo known, a bucket)."""
     from huggingface_hub.utils._runtime import is_xet_available
 
-    from .xetchild import CHILD_MIN_BYTES
+    from .child import CHILD_MIN_BYTES
 
     if size < CHILD_MIN_BYTES or not is_xet_available():
         return None
@@ -253,7 +253,8 @@ class _Session:
     boundary's copies need a session (then it is closed: it finishes, for a commit that claims it later)."""
 
     def __init__(self, destination: Destination) -> None:
-        from . import procs, xetchild
+        from .. import procs
+        from . import child as xetchild
 
         self.destination = destination
         self.open = True  # takes new copies (changed under the module's lock)
@@ -265,7 +266,7 @@ class _Session:
         self._out: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self.child = procs.Child(
-            [sys.executable, "-m", "entrypoint.xetchild", "--ahead", destination.repo_id],
+            [sys.executable, "-m", "entrypoint.xet.child", "--ahead", destination.repo_id],
             cwd=Path(__file__).resolve().parent.parent,
             env=xetchild.child_env(destination.endpoint, destination.token),
             output=self._out,
@@ -330,7 +331,7 @@ class _Session:
             return self._answer
 
     def _read_answer(self) -> dict[str, Any]:
-        from .log import redact
+        from ..log import redact
 
         with contextlib.suppress(OSError):
             if self.child.process.stdin is not None:
