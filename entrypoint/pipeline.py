@@ -205,7 +205,7 @@ class Job:
         self.state.set_phase(Phase.DATASET)
         data, self._dataset_check = dataset.prepare_checked_in_background(self._data_settings)
         if data.revision is not None:
-            self.state.pin_dataset(data.revision)  # the first start's commit: the run's from now on
+            self.state.identity.pin_dataset(data.revision)  # the first start's commit: the run's from now on
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
@@ -230,12 +230,12 @@ class Job:
             self.hub.ensure_writable_repo(repo, bucket=bucket)
         names = resume.remote_names(self.hub, repo)
         remote = resume.remote_state(self.hub, repo, self._scratch(), names)
-        run_id = self.state.run_id if self.settings.topology.leader else None  # the others take node 0's
+        run_id = self.state.identity.run_id if self.settings.topology.leader else None  # the others take node 0's
         resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record(), run_id)
         # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
-        self.state.adopt_history(remote, authoritative=not self.settings.topology.leader)
+        self.state.history.adopt(remote, authoritative=not self.settings.topology.leader)
         # Judged only now: on a new disk the attempts are known from the Hub alone.
-        resume.check_crash_loop(self.state.attempts)
+        resume.check_crash_loop(self.state.history.attempts)
 
     def _meet_nodes(self, gpus: GpuReport) -> None:
         """Several machines: meet, prove NCCL between them, share node 0's OUTPUT_REPO commit."""
@@ -277,10 +277,11 @@ class Job:
         # An explicit other DATASET_REVISION is refused before the run's lease is taken (a refused start writes
         # nothing), on what the volume and the repo recorded; and again once the bucket's record is adopted too.
         if self.settings.dataset_revision_given:
-            dataset_pin.pinned(self.settings, self.state.dataset_revision)
+            dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
         self.bucket, self._new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
-        self._data_settings = dataset_pin.pinned(self.settings, self.state.dataset_revision)
-        resume.check_crash_loop(self.state.attempts)  # the bucket's trainbox.json is the newest: its attempts count
+        self._data_settings = dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
+        # the bucket's trainbox.json is the newest: its attempts count
+        resume.check_crash_loop(self.state.history.attempts)
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
         return self._locate_resume_point()
@@ -315,7 +316,7 @@ class Job:
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, point: resume.ResumePoint | None
     ) -> None:
         args = resume.resume_args(self.settings.run_args, point) if point is not None else self.settings.run_args
-        healed = OomTry.healing(self.state.attempts)
+        healed = OomTry.healing(self.state.history.attempts)
         if healed.batch is not None:  # an earlier attempt ran out of GPU memory: keep its smaller batch
             logger.warning("out of GPU memory before: training with batch=%d", healed.batch)
             args = args.set("batch", str(healed.batch))
@@ -334,7 +335,7 @@ class Job:
         tail = self.trainer.error_tail()
         if self.settings.topology.multi:
             raise self._end_of_set(error, args)
-        attempt = OomTry.judge(error, tail, self.settings, self.state.attempts, args, self._workers)
+        attempt = OomTry.judge(error, tail, self.settings, self.state.history.attempts, args, self._workers)
         self._stop_check()
         point = self._locate_resume_point()
         self._stop_check()  # the lookup may have taken long: a stop meanwhile wins over a new trainer
@@ -345,7 +346,7 @@ class Job:
         )
         notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
         spent = self.attempt.close_try()
-        self.state.next_attempt(attempt.exit_code, attempt.reason, cost=spend_entry(spent), **attempt.record())
+        self.state.history.next_attempt(attempt.exit_code, attempt.reason, cost=spend_entry(spent), **attempt.record())
         self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
         return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
 
@@ -353,7 +354,7 @@ class Job:
         """Several machines never heal in place (oom.end_of_set); this node's and its peers' words decide."""
         output = attempt_output(self.settings.run_dir, self._log_start)  # its workers' words, not only rank 0's
         peer = self.launch.peer_out_of_memory()
-        return end_of_set(error, output, peer, self.settings, self.state.attempts, args, self._workers)
+        return end_of_set(error, output, peer, self.settings, self.state.history.attempts, args, self._workers)
 
     def _train_once(
         self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
@@ -455,7 +456,7 @@ class Job:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
             )
-        self.state.confirm_exit()
+        self.state.history.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
         try:

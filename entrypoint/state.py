@@ -194,7 +194,8 @@ def _settled(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class RunState:
-    """The in-memory trainbox.json; every change is saved at once. Thread-safe."""
+    """The in-memory trainbox.json and its phases; every change is saved at once. Thread-safe. What the run is
+    (its run id, its dataset commit) is ``identity``; the attempts before this one and this one's end, ``history``."""
 
     def __init__(self, run_dir: Path, run_name: str, previous: dict[str, Any] | None = None) -> None:
         self.path = run_dir / STATE_FILE
@@ -206,7 +207,7 @@ class RunState:
         self._data: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run_name": run_name,
-            # Minted at the run's first start (ensure_run_id) and kept: the volume's, else the repo's (adopt_history).
+            # Minted at the run's first start (ensure_run_id) and kept: the volume's, else the repo's (adopt).
             "run_id": _run_id(previous),
             # The dataset repo's commit resolved at the run's first start: every later start trains on it.
             "dataset_revision": recorded_dataset_revision(previous),
@@ -225,6 +226,8 @@ class RunState:
         recorded = (previous or {}).get("settings")
         if isinstance(recorded, dict):
             self._data["settings"] = copy.deepcopy(recorded)
+        self.identity = RunIdentity(self)
+        self.history = History(self)
 
     @classmethod
     def load(cls, run_dir: Path, run_name: str) -> RunState:
@@ -243,73 +246,6 @@ class RunState:
         """Call ``listener()`` after each change of phase (the uploader publishes those at once;
         other updates travel with the next epoch boundary)."""
         self._listeners.append(listener)
-
-    @property
-    def run_id(self) -> str | None:
-        with self._lock:
-            value: str | None = self._data["run_id"]
-            return value
-
-    def ensure_run_id(self) -> bool:
-        """Give the run its id if neither the volume nor the repo knew one: True when minted now (the
-        run's first start, or its repo made again), so the caller puts it on the repo before training."""
-        with self._lock:
-            if self._data["run_id"] is not None:
-                return False
-            self._data["run_id"] = secrets.token_hex(_RUN_ID_BYTES)
-        self.save()
-        return True
-
-    @property
-    def dataset_revision(self) -> str | None:
-        with self._lock:
-            value: str | None = self._data["dataset_revision"]
-            return value
-
-    def pin_dataset(self, commit: str) -> None:
-        """The run's first start resolved its dataset to ``commit``: the run trains on it from now on."""
-        with self._lock:
-            if self._data["dataset_revision"] is not None:
-                return
-            self._data["dataset_revision"] = commit
-        self.save()
-
-    def follow_run_id(self, leader: dict[str, Any] | None) -> None:
-        """A node other than 0 takes node 0's run id (from its trainbox.json on the repo), if it names one."""
-        run_id = _run_id(leader)
-        with self._lock:
-            if run_id is None or run_id == self._data["run_id"]:
-                return
-            self._data["run_id"] = run_id
-        self.save()
-
-    @property
-    def attempts(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return copy.deepcopy(self._data["attempts"])
-
-    def adopt_history(self, remote: dict[str, Any] | None, *, authoritative: bool = False) -> None:
-        """Continue the attempt count of a store's trainbox.json of this run (OUTPUT_REPO's, the bucket's)
-        when it knows more (a new disk), or whenever it has one (``authoritative``: a node other than 0, whose
-        own record is not the run's); take its run id when this volume had none."""
-        # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
-        attempts = _settled(_history(remote)) + _lost_attempt(remote)
-        with self._lock:
-            adopted = self._data["run_id"] is None and _run_id(remote) is not None
-            if adopted:
-                self._data["run_id"] = _run_id(remote)
-            if self._data["dataset_revision"] is None and recorded_dataset_revision(remote) is not None:
-                self._data["dataset_revision"] = recorded_dataset_revision(remote)
-                adopted = True
-            if not attempts or (len(attempts) <= len(self._data["attempts"]) and not authoritative):
-                if adopted:
-                    self._save_locked()
-                return
-            self._data["attempts"] = attempts
-            self._data["attempt"] = len(attempts) + 1
-            if self.previous is None:
-                self.previous = remote
-        self.save()
 
     def set_phase(self, phase: Phase) -> None:
         with self._lock:
@@ -348,64 +284,13 @@ class RunState:
                     "exit_code": exit_code,
                     "reason": reason,
                     "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
-                    **self._batch(),
+                    **self.history.batch(),
                     **fields,
                     "final": False,
                 }
             )
         self.save()
         self._phase_changed()
-
-    def _batch(self) -> dict[str, Any]:
-        batch = (self._data.get("training") or {}).get("batch")
-        return {"batch": batch} if batch is not None else {}
-
-    def next_attempt(self, exit_code: int, reason: str, **fields: Any) -> None:
-        """The job goes on after a failure it mends itself (out of memory → a smaller batch): the
-        failed try is an attempt of its own in ``attempts``, and a new one begins now."""
-        with self._lock:
-            self._data["attempts"].append(
-                {
-                    "attempt": self._data["attempt"],
-                    "started_at": self._data["started_at"],
-                    "finished_at": now_iso(),
-                    "phase": self._data["phase"],
-                    "exit_code": exit_code,
-                    "reason": reason,
-                    "epochs_done": (self._data.get("progress") or {}).get("epochs_done"),
-                    **self._batch(),
-                    **fields,
-                }
-            )
-            self._data["attempt"] += 1
-            self._data["started_at"] = now_iso()
-        self.save()
-
-    def confirm_exit(self) -> None:
-        """The final upload returned: the outcome ``finish`` wrote is the one the process exits with."""
-        with self._lock:
-            if self._data.get("exit"):
-                self._data["exit"]["final"] = True
-            if self._data["attempts"]:
-                self._data["attempts"][-1].pop("final", None)
-        self.save()
-
-    def amend_exit(self, exit_code: int, reason: str, message: str | None = None) -> None:
-        """The job's end changed after ``finish`` (the final upload failed): the file states the
-        code the process exits with; the job's own outcome stays in ``exit.job``."""
-        with self._lock:
-            previous = self._data.get("exit") or {}
-            self._data["exit"] = {
-                "code": exit_code,
-                "reason": reason,
-                "message": message,
-                "job": {"code": previous.get("code"), "reason": previous.get("reason")},
-                "final": True,
-            }
-            if self._data["attempts"]:
-                self._data["attempts"][-1].update(exit_code=exit_code, reason=reason)
-                self._data["attempts"][-1].pop("final", None)
-        self.save()
 
     def save(self) -> None:
         with self._lock:
@@ -428,3 +313,142 @@ class RunState:
         current = self._data["phases"].get(self._data["phase"])
         if current is not None and current.get("seconds") is None:
             current["seconds"] = round(time.monotonic() - self._phase_started, 3)
+
+
+class RunIdentity:
+    """What makes the run this run in its stores: its run id and the dataset commit of its first start, kept in
+    the trainbox.json of ``state`` (its lock, its file)."""
+
+    def __init__(self, state: RunState) -> None:
+        self._state = state
+
+    @property
+    def run_id(self) -> str | None:
+        with self._state._lock:
+            value: str | None = self._state._data["run_id"]
+            return value
+
+    def ensure_run_id(self) -> bool:
+        """Give the run its id if neither the volume nor the repo knew one: True when minted now (the
+        run's first start, or its repo made again), so the caller puts it on the repo before training."""
+        with self._state._lock:
+            if self._state._data["run_id"] is not None:
+                return False
+            self._state._data["run_id"] = secrets.token_hex(_RUN_ID_BYTES)
+        self._state.save()
+        return True
+
+    @property
+    def dataset_revision(self) -> str | None:
+        with self._state._lock:
+            value: str | None = self._state._data["dataset_revision"]
+            return value
+
+    def pin_dataset(self, commit: str) -> None:
+        """The run's first start resolved its dataset to ``commit``: the run trains on it from now on."""
+        with self._state._lock:
+            if self._state._data["dataset_revision"] is not None:
+                return
+            self._state._data["dataset_revision"] = commit
+        self._state.save()
+
+    def follow_run_id(self, leader: dict[str, Any] | None) -> None:
+        """A node other than 0 takes node 0's run id (from its trainbox.json on the repo), if it names one."""
+        run_id = _run_id(leader)
+        with self._state._lock:
+            if run_id is None or run_id == self._state._data["run_id"]:
+                return
+            self._state._data["run_id"] = run_id
+        self._state.save()
+
+
+class History:
+    """The attempts of the run in the trainbox.json of ``state``: the earlier ones (its own, or a store's record
+    of the run adopted), a failure the job mends itself, and whether this attempt's end is final."""
+
+    def __init__(self, state: RunState) -> None:
+        self._state = state
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        with self._state._lock:
+            return copy.deepcopy(self._state._data["attempts"])
+
+    def adopt(self, remote: dict[str, Any] | None, *, authoritative: bool = False) -> None:
+        """Continue the attempt count of a store's trainbox.json of this run (OUTPUT_REPO's, the bucket's)
+        when it knows more (a new disk), or whenever it has one (``authoritative``: a node other than 0, whose
+        own record is not the run's); take its run id when this volume had none."""
+        # An attempt killed without a word is known from its non-terminal trainbox.json on the Hub.
+        attempts = _settled(_history(remote)) + _lost_attempt(remote)
+        state, data = self._state, self._state._data
+        with state._lock:
+            adopted = data["run_id"] is None and _run_id(remote) is not None
+            if adopted:
+                data["run_id"] = _run_id(remote)
+            if data["dataset_revision"] is None and recorded_dataset_revision(remote) is not None:
+                data["dataset_revision"] = recorded_dataset_revision(remote)
+                adopted = True
+            if not attempts or (len(attempts) <= len(data["attempts"]) and not authoritative):
+                if adopted:
+                    state._save_locked()
+                return
+            data["attempts"] = attempts
+            data["attempt"] = len(attempts) + 1
+            if state.previous is None:
+                state.previous = remote
+        state.save()
+
+    def batch(self) -> dict[str, Any]:
+        """The batch this attempt trained with, for its entry in ``attempts``."""
+        batch = (self._state._data.get("training") or {}).get("batch")
+        return {"batch": batch} if batch is not None else {}
+
+    def next_attempt(self, exit_code: int, reason: str, **fields: Any) -> None:
+        """The job goes on after a failure it mends itself (out of memory → a smaller batch): the
+        failed try is an attempt of its own in ``attempts``, and a new one begins now."""
+        data = self._state._data
+        with self._state._lock:
+            data["attempts"].append(
+                {
+                    "attempt": data["attempt"],
+                    "started_at": data["started_at"],
+                    "finished_at": now_iso(),
+                    "phase": data["phase"],
+                    "exit_code": exit_code,
+                    "reason": reason,
+                    "epochs_done": (data.get("progress") or {}).get("epochs_done"),
+                    **self.batch(),
+                    **fields,
+                }
+            )
+            data["attempt"] += 1
+            data["started_at"] = now_iso()
+        self._state.save()
+
+    def confirm_exit(self) -> None:
+        """The final upload returned: the outcome ``finish`` wrote is the one the process exits with."""
+        data = self._state._data
+        with self._state._lock:
+            if data.get("exit"):
+                data["exit"]["final"] = True
+            if data["attempts"]:
+                data["attempts"][-1].pop("final", None)
+        self._state.save()
+
+    def amend_exit(self, exit_code: int, reason: str, message: str | None = None) -> None:
+        """The job's end changed after ``finish`` (the final upload failed): the file states the
+        code the process exits with; the job's own outcome stays in ``exit.job``."""
+        data = self._state._data
+        with self._state._lock:
+            previous = data.get("exit") or {}
+            data["exit"] = {
+                "code": exit_code,
+                "reason": reason,
+                "message": message,
+                "job": {"code": previous.get("code"), "reason": previous.get("reason")},
+                "final": True,
+            }
+            if data["attempts"]:
+                data["attempts"][-1].update(exit_code=exit_code, reason=reason)
+                data["attempts"][-1].pop("final", None)
+        self._state.save()

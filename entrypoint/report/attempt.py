@@ -62,7 +62,7 @@ class Attempt:
                 f"cannot create the run folder {run_dir}: {error.strerror or error}", "give WORKDIR a writable volume"
             ) from None
         self.state.save()  # the saves before it had nowhere to go
-        resume.check_crash_loop(self.state.attempts)
+        resume.check_crash_loop(self.state.history.attempts)
 
     def arm_budget(self, seen: providers.Observed | None) -> None:
         """Settle the price (PRICE_PER_HOUR, else the provider's), hold it against MAX_PRICE_PER_HOUR, and turn
@@ -91,7 +91,7 @@ class Attempt:
         """Once the run's history is known (the volume's, the newest store's): what the earlier attempts spent,
         said in one line; MAX_COST is the run's, so this attempt may spend only what they left (exit 82 at once
         when nothing is left, before the dataset)."""
-        self.earlier = earlier = cost.earlier_spend(self.state.attempts)
+        self.earlier = earlier = cost.earlier_spend(self.state.history.attempts)
         max_cost = self.settings.max_cost
         self.state.update(cost={"run": earlier.as_dict(max_cost)})
         if earlier.attempts:

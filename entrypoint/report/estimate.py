@@ -12,12 +12,16 @@ figure replaces it in the progress line and on the card. The sources are in docs
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..log import logger
+
 if TYPE_CHECKING:
     from ..settings import Settings
+    from ..state import RunState
 
 # ultralytics/yolov5 README, "Training": "Training times for YOLOv5n/s/m/l/x are 1/2/4/6/8 days on a V100 GPU",
 # 300 epochs of COCO train2017 (118,287 images) at 640 px; LibreYOLO's sizes mapped to the YOLOv5 of like compute.
@@ -222,6 +226,32 @@ def train_images(data_yaml: Path) -> int | None:
 
 
 _IMAGES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+
+
+def at_start(
+    settings: Settings, state: RunState, data_yaml: Path, price: Callable[[], float | None]
+) -> dict[str, Any] | None:
+    """Once the dataset is ready: what training the epochs left should cost (logged), for trainbox.json; only the
+    image count on a CPU or a card without figures."""
+    images = train_images(data_yaml)
+    if images is None:
+        return None
+    snapshot = state.snapshot()
+    done = (snapshot.get("progress") or {}).get("epochs_done") or 0
+    args = settings.run_args
+    total = (snapshot.get("progress") or {}).get("epochs_total") or int(args.get("epochs") or 300)
+    names = [str(gpu.get("name")) for gpu in (snapshot.get("gpus") or {}).get("gpus") or []]
+    gpu = find_gpu(names[0]) if names and not settings.gpus.cpu else None
+    if gpu is None or total <= done:
+        return {"images": images}
+    per_image, source = seconds_per_image(gpu, args.get("model"), int(args.get("imgsz") or 640))
+    workers = len(names) * settings.topology.nnodes
+    if workers > 1:  # data parallel: each GPU takes its share of every epoch
+        per_image, source = per_image / workers, f"{source}, ÷ {workers} GPUs"
+    cost = snapshot.get("cost") or {}
+    found = Estimate(total - done, images, per_image, source, price(), cost.get("price_source") or "PRICE_PER_HOUR")
+    logger.info("%s", found.line())
+    return found.as_dict()
 
 
 def _count(where: Path) -> int:

@@ -24,7 +24,7 @@ from ..errors import EXIT_INTERRUPTED, ConfigError, RemoteUnreachableError
 from ..state import STATE_FILE, TERMINAL_PHASES, read_state
 from . import plot, receipt
 from .card_facts import best_row
-from .progress import seconds_per_epoch, watch_view
+from .epochs import seconds_per_epoch, watch_view
 
 # How a terminal phase reads in a line (the card, the status, the end message).
 OUTCOME_WORDS = {

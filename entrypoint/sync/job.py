@@ -36,9 +36,9 @@ def open_run(
     container holds it: nothing written), the folder (written by node 0, read by the others), and the bucket's
     trainbox.json adopted, the newest of all: the guards count its attempts too."""
     if not settings.topology.leader and hub is not None and settings.output_repo is not None:
-        state.follow_run_id(remote_state(hub, settings.output_repo, scratch))
-    new_run = state.ensure_run_id()
-    run_id = state.run_id
+        state.identity.follow_run_id(remote_state(hub, settings.output_repo, scratch))
+    new_run = state.identity.ensure_run_id()
+    run_id = state.identity.run_id
     assert run_id is not None
     lease = None
     if settings.topology.leader and hub is not None and settings.output_repo is not None:
@@ -47,7 +47,7 @@ def open_run(
         held = lease.acquire(run_id)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
-            state.follow_run_id({"run_id": held})
+            state.identity.follow_run_id({"run_id": held})
             run_id = held
         state.update(lease=lease.describe())
     if new_run:
@@ -56,7 +56,7 @@ def open_run(
     if settings.topology.leader:
         state.update(storage=where)
     if folder is not None:
-        state.adopt_history(bucket_state(folder, scratch), authoritative=not settings.topology.leader)
+        state.history.adopt(bucket_state(folder, scratch), authoritative=not settings.topology.leader)
     return folder, new_run, lease
 
 
@@ -174,7 +174,7 @@ def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> N
         logger.warning(
             "sync: run id %s is not on %s yet (%s); until it is, a new volume cannot tell this run's bucket"
             " state from another run's and starts over",
-            state.run_id,
+            state.identity.run_id,
             settings.output_repo,
             uploader.last_error or "out of time",
         )
@@ -191,7 +191,7 @@ def final(
         state.update(sync=report(uploader))
         taken = uploader.taken_over
         if code != taken.exit_code:
-            state.amend_exit(taken.exit_code, taken.reason, str(taken))
+            state.history.amend_exit(taken.exit_code, taken.reason, str(taken))
         return taken.exit_code
     if uploader.bucket is not None:  # the repo's final publish: whether it made it
         state.update(sync=report(uploader))
@@ -203,7 +203,7 @@ def final(
     logger.error("%s", error)
     state.update(sync=report(uploader) | {"error": str(error)})
     if code == 0:
-        state.amend_exit(error.exit_code, error.reason, str(error))
+        state.history.amend_exit(error.exit_code, error.reason, str(error))
         return error.exit_code
     return code
 

@@ -32,7 +32,7 @@ def heal_steps(job: pipeline.Job) -> dict[str, tuple[Any, str, Callable[..., Any
     return {
         "judging": (pipeline.OomTry, "judge", pipeline.OomTry.judge),
         "looking up": (resume, "find", resume.find),
-        "recording": (job.state, "next_attempt", job.state.next_attempt),
+        "recording": (job.state.history, "next_attempt", job.state.history.next_attempt),
     }
 
 
@@ -85,4 +85,5 @@ def test_a_sigterm_during_a_heal_ends_the_job_before_a_new_trainer(
 
     assert reached == [step]
     assert len(trainers) == 1, "a new trainer started after the stop"
-    assert [attempt.get("next_batch") for attempt in job.state.attempts] in ([], [None]), job.state.attempts
+    attempts = job.state.history.attempts
+    assert [attempt.get("next_batch") for attempt in attempts] in ([], [None]), attempts

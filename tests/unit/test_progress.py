@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from entrypoint.report import plot, progress
+from entrypoint.report import epochs, plot, progress
 from entrypoint.settings import from_env
 from entrypoint.state import Phase, RunState
 
@@ -27,7 +27,7 @@ def rows_until(epoch: int, *, pace: float = 41.0) -> list[dict]:
 
 
 def test_the_epoch_line() -> None:
-    line = progress.epoch_line(
+    line = epochs.epoch_line(
         rows_until(12),
         100,
         started_at=NOW - 0.42 * 3600,
@@ -45,14 +45,12 @@ def test_the_epoch_line() -> None:
 
 def test_the_epoch_line_without_price_validation_or_hub() -> None:
     rows = [{"epoch": 1, "time": 130.0, "train/loss": 2.0}]
-    line = progress.epoch_line(
-        rows, 3, started_at=NOW - 200, now=NOW, price_per_hour=None, hub=None, last_commit_at=None
-    )
+    line = epochs.epoch_line(rows, 3, started_at=NOW - 200, now=NOW, price_per_hour=None, hub=None, last_commit_at=None)
     assert line == (
         "epoch 1/3 · 2m10/epoch · ETA 4m20 · mAP50 — (not validated yet) · 3m20 billed so far"
         " · local only (no OUTPUT_REPO)"
     )
-    assert progress.hub_text("acme/yolo", None, NOW) == "not on the Hub yet"
+    assert epochs.hub_text("acme/yolo", None, NOW) == "not on the Hub yet"
 
 
 def test_read_rows_keeps_the_later_row_of_a_repeated_epoch_and_skips_a_torn_line(tmp_path: Path) -> None:
@@ -113,11 +111,11 @@ def test_one_line_per_epoch_and_history_is_not_news(job: progress.Progress, capl
 def test_a_plot_that_cannot_keep_up_is_skipped_but_never_the_last(job: progress.Progress) -> None:
     target = job.run_dir / "training.png"
     rows = rows_until(2, pace=1.0)
-    job._plot_seconds = 5.0  # the last drawing took five epochs' worth of time
-    job._maybe_plot(rows, final=False)
+    job.page._plot_seconds = 5.0  # the last drawing took five epochs' worth of time
+    job.page.maybe_plot(rows, final=False)
     assert not target.exists()
-    job._maybe_plot(rows, final=True)
-    assert target.exists() and job._plotted_epoch == 2
+    job.page.maybe_plot(rows, final=True)
+    assert target.exists() and job.page._plotted_epoch == 2
 
 
 def test_finished_writes_the_receipt_and_logs_it_last(job: progress.Progress, caplog: pytest.LogCaptureFixture) -> None:

@@ -115,21 +115,21 @@ def test_refused_starts_are_no_crash_loop() -> None:
 def test_trainbox_json_keeps_the_runs_settings_and_dataset_commit_across_starts(tmp_path: Path) -> None:
     first = RunState(tmp_path, "cones")
     first.update(settings=settings(RUN_ARGS=FIRST))
-    first.pin_dataset(COMMIT_A)
-    first.pin_dataset(COMMIT_B)  # only the first start's commit counts
-    assert first.dataset_revision == COMMIT_A
+    first.identity.pin_dataset(COMMIT_A)
+    first.identity.pin_dataset(COMMIT_B)  # only the first start's commit counts
+    assert first.identity.dataset_revision == COMMIT_A
 
     refused = RunState.load(tmp_path, "cones")  # a start refused before its settings are recorded
     refused.save()
     again = RunState.load(tmp_path, "cones")
-    assert again.dataset_revision == COMMIT_A
+    assert again.identity.dataset_revision == COMMIT_A
     assert again.snapshot()["settings"]["identity"]["RUN_ARGS"] == "model=LibreYOLO9s.pt imgsz=640"
 
 
 def test_a_new_volume_learns_the_dataset_commit_from_a_store(tmp_path: Path) -> None:
     state = RunState(tmp_path, "cones")
-    state.adopt_history({"run_id": "0123456789abcdef", "dataset": {"revision": COMMIT_B}})
-    assert (state.run_id, state.dataset_revision) == ("0123456789abcdef", COMMIT_B)
-    state.adopt_history({"run_id": "0123456789abcdef", "dataset_revision": COMMIT_A})  # known now: kept
-    assert state.dataset_revision == COMMIT_B
-    assert RunState.load(tmp_path, "cones").dataset_revision == COMMIT_B  # saved
+    state.history.adopt({"run_id": "0123456789abcdef", "dataset": {"revision": COMMIT_B}})
+    assert (state.identity.run_id, state.identity.dataset_revision) == ("0123456789abcdef", COMMIT_B)
+    state.history.adopt({"run_id": "0123456789abcdef", "dataset_revision": COMMIT_A})  # known now: kept
+    assert state.identity.dataset_revision == COMMIT_B
+    assert RunState.load(tmp_path, "cones").identity.dataset_revision == COMMIT_B  # saved

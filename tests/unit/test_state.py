@@ -17,7 +17,7 @@ def test_phases_are_timed_and_the_end_recorded(tmp_path: Path) -> None:
     state.set_phase(Phase.PREFLIGHT)
     state.set_phase(Phase.TRAINING)
     state.finish(Phase.DONE, 0, "success", "training finished")
-    state.confirm_exit()
+    state.history.confirm_exit()
     data = json.loads((tmp_path / STATE_FILE).read_text())
     assert data["phase"] == "done"
     assert data["exit"] == {"code": 0, "reason": "success", "message": "training finished", "final": True}
@@ -31,10 +31,10 @@ def test_phases_are_timed_and_the_end_recorded(tmp_path: Path) -> None:
 def test_a_new_attempt_keeps_the_history(tmp_path: Path) -> None:
     first = RunState.load(tmp_path, "run1")
     first.finish(Phase.PREEMPTED, 143, "preempted")
-    first.confirm_exit()
+    first.history.confirm_exit()
     second = RunState.load(tmp_path, "run1")
     second.finish(Phase.DONE, 0, "success")
-    second.confirm_exit()
+    second.history.confirm_exit()
     data = read_state(tmp_path / STATE_FILE)
     assert data is not None
     assert data["attempt"] == 2
@@ -48,12 +48,12 @@ def test_an_attempt_killed_during_its_final_upload_is_lost_not_a_success(tmp_pat
     left = read_state(tmp_path / STATE_FILE)
     assert left is not None and left["exit"]["final"] is False
     second = RunState.load(tmp_path, "run1")
-    [lost] = second.attempts
+    [lost] = second.history.attempts
     assert lost["reason"] == "lost" and lost["exit_code"] is None
     # The same file read from the Hub by an attempt on a new disk.
     fresh = RunState.load(tmp_path / "new-disk", "run1")
-    fresh.adopt_history(left)
-    assert [(a["exit_code"], a["reason"]) for a in fresh.attempts] == [(None, "lost")]
+    fresh.history.adopt(left)
+    assert [(a["exit_code"], a["reason"]) for a in fresh.history.attempts] == [(None, "lost")]
 
 
 def test_secrets_are_scrubbed_from_the_file(tmp_path: Path) -> None:
@@ -106,12 +106,12 @@ DAMAGED_HISTORIES = [
 def test_a_history_that_does_not_parse_never_stops_the_start(tmp_path: Path, history: dict[str, object]) -> None:
     (tmp_path / STATE_FILE).write_text(json.dumps(history))
     state = RunState.load(tmp_path, "run1")
-    attempts = state.attempts
+    attempts = state.history.attempts
     # What can be read is kept; the earlier attempt never wrote an end we can read: it counts as lost.
     assert attempts[-1]["reason"] == "lost" and attempts[-1]["exit_code"] is None
     assert all(isinstance(entry, dict) for entry in attempts)
     assert state.snapshot()["attempt"] == len(attempts) + 1
-    state.adopt_history(history)  # the same file on the Hub (a new disk): no crash either
+    state.history.adopt(history)  # the same file on the Hub (a new disk): no crash either
 
 
 def test_a_history_nested_too_deep_reads_as_unreadable(tmp_path: Path) -> None:

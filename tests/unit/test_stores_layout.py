@@ -123,31 +123,31 @@ def test_without_a_bucket_the_repo_takes_everything(tmp_path: Path) -> None:
 # -- the run id ------------------------------------------------------------------------------------
 def test_a_run_id_is_minted_once_kept_on_the_volume_and_learnt_from_the_repo(tmp_path: Path) -> None:
     state = RunState(tmp_path, "run-a")
-    assert state.run_id is None
-    assert state.ensure_run_id() and not state.ensure_run_id()
-    minted = state.run_id
+    assert state.identity.run_id is None
+    assert state.identity.ensure_run_id() and not state.identity.ensure_run_id()
+    minted = state.identity.run_id
     again = RunState.load(tmp_path, "run-a")  # the same volume: the same run
-    assert again.run_id == minted and not again.ensure_run_id()
+    assert again.identity.run_id == minted and not again.identity.ensure_run_id()
 
     fresh = RunState(tmp_path / "fresh", "run-a")  # a new volume learns it from the repo's trainbox.json
-    fresh.adopt_history({"run_name": "run-a", "run_id": minted, "attempts": []})
-    assert fresh.run_id == minted and not fresh.ensure_run_id()
+    fresh.history.adopt({"run_name": "run-a", "run_id": minted, "attempts": []})
+    assert fresh.identity.run_id == minted and not fresh.identity.ensure_run_id()
     kept = RunState.load(tmp_path, "run-a")  # the volume's own id wins over another the repo names
-    kept.adopt_history({"run_name": "run-a", "run_id": "ffffffffffffffff"})
-    assert kept.run_id == minted
+    kept.history.adopt({"run_name": "run-a", "run_id": "ffffffffffffffff"})
+    assert kept.identity.run_id == minted
 
 
 @pytest.mark.parametrize("bad", [None, 7, "", "short", "not hex!" * 3, "x" * 100])
 def test_a_run_id_that_is_not_one_is_ignored(tmp_path: Path, bad: object) -> None:
     state = RunState(tmp_path, "run-a", {"run_id": bad})
-    assert state.run_id is None
-    state.adopt_history({"run_id": bad})
-    assert state.run_id is None
+    assert state.identity.run_id is None
+    state.history.adopt({"run_id": bad})
+    assert state.identity.run_id is None
 
 
 def test_a_node_other_than_0_takes_node_0s_run_id(tmp_path: Path) -> None:
     state = RunState(tmp_path, "run-a", {"run_id": "aaaaaaaaaaaaaaaa"})
-    state.follow_run_id({"run_id": "bbbbbbbbbbbbbbbb"})
-    assert state.run_id == "bbbbbbbbbbbbbbbb"
-    state.follow_run_id(None)  # node 0 has published none yet
-    assert state.run_id == "bbbbbbbbbbbbbbbb"
+    state.identity.follow_run_id({"run_id": "bbbbbbbbbbbbbbbb"})
+    assert state.identity.run_id == "bbbbbbbbbbbbbbbb"
+    state.identity.follow_run_id(None)  # node 0 has published none yet
+    assert state.identity.run_id == "bbbbbbbbbbbbbbbb"
