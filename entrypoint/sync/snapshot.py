@@ -18,8 +18,7 @@ from pathlib import Path
 
 from .. import libreyolo
 from ..log import logger
-from . import checkpoint
-from .staging import Signature, StagedFile, copy_checked, skipped
+from .staging import Signature, StagedFile, Stager, skipped
 from .watcher import BOUNDARY_FILE
 
 # Stands for the whole run folder in ``failed`` when a snapshot failed before it could list it.
@@ -32,10 +31,10 @@ LATE = "not staged: no time left before the exit"
 class Snapshotter:
     """Stages the run folder's changed files and hands them to ``deliver``.
 
-    ``changed`` is the uploader's condition: ``failed``, ``refused_missing``, ``torn`` and the snapshot counts are
-    read and written under it, and ``deliver`` is called holding it. ``snapshot`` runs on the snapshot
-    thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock`` keeps two
-    from interleaving. A file that cannot be staged (a full disk, an I/O error) stays in ``failed``
+    ``changed`` is the uploader's condition: the ``stager``'s ``failed``, ``refused_missing``, ``torn`` and the
+    snapshot counts are read and written under it, and ``deliver`` is called holding it. ``snapshot`` runs on the
+    snapshot thread (``_snapshot_loop``), or in the caller's thread while none runs: ``_snapshot_lock`` keeps two
+    from interleaving. A file that cannot be staged (a full disk, an I/O error) stays in ``stager.failed``
     until a later snapshot stages it.
     """
 
@@ -61,24 +60,12 @@ class Snapshotter:
         # resumed from the Hub): they are uploaded only once training writes them again.
         self.superseded = superseded
         self.wake = threading.Event()  # a boundary, or someone waits on a snapshot
-        self.failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
-        self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
-        # Whole checkpoints refused (a secret inside, an unsafe pickle) and not uploaded since in a valid
-        # version: the Hub lacks what only this volume holds.
-        self.refused_missing: dict[str, str] = {}
-        # Torn on the volume as last read (cut short while written): nothing in them is worth keeping.
-        self.torn: dict[str, str] = {}
-        # Asked for again and not staged again, no time being left: path → why (read under ``changed``).
-        self.skipped: dict[str, str] = {}
+        self.stager = Stager(staging, changed)  # what could not be staged, and why: ``stager.failed`` and the like
         self.cutoff = math.inf  # no copy starts past it (a time.monotonic() value); set from a signal handler
-        self.last_error: str | None = None
         self._again: Callable[[str], bool] | None = None  # what a store wants staged again (under ``changed``)
-        self._rate: float | None = None  # bytes per second the last checkpoint took to stage
-        self._seen: dict[str, Signature] = {}
         self._snapshot_lock = threading.Lock()
         self._asked = 0
         self._done = 0
-        self._copies = 0  # names the staged copies
         self._boundary_signature: Signature | None = None
 
     # -- what the uploader asks ------------------------------------------------------------
@@ -126,7 +113,7 @@ class Snapshotter:
                     self.snapshot()
                 except Exception as error:  # the uploader must never take the run down
                     logger.warning("sync: snapshot failed: %s", error)
-                    self._stage_failed(UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
+                    self.stager.failed_to_stage(UNREAD, f"the snapshot failed: {type(error).__name__}: {error}")
                 finally:
                     with self.changed:
                         self._done = max(self._done, asked)
@@ -149,7 +136,7 @@ class Snapshotter:
         for path, relative in self._files():
             if superseded(relative):
                 with contextlib.suppress(OSError):
-                    self._seen[relative] = Signature.of(path)
+                    self.stager.seen[relative] = Signature.of(path)
                     held.append(relative)
         if held:
             logger.info("sync: %d older file(s) on this volume stay off the Hub until written again", len(held))
@@ -200,21 +187,21 @@ class Snapshotter:
                 signature = Signature.of(path)
             except OSError:
                 continue
-            if self._seen.get(relative) != signature:
+            if self.stager.seen.get(relative) != signature:
                 continue  # changed since, or waiting for its row: the boundary's own staging takes it to every store
-            needed = signature.size / self._rate if self._rate else 0.0
+            needed = signature.size / self.stager.rate if self.stager.rate else 0.0
             left = self.cutoff - time.monotonic()
             if left <= needed:
                 why = f"no time left before the exit to stage it ({needed:.1f} s needed, {max(left, 0.0):.1f} s left)"
                 logger.info("sync: %s not staged again: %s", relative, why)
                 with self.changed:
-                    self.skipped[relative] = why
+                    self.stager.skipped[relative] = why
                 continue
-            del self._seen[relative]
+            del self.stager.seen[relative]
             try:
-                item = self._stage(path, relative, signature, time.monotonic())
+                item = self.stager.stage(path, relative, signature, time.monotonic())
             except Exception as error:  # as in a pass: failed, and staged by the next snapshot
-                self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                self.stager.failed_to_stage(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
                 continue
             if item is not None:
                 staged.append(item)
@@ -237,15 +224,15 @@ class Snapshotter:
                 signature = Signature.of(path)
             except OSError:
                 continue
-            if self._seen.get(relative) == signature:
+            if self.stager.seen.get(relative) == signature:
                 continue
             if time.monotonic() >= self.cutoff:
                 late.append(relative)  # the process exits now: left on the volume, and said
                 continue
             try:
-                result = self._stage(path, relative, signature, seen_at)
+                result = self.stager.stage(path, relative, signature, seen_at)
             except Exception as error:  # any failure to stage: pending and failed, never dropped
-                self._stage_failed(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
+                self.stager.failed_to_stage(relative, f"cannot stage {relative}: {type(error).__name__}: {error}")
                 continue
             if result is not None:
                 staged.append(result)
@@ -254,13 +241,13 @@ class Snapshotter:
             logger.warning(
                 "sync: %d changed file(s) not staged, no time left before the exit: %s", len(late), ", ".join(late[:5])
             )
-            self.last_error = LATE
+            self.stager.last_error = LATE
         with self.changed:
             # deleted since (or read now, for a failed snapshot): nothing left to upload, nor kept on this volume
-            for pending in (self.failed, self.refused_missing, self.torn):
+            for pending in (self.stager.failed, self.stager.refused_missing, self.stager.torn):
                 for gone in set(pending) - present:
                     del pending[gone]
-            self.failed.update(dict.fromkeys(late, LATE))
+            self.stager.failed.update(dict.fromkeys(late, LATE))
             if staged:
                 self.deliver(staged)
             self.changed.notify_all()
@@ -281,74 +268,9 @@ class Snapshotter:
         for item in staged:
             if item.epochs is not None and item.epochs > recorded:
                 logger.debug("sync: %s holds epoch %d, not yet in metrics.jsonl: it waits", item.relative, item.epochs)
-                self._seen.pop(item.relative, None)
+                self.stager.seen.pop(item.relative, None)
                 item.path.unlink(missing_ok=True)
                 waiting.append(item.relative)
             else:
                 kept.append(item)
         return kept, waiting
-
-    def _stage_failed(self, relative: str, reason: str) -> None:
-        logger.warning("sync: %s", reason)
-        with self.changed:
-            self.failed[relative] = reason
-        self.last_error = reason
-
-    def _stage(self, path: Path, relative: str, signature: Signature, seen_at: float) -> StagedFile | None:
-        self._copies += 1
-        target = self.staging / f"{self._copies}-{time.monotonic_ns()}-{path.name}"
-        is_checkpoint = path.suffix == ".pt"
-        epochs: int | None = None
-        began = time.monotonic()
-        try:
-            sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
-            unchanged = Signature.of(path) == signature
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                target.unlink(missing_ok=True)
-            if not path.exists():
-                logger.debug("sync: %s vanished while copied (%s)", relative, error)
-                return None
-            # Disk full, I/O error: the file is not on its way to the Hub. It stays failed and is
-            # tried again at the next snapshot.
-            self._stage_failed(relative, f"cannot stage {relative}: {error}")
-            return None
-        with self.changed:
-            self.failed.pop(relative, None)
-            self.skipped.pop(relative, None)
-        if not unchanged:
-            # Written while we copied: the next boundary brings the finished version.
-            target.unlink(missing_ok=True)
-            return None
-        if is_checkpoint:
-            try:
-                if holds_secret:
-                    raise checkpoint.InvalidCheckpoint("it contains a secret value")
-                epochs = checkpoint.inspect(target).completed_epochs
-            except checkpoint.InvalidCheckpoint as error:
-                logger.warning("sync: not uploading %s: %s", relative, error)
-                self.refused.append(relative)
-                torn = isinstance(error, checkpoint.TornCheckpoint)
-                with self.changed:
-                    (self.torn if torn else self.refused_missing)[relative] = str(error)
-                    (self.refused_missing if torn else self.torn).pop(relative, None)
-                target.unlink(missing_ok=True)
-                return None
-            except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
-                target.unlink(missing_ok=True)
-                raise
-            with self.changed:
-                self.refused_missing.pop(relative, None)
-                self.torn.pop(relative, None)
-            took = time.monotonic() - began  # copied, hashed and checked: what staging it again would take
-            self._rate = signature.size / took if took > 0 else None
-        self._seen[relative] = signature
-        return StagedFile(
-            relative=relative,
-            path=target,
-            sha256=sha256,
-            git_oid=git_oid,
-            size=target.stat().st_size,
-            epochs=epochs,
-            seen_at=seen_at,
-        )

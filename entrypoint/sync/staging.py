@@ -1,15 +1,20 @@
-"""Staging: a file of the run folder becomes a private copy, hashed, and scrubbed of secrets or searched for them."""
+"""Staging: a file of the run folder becomes a private copy, hashed, and scrubbed of secrets or searched for them;
+``Stager`` stages one file at a time and keeps what could not be staged, and why."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..log import contains_secret, longest_secret, redact_bytes
+from ..log import contains_secret, logger, longest_secret, redact_bytes
 from ..xet import ahead as xetahead
+from . import checkpoint
 
 _COPY_CHUNK = 4 * 1024 * 1024
 
@@ -104,3 +109,92 @@ def _copy_checkpoint(source: BinaryIO, copy: BinaryIO, digest: Any, feed: xetahe
     if feed is not None:
         copy.flush()
     return holds_secret
+
+
+class Stager:
+    """Stages one file of the run folder at a time into ``staging``, and keeps what could not be staged and why
+    (read and written under ``changed``, the uploader's condition): the stores lack those files."""
+
+    def __init__(self, staging: Path, changed: threading.Condition) -> None:
+        self.staging = staging
+        self.changed = changed
+        self.failed: dict[str, str] = {}  # could not be staged (disk full, I/O error): path → why
+        self.refused: list[str] = []  # checkpoints not uploaded because they were torn or unsafe
+        # Whole checkpoints refused (a secret inside, an unsafe pickle) and not uploaded since in a valid
+        # version: the Hub lacks what only this volume holds.
+        self.refused_missing: dict[str, str] = {}
+        # Torn on the volume as last read (cut short while written): nothing in them is worth keeping.
+        self.torn: dict[str, str] = {}
+        # Asked for again and not staged again, no time being left: path → why (read under ``changed``).
+        self.skipped: dict[str, str] = {}
+        self.last_error: str | None = None
+        self.seen: dict[str, Signature] = {}  # each file as it was last staged (or held back: ``Snapshotter``)
+        self.rate: float | None = None  # bytes per second the last checkpoint took to stage
+        self._copies = 0  # names the staged copies
+
+    def failed_to_stage(self, relative: str, reason: str) -> None:
+        logger.warning("sync: %s", reason)
+        with self.changed:
+            self.failed[relative] = reason
+        self.last_error = reason
+
+    def stage(self, path: Path, relative: str, signature: Signature, seen_at: float) -> StagedFile | None:
+        """A private copy of ``path``, hashed and scrubbed, a checkpoint checked; None when there is nothing to send
+        (vanished, written meanwhile, refused) or it failed (then in ``failed``)."""
+        self._copies += 1
+        target = self.staging / f"{self._copies}-{time.monotonic_ns()}-{path.name}"
+        is_checkpoint = path.suffix == ".pt"
+        epochs: int | None = None
+        began = time.monotonic()
+        try:
+            sha256, git_oid, holds_secret = copy_checked(path, target, is_checkpoint=is_checkpoint)
+            unchanged = Signature.of(path) == signature
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)
+            if not path.exists():
+                logger.debug("sync: %s vanished while copied (%s)", relative, error)
+                return None
+            # Disk full, I/O error: the file is not on its way to the Hub. It stays failed and is
+            # tried again at the next snapshot.
+            self.failed_to_stage(relative, f"cannot stage {relative}: {error}")
+            return None
+        with self.changed:
+            self.failed.pop(relative, None)
+            self.skipped.pop(relative, None)
+        if not unchanged:
+            # Written while we copied: the next boundary brings the finished version.
+            target.unlink(missing_ok=True)
+            return None
+        if is_checkpoint:
+            try:
+                if holds_secret:
+                    raise checkpoint.InvalidCheckpoint("it contains a secret value")
+                epochs = checkpoint.inspect(target).completed_epochs
+            except checkpoint.InvalidCheckpoint as error:
+                logger.warning("sync: not uploading %s: %s", relative, error)
+                self.refused.append(relative)
+                torn = isinstance(error, checkpoint.TornCheckpoint)
+                with self.changed:
+                    (self.torn if torn else self.refused_missing)[relative] = str(error)
+                    (self.refused_missing if torn else self.torn).pop(relative, None)
+                target.unlink(missing_ok=True)
+                return None
+            except BaseException:  # could not be checked: failed (by the caller), and no copy left behind
+                target.unlink(missing_ok=True)
+                raise
+            with self.changed:
+                self.refused_missing.pop(relative, None)
+                self.torn.pop(relative, None)
+            took = time.monotonic() - began  # copied, hashed and checked: what staging it again would take
+            self.rate = signature.size / took if took > 0 else None
+        self.seen[relative] = signature
+        return StagedFile(
+            relative=relative,
+            path=target,
+            sha256=sha256,
+            git_oid=git_oid,
+            size=target.stat().st_size,
+            epochs=epochs,
+            seen_at=seen_at,
+        )

@@ -134,17 +134,17 @@ class Uploader:
 
     def _lacking(self) -> list[str]:
         required = set().union(*(lane.pending for lane in self.routing.required()))
-        return sorted(required | set(self.snapshots.failed) | set(self._final_left()))
+        return sorted(required | set(self.snapshots.stager.failed) | set(self._final_left()))
 
     @property
     def last_error(self) -> str | None:
-        errors = [lane.last_error for lane in self.routing.required()] + [self.snapshots.last_error]
+        errors = [lane.last_error for lane in self.routing.required()] + [self.snapshots.stager.last_error]
         return next((error for error in errors if error), None)
 
     def refusals(self) -> tuple[dict[str, str], dict[str, str]]:
         """Checkpoints refused whole (only this volume holds them), and torn ones (worth nothing): path → why."""
         with self._changed:
-            return dict(self.snapshots.refused_missing), dict(self.snapshots.torn)
+            return dict(self.snapshots.stager.refused_missing), dict(self.snapshots.stager.torn)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -199,7 +199,7 @@ class Uploader:
                     if self.snapshots.answered(ticket):
                         required = self.routing.required()
                         waiting = [lane for lane in required if lane.pending or lane.busy]
-                        if not waiting and not self.snapshots.failed:
+                        if not waiting and not self.snapshots.stager.failed:
                             done = not self._final_left()  # else no time was left to stage it: nothing comes
                             break
                         # A refused token or a rate limit longer than our time: no use waiting on that lane (a
@@ -267,7 +267,7 @@ class Uploader:
 
     def _final_left(self) -> dict[str, str]:
         """Under ``_changed``: what the repo's final publish lacks that no commit carries (no time left), and why."""
-        return self.routing.final_left(self.snapshots.skipped, self.run_dir / libreyolo.LAST_CHECKPOINT)
+        return self.routing.final_left(self.snapshots.stager.skipped, self.run_dir / libreyolo.LAST_CHECKPOINT)
 
     def _account(self, final: bool, answered: bool) -> None:
         if self.bucket is None or not final:
@@ -275,7 +275,9 @@ class Uploader:
         said = self.final_publish
         with self._changed:
             skipped, seen = self._final_left(), answered or self.bucket_complete  # the volume was read to the end
-            self.bucket_complete, self.final_publish = self.routing.final_outcome(seen, self.snapshots.failed, skipped)
+            self.bucket_complete, self.final_publish = self.routing.final_outcome(
+                seen, self.snapshots.stager.failed, skipped
+            )
         if not self.final_publish["done"] and self.taken_over is None and self.final_publish != said:
             why = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
             logger.warning(

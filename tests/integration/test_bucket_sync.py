@@ -488,7 +488,7 @@ def test_a_full_disk_while_staging_keeps_the_bucket_at_the_last_whole_boundary(
         staging.write_text("not a folder")
         boundary(run_dir, 2)
         assert not up.flush(3, final=False)
-        assert "weights/last.pt" in up.pending and "weights/last.pt" in up.snapshots.failed
+        assert "weights/last.pt" in up.pending and "weights/last.pt" in up.snapshots.stager.failed
         (newest,) = folder.whole_manifests()
         assert newest.epoch == 1, "a boundary staged in part was taken for a whole one"
         staging.unlink()

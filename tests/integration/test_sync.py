@@ -172,7 +172,7 @@ def test_a_checkpoint_being_written_is_never_uploaded(hub_ctx: HubContext, tmp_p
         assert uploader.flush(60)
     finally:
         uploader.stop()
-    assert uploader.snapshots.refused, "the test never caught a file mid-write"
+    assert uploader.snapshots.stager.refused, "the test never caught a file mid-write"
     assert assert_every_checkpoint_valid(hub_ctx.hub, repo) >= 1
     assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == versions[-1]
 

@@ -72,7 +72,7 @@ def test_a_file_that_cannot_be_staged_is_pending_and_failed(setup, hub_ctx: HubC
     boundary(run_dir, 1)
 
     assert uploader.flush(5) is False
-    assert "epoch_1.txt" in uploader.pending and "epoch_1.txt" in uploader.snapshots.failed
+    assert "epoch_1.txt" in uploader.pending and "epoch_1.txt" in uploader.snapshots.stager.failed
     assert "cannot stage" in (sync_error(uploader).message)
     assert "epoch_1.txt" not in hub_ctx.hub.files(repo)
 
@@ -80,7 +80,7 @@ def test_a_file_that_cannot_be_staged_is_pending_and_failed(setup, hub_ctx: HubC
     staging.unlink()
     staging.mkdir()
     assert uploader.flush(WAIT)
-    assert uploader.pending == [] and uploader.snapshots.failed == {}
+    assert uploader.pending == [] and uploader.snapshots.stager.failed == {}
     assert hub_ctx.hub.file_bytes(repo, "epoch_1.txt") == b"epoch 1\n"
 
 
@@ -188,7 +188,7 @@ def test_a_file_that_fails_to_stage_in_any_way_is_pending_and_failed(setup, hub_
     boundary(run_dir, 1)
 
     assert uploader.flush(5) is False, "flush said the Hub has everything"
-    failed = uploader.snapshots.failed
+    failed = uploader.snapshots.stager.failed
     assert "weights/last.pt" in failed and "NotImplementedError" in failed["weights/last.pt"]
     assert "weights/last.pt" in uploader.pending
     # What was staged in that pass still went up; no copy of the failed file is left in staging.

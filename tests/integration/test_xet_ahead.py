@@ -173,7 +173,7 @@ def test_a_checkpoint_rewritten_while_it_is_staged_is_never_committed_torn(
         assert uploader.flush(WAIT)
     finally:
         uploader.stop()
-    assert uploader.snapshots.refused, "the test never caught a file mid-write"
+    assert uploader.snapshots.stager.refused, "the test never caught a file mid-write"
     assert _kind(children, AHEAD) >= 1, "the copies went ahead"
     assert assert_every_checkpoint_valid(hub_ctx.hub, repo) >= 1
     assert hub_ctx.hub.file_bytes(repo, "weights/last.pt") == versions[-1]

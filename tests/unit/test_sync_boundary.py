@@ -72,7 +72,7 @@ def test_the_row_written_during_the_snapshot_is_taken_in_the_same_one(
     run_dir = snapshotter.run_dir
     record(run_dir, 1)
     save_checkpoint(run_dir / "weights" / "last.pt", 2)
-    stage = snapshotter._stage
+    stage = snapshotter.stager.stage
 
     def row_lands_after_the_weights(
         path: Path, relative: str, signature: Signature, seen_at: float
@@ -82,7 +82,7 @@ def test_the_row_written_during_the_snapshot_is_taken_in_the_same_one(
             record(run_dir, 2)  # libreyolo appends the row while the weights are being copied
         return staged
 
-    monkeypatch.setattr(snapshotter, "_stage", row_lands_after_the_weights)
+    monkeypatch.setattr(snapshotter.stager, "stage", row_lands_after_the_weights)
     assert sorted(snapshotter.snapshot()) == ["metrics.jsonl", "weights/last.pt"]
     metrics = pending(snapshotter)["metrics.jsonl"]
     assert metrics.path.read_text().splitlines()[-1] == json.dumps({"epoch": 2, "mAP50": 0.2})
@@ -101,7 +101,7 @@ def test_a_row_that_never_comes_keeps_the_checkpoint_off_the_hub(snapshotter: De
     assert snapshotter.snapshot() == []  # the final snapshot: still nothing of epoch 2
     assert pending(snapshotter)["weights/last.pt"].epochs == 1
     assert "weights/best.pt" not in pending(snapshotter)
-    assert snapshotter.refused_missing == {}  # not refused: it was never a recorded epoch
+    assert snapshotter.stager.refused_missing == {}  # not refused: it was never a recorded epoch
 
 
 def test_without_metrics_every_valid_checkpoint_goes(snapshotter: Delivered) -> None:
@@ -119,15 +119,15 @@ def test_a_refused_checkpoint_is_whole_or_torn_and_forgotten_once_valid_or_gone(
     (weights / "epoch_1.pt").write_bytes(b"")  # cut short mid-save
     (weights / "epoch_2.pt").write_bytes(pickle.dumps({"epoch": 1}))  # whole, but no zip a safe loader takes
     assert snapshotter.snapshot() == []
-    assert list(snapshotter.torn) == ["weights/epoch_1.pt"]
-    assert list(snapshotter.refused_missing) == ["weights/epoch_2.pt"]
+    assert list(snapshotter.stager.torn) == ["weights/epoch_1.pt"]
+    assert list(snapshotter.stager.refused_missing) == ["weights/epoch_2.pt"]
 
     (weights / "epoch_1.pt").write_bytes(pickle.dumps({"epoch": 0}))  # rewritten whole, still refused
     assert snapshotter.snapshot() == []
-    assert snapshotter.torn == {}
-    assert sorted(snapshotter.refused_missing) == ["weights/epoch_1.pt", "weights/epoch_2.pt"]
+    assert snapshotter.stager.torn == {}
+    assert sorted(snapshotter.stager.refused_missing) == ["weights/epoch_1.pt", "weights/epoch_2.pt"]
 
     save_checkpoint(weights / "epoch_1.pt", 1)  # valid now: it goes
     (weights / "epoch_2.pt").unlink()  # gone from the volume: nothing left here to keep
     assert snapshotter.snapshot() == ["weights/epoch_1.pt"]
-    assert snapshotter.refused_missing == {} and snapshotter.torn == {}
+    assert snapshotter.stager.refused_missing == {} and snapshotter.stager.torn == {}
