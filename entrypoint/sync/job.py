@@ -159,7 +159,7 @@ def start(
         lease.may_commit = lambda: uploader.repo.budget.hold() <= 0 and not uploader.repo.denied_at
         if lease.retry_after:  # the Hub rate-limited the lease's commit: the repo's commits wait as long
             uploader.repo.budget.drain(lease.retry_after)
-        lease.keep(lambda: uploader.bucket is not None and uploader.fallback is None, uploader.lost_run)
+        lease.keep(lambda: uploader.bucket is not None and uploader.fallback is None, uploader.committers.lost_run)
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
     return uploader
