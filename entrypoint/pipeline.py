@@ -1,6 +1,8 @@
 """``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
-Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end.
+Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end. ``Job``
+holds the stage order and the one shutdown path; the training stage is training/loop.py's ``TrainingLoop``, the
+end release/wrapup.py's ``WrapUp``.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
 same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
 uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
@@ -12,7 +14,6 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from . import dataset, preflight
 from .dataset import pin as dataset_pin
@@ -21,25 +22,21 @@ from .errors import (
     CostLimitError,
     DeadlineError,
     PreemptedError,
-    StallError,
     UserInterruptError,
 )
-from .export import hubconfig
-from .export import run as exports
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
-from .libreyolo import BEST_CHECKPOINT, STATUS_FILE, check_export_gpu
+from .libreyolo import check_export_gpu
 from .log import logger
-from .release.clock import PUBLISH_TIMEOUT, ShutdownClock
-from .release.end import check_access, end_of_job
+from .release.clock import ShutdownClock
+from .release.end import check_access
+from .release.wrapup import WrapUp
 from .report import notify, progress
-from .report.attempt import Attempt, spend_entry
-from .report.nextsteps import summary
-from .run_args import RunArgs
+from .report.attempt import Attempt
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
 from .sync import job as job_sync
@@ -47,10 +44,10 @@ from .sync import volume_lock
 from .sync.bucket import RunFolder
 from .sync.lease import RunLease
 from .sync.uploader import Uploader
-from .training import extend, monitor, profiling, resume, sizing
-from .training.launch import Launch, attempt_output, log_size
-from .training.oom import OomTry, end_of_set
-from .training.process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
+from .training import resume
+from .training.launch import Launch
+from .training.loop import TrainingLoop
+from .training.process import TrainingProcess
 
 
 class Job:
@@ -74,18 +71,17 @@ class Job:
         self.lease: RunLease | None = None  # this container's hold on the run: one writer at a time (sync/lease.py)
         self.hub: Hub | None = None
         self.already_complete = False
-        self.dashboard: monitor.Monitor | None = None
         self._stop: AgentError | None = None
         self._finishing = False
         self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
         self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
         self._workers = 1  # training processes of all nodes: a batch must divide by it
         self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
-        self._log_start = 0  # where the current training's output begins in console.log
         self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
         self._new_run = False  # this start gave the run its id: it goes to the repo before training
         self._gpu_indices: tuple[int, ...] | None = None  # the GPUs trained on (None: the CPU): exports use the first
         self._data_settings = settings  # the dataset to fetch: a resume's pinned to the run's first commit
+        self.training = TrainingLoop(self)  # the training stage: the trainer watched, healed after an out-of-memory
 
     # -- the one shutdown path -------------------------------------------------------------
     def request_stop(self, error: AgentError) -> None:
@@ -137,7 +133,7 @@ class Job:
         except AgentError as late:  # a stop the signal handler raised while a failure was being handled
             self._finishing = True  # first: any later signal is only recorded now
             outcome = late
-        return self._finish(outcome)
+        return self._wrap_up().finish(outcome)
 
     def _attempt(self) -> AgentError | None:
         """Every stage, in order; the failure that ended them, or None. Ends with the job finishing."""
@@ -158,7 +154,7 @@ class Job:
             else:
                 self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()
-                self._train(data, gpus.indices, point)
+                self.training.train(data, gpus.indices, point)
         except AgentError as error:
             outcome = error
         except Exception as error:  # still end with an honest trainbox.json and a release
@@ -189,8 +185,11 @@ class Job:
         observed_gpu = seen.gpu if seen else None
         host_check.check(self.settings, gpus.details, observed_gpu, lambda report: self.state.update(host=report))
         self._connect_hub()
-        if self.settings.topology.multi:
-            self._meet_nodes(gpus)
+        if self.settings.topology.multi:  # several machines: meet, prove NCCL, share node 0's OUTPUT_REPO commit
+            assert self.hub is not None
+            self._nodes = preflight.meet_nodes(
+                self.settings, self.hub, gpus, record=lambda details: self.state.update(nodes_check=details)
+            )
         return gpus
 
     def _resume(self) -> resume.ResumePoint | None:
@@ -237,14 +236,6 @@ class Job:
         # Judged only now: on a new disk the attempts are known from the Hub alone.
         resume.check_crash_loop(self.state.history.attempts)
 
-    def _meet_nodes(self, gpus: GpuReport) -> None:
-        """Several machines: meet, prove NCCL between them, share node 0's OUTPUT_REPO commit."""
-        assert self.hub is not None and self.settings.output_repo is not None  # settings require OUTPUT_REPO
-        revision = self.hub.head(self.settings.output_repo) if self.settings.topology.leader else None
-        self._nodes = preflight.check_nodes(
-            self.settings, gpus, revision, record=lambda details: self.state.update(nodes_check=details)
-        )
-
     def _start_uploader(self, point: resume.ResumePoint | None) -> None:
         """Mirror the run folder to OUTPUT_REPO (and its bucket), once resume has chosen between the
         volume and the stores: what the Hub holds newer than this volume is never overwritten by the
@@ -284,233 +275,30 @@ class Job:
         resume.check_crash_loop(self.state.history.attempts)
         if self.settings.run_args.get("resume") is not None:
             return None  # the user drives resume themselves
-        return self._locate_resume_point()
-
-    def _locate_resume_point(self) -> resume.ResumePoint | None:
-        point = resume.find(
-            self.settings.run_dir,
-            self.settings.run_args,
-            hub=self.hub,
-            repo_id=self.settings.output_repo,
-            work_dir=self._scratch(),
-            # several nodes: every node resumes from the stores alone (the repo at node 0's commit): the same epoch
-            volume=not self.settings.topology.multi,
-            revision=self._nodes.revision if self._nodes is not None else None,
-            bucket=self.bucket,
-            # a bucket that cannot be read is not an empty one: a run the repo knew ends (73) rather than start over
-            run_known=not self._new_run,
-            read_for=self.settings.lease_period / 2,
-        )
-        if point is not None:
-            if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
-                self._hub_copy = job_sync.signature(point.checkpoint)
-            pinned = {"revision": self._nodes.revision} if self._nodes is not None and self._nodes.revision else {}
-            self.state.update(
-                resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
-                progress={"epochs_done": point.completed_epochs, "epochs_total": point.total_epochs},
-            )
-            extend.note(self.state, point.checkpoint, point.completed_epochs, point.total_epochs)
-        return point
-
-    def _train(
-        self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, point: resume.ResumePoint | None
-    ) -> None:
-        args = resume.resume_args(self.settings.run_args, point) if point is not None else self.settings.run_args
-        healed = OomTry.healing(self.state.history.attempts)
-        if healed.batch is not None:  # an earlier attempt ran out of GPU memory: keep its smaller batch
-            logger.warning("out of GPU memory before: training with batch=%d", healed.batch)
-            args = args.set("batch", str(healed.batch))
-        verdict = profiling.profile(self.settings, data.data_yaml, gpu_indices)
-        if verdict is not None:
-            self.state.update(profile=verdict)
-        while True:
-            error = self._train_once(data, gpu_indices, args)
-            if error is None:
-                return
-            args = self._heal(error, args)
-
-    def _heal(self, error: AgentError, args: RunArgs) -> RunArgs:
-        """After a failed training: the arguments to resume with (out of GPU memory: half the batch), or raise."""
-        assert self.trainer is not None
-        tail = self.trainer.error_tail()
-        if self.settings.topology.multi:
-            raise self._end_of_set(error, args)
-        attempt = OomTry.judge(error, tail, self.settings, self.state.history.attempts, args, self._workers)
-        self._stop_check()
-        point = self._locate_resume_point()
-        self._stop_check()  # the lookup may have taken long: a stop meanwhile wins over a new trainer
-        if point is None:
-            raise error
-        logger.warning(
-            "%s: resuming after epoch %d with batch=%d", attempt.describe(), point.completed_epochs, attempt.next_batch
-        )
-        notify.event("self-heal", f"{attempt.describe()}: resumed after epoch {point.completed_epochs}")
-        spent = self.attempt.close_try()
-        self.state.history.next_attempt(attempt.exit_code, attempt.reason, cost=spend_entry(spent), **attempt.record())
-        self.state.update(resume={"from": point.source, "epochs_done": point.completed_epochs})
-        return resume.resume_args(self.settings.run_args, point).set("batch", str(attempt.next_batch))
-
-    def _end_of_set(self, error: AgentError, args: RunArgs) -> AgentError:
-        """Several machines never heal in place (oom.end_of_set); this node's and its peers' words decide."""
-        output = attempt_output(self.settings.run_dir, self._log_start)  # its workers' words, not only rank 0's
-        peer = self.launch.peer_out_of_memory()
-        return end_of_set(error, output, peer, self.settings, self.state.history.attempts, args, self._workers)
-
-    def _train_once(
-        self, data: dataset.PreparedDataset, gpu_indices: tuple[int, ...] | None, args: RunArgs
-    ) -> AgentError | None:
-        if self.attempt.rule.stopped_before():
-            return None  # a restart of a run the rule stopped: nothing more to train
-        feed = sizing.for_job(self.settings, args, gpu_indices, data.data_yaml)  # threads, workers, cache
-        command = job_command(self.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
-        command = self.launch.command(command, gpu_indices)
-        env = dict(self.settings.env) | self._nccl_env | self.launch.env(gpu_indices) | feed.env
-        log_start = self._log_start = log_size(command.run_dir)
-        self.launch.clear_peer_report()
-        self.state.update(training=started(command, args), sizing=feed.record)
-        try:
-            self._stop_check()
-            with self.clock.holding_signals(lambda signum: self._on_signal(signum, None)):
-                self.trainer = TrainingProcess(command, env)
-                self._trainer_live = True
-            self.state.update(training={"pid": self.trainer.pid})
-            code = self.trainer.wait(poll=self._watch_training)
-            if self._dataset_check is not None and self._stop is None:  # training ended first: the check decides
-                self._dataset_checked()
-        finally:
-            if self.dashboard is not None:
-                self.dashboard.stop(grace=0.0 if self.clock.preempted else 3.0)
-                self.dashboard = None  # a resumed training (smaller batch) starts its own
-        if self._stop is not None:
-            self._stop_trainer()
-            raise self._stop
-        self._trainer_live = False
-        self._stop_check()  # a stop that came just before the flag fell was only recorded
-        if self.attempt.rule.stopped:
-            return None  # stopped by the rule at a boundary (whatever the code the SIGINT left): finished
-        error = self.launch.lost_peer(code, command.run_dir, log_start)
-        error = error or error_for_exit(code, self.trainer.error_tail())
-        return blame_full_disk(error, self.settings.run_dir, self.trainer.saw_no_space)
-
-    def _watch_training(self) -> None:
-        """Called every half second while training runs: act on stop requests and stalls."""
-        assert self.trainer is not None
-        if self._stop is not None:
-            self._stop_trainer()
-            raise self._stop
-        if self._dataset_check is not None and self._dataset_check.done():
-            self._dataset_checked()
-        self.attempt.report_progress()
-        if self.attempt.rule.at_boundary(lambda record: self.state.update(stop_rule=record)):
-            self.trainer.child.send(signal.SIGINT)  # libreyolo leaves the next epoch, writing nothing
-        self.progress.tick(publish=self.uploader is None)
-        if self.settings.monitor and self.dashboard is None and (self.settings.run_dir / STATUS_FILE).exists():
-            self.dashboard = monitor.start(self.settings)  # libreyolo monitor wants a run to show
-        limit = self.settings.stall_timeout
-        if limit and time.monotonic() - self.attempt.last_progress(self.trainer.last_activity) > limit:
-            self.request_stop(
-                StallError(
-                    f"no sign of progress (output, epoch, CPU, GPU, files) for {limit:.0f} s",
-                    "see console.log; raise STALL_TIMEOUT",
-                )
-            )
-
-    def _dataset_checked(self) -> None:
-        """The background dataset check's verdict: training goes on, or is stopped at once."""
-        check, self._dataset_check = self._dataset_check, None
-        assert check is not None
-        try:
-            check.result()
-        except AgentError as error:
-            self.request_stop(error)  # the training loop (or _train, once it ended) stops the child
-            return
-        self.state.set_phase(Phase.TRAINING)
+        return self.training.resume_point()
 
     def _before_snapshot(self) -> None:
         """The uploader's hook: trainbox.json, the plot and README.md are current in every snapshot."""
         self.attempt.report_progress()
         self.progress.publish(self.hub, self.settings.output_repo)
 
-    def _stop_check(self) -> None:
-        """Raise the stop requested meanwhile, if any (a heal checks it between its steps)."""
-        if self._stop is not None:
-            raise self._stop
-
-    def _stop_trainer(self) -> None:
-        assert self.trainer is not None
-        self.trainer.stop(signal.SIGINT, self.clock.child_grace())
-
-    # -- the end ---------------------------------------------------------------------------
-    def _finish(self, outcome: AgentError | None) -> int:
-        self.state.set_phase(Phase.FINISHING)
-        if self.trainer is not None:
-            self.attempt.report_progress(again=True)
-            if self.trainer.unreaped or self.trainer.pump_stuck:  # a child stuck in the kernel was left behind
-                self.state.update(training={"unreaped": self.trainer.unreaped, "pump_stuck": self.trainer.pump_stuck})
-        if self.uploader is not None:
-            self.state.update(sync=job_sync.report(self.uploader))
-        phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
-        if phase is Phase.DONE and code == 0:
-            self._deliver()
-        if self.uploader is not None:
-            code = job_sync.final(
-                self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
-            )
-        self.state.history.confirm_exit()
-        summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
-        self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
-        try:
-            release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self._publish_state)
-            if self.lease is not None:  # after the last write: the next container takes the run at once
-                self.lease.release(time.monotonic() + min(10.0, self.clock.remaining()))
-        finally:
-            if self.uploader is not None:
-                self.uploader.stop(timeout=min(5.0, self.clock.remaining()))
-            self.notifier.settle(self.clock)
-        self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
-        return code if release_code is None else release_code
-
-    def _deliver(self) -> None:
-        """A finished run's deliverables beside best.pt, before the final publish: the EXPORT formats, each checked,
-        and config.json. Never fails the run: the weights are the product."""
-        if not self.settings.topology.leader:
-            return
-        # A start that finds the run already trained delivers only what the earlier attempts did not settle (one
-        # killed during its exports): the settled records stay in trainbox.json, so the card keeps listing them.
-        done = exports.settled(self.state.previous, self.settings) if self.already_complete else {}
-        todo = tuple(name for name in self.settings.export if name not in done)
-        source = (self.state.previous or {}) if self.already_complete else self.state.snapshot()
-        found = (source.get("dataset") or {}).get("data_yaml")
-        data_yaml = Path(found) if isinstance(found, str) else None
-        if done:
-            self.state.update(exports=done)
-        # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
-        best = self.settings.run_dir / BEST_CHECKPOINT
-        on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
-        if self.already_complete and not (todo and on_volume):
-            return
-        try:
-            made: dict[str, dict[str, Any]] = dict(done)
-            if todo:
-                device = "cpu" if self._gpu_indices is None else str(self._gpu_indices[0])
-                made |= exports.export_all(
-                    self.settings,
-                    self.state,
-                    device=device,
-                    stopping=lambda: self.clock.preempted,
-                    data_yaml=data_yaml,
-                    names=todo,
-                )
-            if self.settings.output_repo is not None:
-                hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
-        except Exception as error:  # an export is a courtesy: never the run's failure
-            logger.warning("export: stopped: %s: %s", type(error).__name__, error)
-            self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
-
-    def _publish_state(self) -> bool:
-        """The release's question: does the Hub hold every completed epoch of this volume?"""
-        timeout = self.clock.remaining(PUBLISH_TIMEOUT)
-        return job_sync.hub_holds_everything(self.uploader, self.settings, self._hub_copy, timeout)
+    def _wrap_up(self) -> WrapUp:
+        """The job's end, with what the stages left (release/wrapup.py)."""
+        return WrapUp(
+            settings=self.settings,
+            state=self.state,
+            clock=self.clock,
+            attempt=self.attempt,
+            progress=self.progress,
+            notifier=self.notifier,
+            trainer=self.trainer,
+            uploader=self.uploader,
+            hub=self.hub,
+            lease=self.lease,
+            already_complete=self.already_complete,
+            gpu_indices=self._gpu_indices,
+            hub_copy=self._hub_copy,
+        )
 
 
 def run(settings: Settings) -> int:

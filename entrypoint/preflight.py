@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, NoGpuError
 from .gpu import nodes
@@ -23,6 +23,9 @@ from .gpu.run import nvidia_present, run_probe
 from .log import logger, step
 from .run_args import RunArgs
 from .settings import HostCheck, Settings
+
+if TYPE_CHECKING:
+    from .hub import Hub
 
 
 def probe_env(settings: Settings) -> dict[str, str]:
@@ -92,6 +95,15 @@ def nccl_env(details: dict[str, Any]) -> dict[str, str]:
     """The NCCL setting the GPU check found working when the defaults failed (none when they worked)."""
     found = (details.get("all_reduce") or {}).get("nccl_env")
     return {str(name): str(value) for name, value in found.items()} if isinstance(found, dict) else {}
+
+
+def meet_nodes(
+    settings: Settings, hub: Hub, gpus: GpuReport, record: Callable[[dict[str, Any]], None]
+) -> nodes.NodesAgreement:
+    """Several machines: meet, prove NCCL between them (``check_nodes``), share node 0's OUTPUT_REPO commit."""
+    assert settings.output_repo is not None  # settings require OUTPUT_REPO
+    revision = hub.head(settings.output_repo) if settings.topology.leader else None
+    return check_nodes(settings, gpus, revision, record=record)
 
 
 def check_nodes(

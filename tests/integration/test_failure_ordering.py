@@ -645,7 +645,7 @@ def test_a_sigterm_while_the_trainer_starts_still_stops_it(
     data_yaml.write_text("path: .\n")
     try:
         with pytest.raises(PreemptedError):
-            job._train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
+            job.training.train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
         [pid] = started
         assert job.trainer is not None and job.trainer.pid == pid, "the started trainer is not tracked"
         assert not Path(f"/proc/{pid}").exists(), "the trainer outlived the SIGTERM"

@@ -16,7 +16,7 @@ import pytest
 from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import PreemptedError
-from entrypoint.training import resume
+from entrypoint.training import loop, resume
 from tests.fakes import libreyolo as fake_libreyolo
 
 pytestmark = pytest.mark.slow  # real trainer children (the stand-in)
@@ -30,7 +30,7 @@ def sigterm(job: pipeline.Job) -> None:
 def heal_steps(job: pipeline.Job) -> dict[str, tuple[Any, str, Callable[..., Any]]]:
     """Where each step of a heal can be reached: (owner, attribute, original)."""
     return {
-        "judging": (pipeline.OomTry, "judge", pipeline.OomTry.judge),
+        "judging": (loop.OomTry, "judge", loop.OomTry.judge),
         "looking up": (resume, "find", resume.find),
         "recording": (job.state.history, "next_attempt", job.state.history.next_attempt),
     }
@@ -56,14 +56,14 @@ def test_a_sigterm_during_a_heal_ends_the_job_before_a_new_trainer(
     job = pipeline.Job(settings.from_env(env, options={"epochs": "int", "batch": "int"}))
     job.settings.run_dir.mkdir(parents=True, exist_ok=True)
     trainers: list[int] = []
-    real_trainer = pipeline.TrainingProcess
+    real_trainer = loop.TrainingProcess
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         trainer = real_trainer(*args, **kwargs)
         trainers.append(trainer.pid)
         return trainer
 
-    monkeypatch.setattr(pipeline, "TrainingProcess", counted)
+    monkeypatch.setattr(loop, "TrainingProcess", counted)
     owner, name, original = heal_steps(job)[step]
     reached: list[str] = []
 
@@ -77,7 +77,7 @@ def test_a_sigterm_during_a_heal_ends_the_job_before_a_new_trainer(
     data_yaml.write_text("path: .\n")
     try:
         with pytest.raises(PreemptedError):
-            job._train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
+            job.training.train(PreparedDataset(data_yaml=data_yaml, root=tmp_path, description="test"), None, None)
     finally:
         for pid in trainers:
             with contextlib.suppress(ProcessLookupError):

@@ -24,9 +24,9 @@ def test_the_hubs_copy_of_last_pt_never_downgrades_a_destroy(tmp_path: Path, mon
     monkeypatch.setattr(resume, "stop_orphan", lambda _: None)
     job._find_resume_point()
 
-    assert job._publish_state() is True, "the Hub's own checkpoint counted as at risk"
+    assert job._wrap_up().publish_state() is True, "the Hub's own checkpoint counted as at risk"
 
     # Written again here (a node that saves its own): now only this volume has it.
     last.write_bytes(fake_libreyolo._checkpoint(4, 10))
     os.utime(last, ns=(0, 1))
-    assert job._publish_state() is False
+    assert job._wrap_up().publish_state() is False

@@ -58,7 +58,7 @@ NO_STOP_HERE = {
     ("dataset/fetch.py", "_Download.run"): _THREAD,
     ("dataset/parquet.py", "Prefetch.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
-    ("pipeline.py", "Job._deliver"): _WRAP_UP,
+    ("release/wrapup.py", "WrapUp._deliver"): _WRAP_UP,
     ("release/providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
@@ -260,7 +260,13 @@ def test_a_stop_raised_while_a_failure_is_handled_still_ends_through_the_release
     finished: list[Any] = []
     monkeypatch.setattr(pipeline.resume, "check_crash_loop", broken)
     monkeypatch.setattr(pipeline.logger, "exception", signal_while_logging)
-    monkeypatch.setattr(job, "_finish", lambda outcome: finished.append(outcome) or 143)
+
+    class Ending:  # the job's end (release/wrapup.py), recorded instead of run
+        def finish(self, outcome: Any) -> int:
+            finished.append(outcome)
+            return 143
+
+    monkeypatch.setattr(job, "_wrap_up", Ending)
     assert job.run() == 143
     assert len(finished) == 1 and isinstance(finished[0], PreemptedError), "the end (and its release) still ran"
     assert job._finishing

@@ -1,0 +1,123 @@
+"""The end of a job, whatever ended it: trainbox.json's outcome, a finished run's deliverables (the EXPORT formats
+and config.json), the final upload, the notice, then the release (exit, stop or destroy) and the receipt last.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AgentError
+from ..export import hubconfig
+from ..export import run as exports
+from ..libreyolo import BEST_CHECKPOINT
+from ..log import logger
+from ..report.nextsteps import summary
+from ..state import Phase
+from ..sync import job as job_sync
+from .clock import PUBLISH_TIMEOUT, ShutdownClock
+from .end import end_of_job
+
+if TYPE_CHECKING:
+    from ..hub import Hub
+    from ..report.attempt import Attempt
+    from ..report.notify import Notifier
+    from ..report.progress import Progress
+    from ..settings import Settings
+    from ..state import RunState
+    from ..sync.lease import RunLease
+    from ..sync.uploader import Uploader
+    from ..training.process import TrainingProcess
+
+
+@dataclass(kw_only=True)
+class WrapUp:
+    """What the job's end works with, as the stages left it."""
+
+    settings: Settings
+    state: RunState
+    clock: ShutdownClock
+    attempt: Attempt
+    progress: Progress
+    notifier: Notifier
+    trainer: TrainingProcess | None
+    uploader: Uploader | None
+    hub: Hub | None
+    lease: RunLease | None
+    already_complete: bool
+    gpu_indices: tuple[int, ...] | None  # the GPUs trained on (None: the CPU): exports use the first
+    hub_copy: tuple[int, int] | None  # size, mtime of the checkpoint resume copied from the Hub
+
+    def finish(self, outcome: AgentError | None) -> int:
+        """The job's end: its record, a finished run's deliverables, the final upload, the release; the exit code."""
+        self.state.set_phase(Phase.FINISHING)
+        if self.trainer is not None:
+            self.attempt.report_progress(again=True)
+            if self.trainer.unreaped or self.trainer.pump_stuck:  # a child stuck in the kernel was left behind
+                self.state.update(training={"unreaped": self.trainer.unreaped, "pump_stuck": self.trainer.pump_stuck})
+        if self.uploader is not None:
+            self.state.update(sync=job_sync.report(self.uploader))
+        phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
+        if phase is Phase.DONE and code == 0:
+            self._deliver()
+        if self.uploader is not None:
+            code = job_sync.final(
+                self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
+            )
+        self.state.history.confirm_exit()
+        summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
+        self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
+        try:
+            release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self.publish_state)
+            if self.lease is not None:  # after the last write: the next container takes the run at once
+                self.lease.release(time.monotonic() + min(10.0, self.clock.remaining()))
+        finally:
+            if self.uploader is not None:
+                self.uploader.stop(timeout=min(5.0, self.clock.remaining()))
+            self.notifier.settle(self.clock)
+        self.progress.finished()  # the receipt into trainbox.json; the summary and the receipt are the last lines
+        return code if release_code is None else release_code
+
+    def _deliver(self) -> None:
+        """A finished run's deliverables beside best.pt, before the final publish: the EXPORT formats, each checked,
+        and config.json. Never fails the run: the weights are the product."""
+        if not self.settings.topology.leader:
+            return
+        # A start that finds the run already trained delivers only what the earlier attempts did not settle (one
+        # killed during its exports): the settled records stay in trainbox.json, so the card keeps listing them.
+        done = exports.settled(self.state.previous, self.settings) if self.already_complete else {}
+        todo = tuple(name for name in self.settings.export if name not in done)
+        source = (self.state.previous or {}) if self.already_complete else self.state.snapshot()
+        found = (source.get("dataset") or {}).get("data_yaml")
+        data_yaml = Path(found) if isinstance(found, str) else None
+        if done:
+            self.state.update(exports=done)
+        # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
+        best = self.settings.run_dir / BEST_CHECKPOINT
+        on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
+        if self.already_complete and not (todo and on_volume):
+            return
+        try:
+            made: dict[str, dict[str, Any]] = dict(done)
+            if todo:
+                device = "cpu" if self.gpu_indices is None else str(self.gpu_indices[0])
+                made |= exports.export_all(
+                    self.settings,
+                    self.state,
+                    device=device,
+                    stopping=lambda: self.clock.preempted,
+                    data_yaml=data_yaml,
+                    names=todo,
+                )
+            if self.settings.output_repo is not None:
+                hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
+        except Exception as error:  # an export is a courtesy: never the run's failure
+            logger.warning("export: stopped: %s: %s", type(error).__name__, error)
+            self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
+
+    def publish_state(self) -> bool:
+        """The release's question: does the Hub hold every completed epoch of this volume?"""
+        timeout = self.clock.remaining(PUBLISH_TIMEOUT)
+        return job_sync.hub_holds_everything(self.uploader, self.settings, self.hub_copy, timeout)
