@@ -171,7 +171,7 @@ def test_a_killed_attempt_counts_its_last_record_plus_one_interval_said_as_an_up
 
 def test_the_run_state_records_a_killed_attempts_estimated_spend() -> None:
     run = state.RunState(Path("/nonexistent"), "run", killed_attempt_state(hours=1.0, interval_seconds=1800))
-    (lost,) = run.attempts
+    (lost,) = run.history.attempts
     assert lost["reason"] == "lost" and lost["cost"]["dollars"] == 3.0 and lost["epochs_done"] == 3
 
 
