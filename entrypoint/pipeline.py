@@ -65,20 +65,20 @@ class Job:
         self.trainer: TrainingProcess | None = None
         # The trainer runs and the training loop will notice a stop. Not while a heal decides what to
         # start next: a stop then ends the job at once, before any lookup, download or new trainer.
-        self._trainer_live = False
+        self.trainer_live = False
         self.uploader: Uploader | None = None
         self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
         self.lease: RunLease | None = None  # this container's hold on the run: one writer at a time (sync/lease.py)
         self.hub: Hub | None = None
         self.already_complete = False
-        self._stop: AgentError | None = None
+        self.stop_cause: AgentError | None = None
         self._finishing = False
-        self._dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
-        self._nodes: NodesAgreement | None = None  # several machines: what they agreed on
-        self._workers = 1  # training processes of all nodes: a batch must divide by it
-        self._nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
-        self._hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
-        self._new_run = False  # this start gave the run its id: it goes to the repo before training
+        self.dataset_check: dataset.DatasetCheck | None = None  # libreyolo doctor beside the training's start
+        self.nodes: NodesAgreement | None = None  # several machines: what they agreed on
+        self.workers = 1  # training processes of all nodes: a batch must divide by it
+        self.nccl_env: dict[str, str] = {}  # the GPU check's working NCCL fallback, when the defaults failed
+        self.hub_copy: tuple[int, int] | None = None  # size, mtime of the checkpoint resume copied from the Hub
+        self.new_run = False  # this start gave the run its id: it goes to the repo before training
         self._gpu_indices: tuple[int, ...] | None = None  # the GPUs trained on (None: the CPU): exports use the first
         self._data_settings = settings  # the dataset to fetch: a resume's pinned to the run's first commit
         self.training = TrainingLoop(self)  # the training stage: the trainer watched, healed after an out-of-memory
@@ -87,21 +87,21 @@ class Job:
     def request_stop(self, error: AgentError) -> None:
         """Stop the job because of ``error``. Before training this raises at once; during it,
         the training loop notices and stops the child; while finishing it is only recorded."""
-        if self._stop is not None:
-            if isinstance(error, PreemptedError) and not isinstance(self._stop, PreemptedError):
-                self._stop = error  # the machine is going away: that bound now rules the wrap-up
-            if not self._trainer_live and not self._finishing:
-                raise self._stop  # the first one was swallowed somewhere: a later signal still stops the job
+        if self.stop_cause is not None:
+            if isinstance(error, PreemptedError) and not isinstance(self.stop_cause, PreemptedError):
+                self.stop_cause = error  # the machine is going away: that bound now rules the wrap-up
+            if not self.trainer_live and not self._finishing:
+                raise self.stop_cause  # the first one was swallowed somewhere: a later signal still stops the job
             return
-        self._stop = error
+        self.stop_cause = error
         logger.warning("stopping: %s", error)
-        if self._trainer_live:
+        if self.trainer_live:
             assert self.trainer is not None
             self.trainer.child.send(signal.SIGINT)
         elif not self._finishing:
             raise error  # no trainer to wait for (before training, or healing after one): stop now
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.clock.hold(signum):  # the trainer is starting: handled once the job holds it
             return
         if signum == signal.SIGTERM:
@@ -122,7 +122,7 @@ class Job:
 
     def _install_signal_handlers(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-            signal.signal(signum, self._on_signal)
+            signal.signal(signum, self.on_signal)
         self.clock.arm_runtime(self.settings.max_runtime)
 
     # -- the stages ------------------------------------------------------------------------
@@ -163,8 +163,8 @@ class Job:
         finally:
             self._finishing = True
             self.clock.disarm()
-            if self._dataset_check is not None:  # stopped before its verdict: not wanted any more
-                self._dataset_check.cancel()
+            if self.dataset_check is not None:  # stopped before its verdict: not wanted any more
+                self.dataset_check.cancel()
         return outcome
 
     def _preflight(self) -> GpuReport:
@@ -175,8 +175,8 @@ class Job:
         gpus = preflight.check_gpus(self.settings, record=lambda details: self.state.update(gpus=details))
         self._gpu_indices = gpus.indices
         check_export_gpu(self.settings.export, has_gpu=gpus.indices is not None)  # the demo on the CPU
-        self._nccl_env = preflight.nccl_env(gpus.details)
-        self._workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
+        self.nccl_env = preflight.nccl_env(gpus.details)
+        self.workers = self.launch.check_batch(self.settings.run_args, gpus.indices)
         preflight.check_shared_memory(self.settings.run_args, preflight.shared_memory_bytes())
         # A wrong instance id or key fails now, not at the end; the read also gives the price.
         seen = check_access(self.settings)
@@ -187,7 +187,7 @@ class Job:
         self._connect_hub()
         if self.settings.topology.multi:  # several machines: meet, prove NCCL, share node 0's OUTPUT_REPO commit
             assert self.hub is not None
-            self._nodes = preflight.meet_nodes(
+            self.nodes = preflight.meet_nodes(
                 self.settings, self.hub, gpus, record=lambda details: self.state.update(nodes_check=details)
             )
         return gpus
@@ -202,7 +202,7 @@ class Job:
     def _dataset(self) -> dataset.PreparedDataset:
         """Step 3: the dataset ready for training; libreyolo's own check runs beside the training's start."""
         self.state.set_phase(Phase.DATASET)
-        data, self._dataset_check = dataset.prepare_checked_in_background(self._data_settings)
+        data, self.dataset_check = dataset.prepare_checked_in_background(self._data_settings)
         if data.revision is not None:
             self.state.identity.pin_dataset(data.revision)  # the first start's commit: the run's from now on
         self.state.update(
@@ -212,7 +212,7 @@ class Job:
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})
             logger.info("host: dataset download %.1f MB/s", data.download_mbps)
-        if self._dataset_check is None:  # else the phase moves on once the check passed
+        if self.dataset_check is None:  # else the phase moves on once the check passed
             self.state.set_phase(Phase.TRAINING)
         return data
 
@@ -228,7 +228,7 @@ class Job:
             bucket = None if self.settings.topology.multi else self.settings.checkpoint_bucket
             self.hub.ensure_writable_repo(repo, bucket=bucket)
         names = resume.remote_names(self.hub, repo)
-        remote = resume.remote_state(self.hub, repo, self._scratch(), names)
+        remote = resume.remote_state(self.hub, repo, self.scratch(), names)
         run_id = self.state.identity.run_id if self.settings.topology.leader else None  # the others take node 0's
         resume.check_same_run(remote, self.settings.run_name, repo, names, self.settings.record(), run_id)
         # Node 0 writes the run's history (a halved batch included); every other node takes it as it is.
@@ -256,10 +256,10 @@ class Job:
             on_fallback=lambda line: notify.event("storage fallback", line),
         )
         self.state.on_phase(self.uploader.notify)
-        if self._new_run:
+        if self.new_run:
             job_sync.publish_run_id(self.uploader, self.state, self.settings)
 
-    def _scratch(self) -> Path:
+    def scratch(self) -> Path:
         scratch = self.settings.agent_dir / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         return scratch
@@ -269,7 +269,7 @@ class Job:
         # nothing), on what the volume and the repo recorded; and again once the bucket's record is adopted too.
         if self.settings.dataset_revision_given:
             dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
-        self.bucket, self._new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self._scratch())
+        self.bucket, self.new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self.scratch())
         self._data_settings = dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
         # the bucket's trainbox.json is the newest: its attempts count
         resume.check_crash_loop(self.state.history.attempts)
@@ -297,7 +297,7 @@ class Job:
             lease=self.lease,
             already_complete=self.already_complete,
             gpu_indices=self._gpu_indices,
-            hub_copy=self._hub_copy,
+            hub_copy=self.hub_copy,
         )
 
 

@@ -1,6 +1,6 @@
 """The committers: one thread per lane sends its store the newest copy of every file it still needs, as one
 unit; a failed unit is kept and tried again, carrying anything newer. They share the uploader's state under
-its condition (``Uploader._changed``), hold the copies no lane needs until no commit reads them, turn the
+its condition (``Uploader.changed``), hold the copies no lane needs until no commit reads them, turn the
 repo to the working state when the bucket keeps failing (and back), and stop every write once a newer
 attempt writes the run.
 """
@@ -31,12 +31,12 @@ CARD_FILE = "README.md"
 
 
 class Shared(Protocol):
-    """What the committers share with the uploader (uploader.py's ``Uploader``), under its ``_changed``."""
+    """What the committers share with the uploader (uploader.py's ``Uploader``), under its ``changed``."""
 
-    _changed: threading.Condition
-    _stopping: threading.Event
-    _flush_deadlines: list[float]
-    _cutoff: float
+    changed: threading.Condition
+    stopping: threading.Event
+    flush_deadlines: list[float]
+    cutoff: float
     repo_id: str
     repo: Lane
     bucket: Lane | None
@@ -66,12 +66,12 @@ class Committers:
         self._discard: list[StagedFile] = []  # copies no lane needs; deleted once no commit reads them
 
     def deliver(self, staged: list[StagedFile]) -> None:
-        """The snapshotter's hand-over (under ``_changed``): each lane that wants a copy holds it."""
+        """The snapshotter's hand-over (under ``changed``): each lane that wants a copy holds it."""
         self._discard.extend(self.up.routing.deliver(staged))
 
     def run(self, lane: Lane) -> None:
         """One lane's committer. No error ends it: it is reported and tried again."""
-        while not self.up._stopping.is_set():
+        while not self.up.stopping.is_set():
             try:
                 self._drop_discarded()
                 wait = self._time_to_commit(lane)
@@ -79,7 +79,7 @@ class Committers:
                     lane.work.wait(self.up.poll_interval if wait is None else min(wait, self.up.poll_interval))
                     lane.work.clear()
                     continue
-                with self.up._changed:
+                with self.up.changed:
                     lane.busy = True
                 ok = self._commit_pending(lane)
             except TakenOverError as error:
@@ -90,9 +90,9 @@ class Committers:
                 lane.last_error = f"{type(error).__name__}: {error}"
                 logger.warning("sync: the committer of %s hit %s; trying again", lane.name, lane.last_error)
             self._after_try(lane, ok)
-            with self.up._changed:
+            with self.up.changed:
                 lane.busy = False
-                self.up._changed.notify_all()
+                self.up.changed.notify_all()
 
     def _after_try(self, lane: Lane, ok: bool) -> None:
         lane.failures = 0 if ok else lane.failures + 1
@@ -114,12 +114,12 @@ class Committers:
             lane.denied_at = 0.0
 
     def _flush_deadline(self) -> float | None:
-        with self.up._changed:
-            return min(max(self.up._flush_deadlines), self.up._cutoff) if self.up._flush_deadlines else None
+        with self.up.changed:
+            return min(max(self.up.flush_deadlines), self.up.cutoff) if self.up.flush_deadlines else None
 
     def _time_to_commit(self, lane: Lane) -> float | None:
         """Seconds before the lane's next commit may start; None when there is nothing to commit."""
-        with self.up._changed:
+        with self.up.changed:
             if not lane.pending or self.up.taken_over is not None:
                 return None
         wait = max(0.0, lane.retry_at - time.monotonic())
@@ -128,7 +128,7 @@ class Committers:
         return max(wait, lane.budget.wait_time())
 
     def _drop_discarded(self) -> None:
-        with self.up._changed:
+        with self.up.changed:
             done: list[StagedFile] = []
             kept: list[StagedFile] = []
             for item in self._discard:
@@ -142,7 +142,7 @@ class Committers:
         deadline = self._flush_deadline()
         if lane.unconfirmed is not None:
             self._confirm_earlier(lane, deadline)
-        with self.up._changed:
+        with self.up.changed:
             batch = list(lane.pending.values())
             lane.in_flight = batch
         if not batch:
@@ -191,13 +191,13 @@ class Committers:
             logger.warning("sync: the Hub refused the model card (README.md), the rest is uploaded: %s", why)
         self.up.card_refused = why  # before the card leaves `pending`: a flush waiting on it then sees why
         _tell(self.up.on_card, why, "card")
-        with self.up._changed:
+        with self.up.changed:
             for item in batch:
                 if lane.pending.get(item.relative) is item:
                     del lane.pending[item.relative]
                     self._discard.append(item)
             lane.in_flight = []
-            self.up._changed.notify_all()
+            self.up.changed.notify_all()
 
     def _confirm_earlier(self, lane: Lane, deadline: float | None) -> None:
         """A commit that failed without an answer may have landed: then it is done, not redone."""
@@ -206,7 +206,7 @@ class Committers:
         sha = lane.store.landed(commit_id, deadline=deadline)
         lane.unconfirmed = None
         if sha is not None:
-            with self.up._changed:
+            with self.up.changed:
                 lane.in_flight = batch
             self._landed(lane, batch, sha, measured=False)
 
@@ -240,7 +240,7 @@ class Committers:
 
     def _settle(self, lane: Lane, batch: list[StagedFile], *, committed: bool) -> None:
         """After a commit attempt: drop what it delivered; copies no lane holds any more go."""
-        with self.up._changed:
+        with self.up.changed:
             lane.in_flight = []
             for item in batch:
                 current = lane.pending.get(item.relative) is item
@@ -248,12 +248,12 @@ class Committers:
                     del lane.pending[item.relative]
                 if committed or not current:
                     self._discard.append(item)
-            self.up._changed.notify_all()
+            self.up.changed.notify_all()
 
     def _fall_back(self, why: str) -> None:
         """The bucket keeps failing: the repo takes the working state at every boundary."""
         assert self.up.bucket is not None
-        with self.up._changed:
+        with self.up.changed:
             if not self.up.routing.fall_back(why):
                 return
             self.up.snapshots.again(places.final_restaged)  # last.pt staged again, for the repo this time
@@ -270,7 +270,7 @@ class Committers:
 
     def _bucket_back(self) -> None:
         assert self.up.bucket is not None
-        with self.up._changed:
+        with self.up.changed:
             dropped = self.up.routing.back()
             if dropped is None:
                 return
@@ -280,10 +280,10 @@ class Committers:
 
     def lost_run(self, error: TakenOverError) -> None:
         """A newer attempt writes the run: nothing more is written anywhere, and the job is told."""
-        with self.up._changed:
+        with self.up.changed:
             first = self.up.taken_over is None
             self.up.taken_over = error
-            self.up._changed.notify_all()
+            self.up.changed.notify_all()
         if not first:
             return
         logger.error("sync: %s", error)

@@ -5,7 +5,7 @@ the model repo always, a Storage Bucket for the working state when there is one 
 gets what). Threads, so training never waits for the network: the file watcher wakes the snapshot
 thread at each boundary (libreyolo renames ``status.json`` last); one committer thread per lane
 (committer.py) sends its store the newest copy of every file it still needs, as one unit. A failed unit
-is kept and tried again, carrying anything newer. All shared state sits under ``_changed``. ``flush`` waits, within its
+is kept and tried again, carrying anything newer. All shared state sits under ``changed``. ``flush`` waits, within its
 timeout, for every store that must hold the run; ``cut_short`` bounds any flush (SIGTERM).
 
 When the bucket fails ``places.FALLBACK_AFTER`` boundaries in a row for ``fallback_after`` seconds, or
@@ -69,12 +69,12 @@ class Uploader:
     ) -> None:
         self.repo_id = repo_id
         self.run_dir = run_dir
-        self._changed = threading.Condition()  # pending, failed, snapshots or commits moved
+        self.changed = threading.Condition()  # pending, failed, snapshots or commits moved
         self.committers = Committers(self)
         self.snapshots = Snapshotter(
             run_dir,
             work_dir / "staging",
-            changed=self._changed,
+            changed=self.changed,
             deliver=self.committers.deliver,
             poll_interval=poll_interval,
             before_snapshot=before_snapshot,
@@ -101,9 +101,9 @@ class Uploader:
         self.fallback_after = fallback_after  # seconds the bucket must fail (as well as boundaries)
         self.card_refused: str | None = None
         self.poll_interval = poll_interval
-        self._flush_deadlines: list[float] = []
-        self._cutoff = inf  # no flush waits past this (SIGTERM: the process must exit)
-        self._stopping = threading.Event()
+        self.flush_deadlines: list[float] = []
+        self.cutoff = inf  # no flush waits past this (SIGTERM: the process must exit)
+        self.stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._threads: list[threading.Thread] = []
 
@@ -120,7 +120,7 @@ class Uploader:
     @property
     def pending(self) -> list[str]:
         """Everything the stores that must hold the run lack: staged and waiting, or failed to stage."""
-        with self._changed:
+        with self.changed:
             return self._lacking()
 
     def _lacking(self) -> list[str]:
@@ -134,7 +134,7 @@ class Uploader:
 
     def refusals(self) -> tuple[dict[str, str], dict[str, str]]:
         """Checkpoints refused whole (only this volume holds them), and torn ones (worth nothing): path → why."""
-        with self._changed:
+        with self.changed:
             return dict(self.snapshots.stager.refused_missing), dict(self.snapshots.stager.torn)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -144,7 +144,7 @@ class Uploader:
             lane.check_ledger()
         self._observer = watch(self.run_dir, self.snapshots.wake)
         targets: list[tuple[Callable[..., None], tuple[Any, ...], str]] = [
-            (self.snapshots.run, (self._stopping,), "sync-snapshot"),
+            (self.snapshots.run, (self.stopping,), "sync-snapshot"),
             *((self.committers.run, (lane,), f"sync-commit-{n}") for n, lane in enumerate(self.lanes)),
         ]
         for target, args, name in targets:
@@ -166,25 +166,25 @@ class Uploader:
         the repo's milestones too (trainbox.json on the repo at a run's first start)."""
         began = time.monotonic()
         deadline = began + timeout
-        with self._changed:
+        with self.changed:
             if final:
                 self.routing.to_final()  # bucket mode: the repo takes the final last.pt too
             self.routing.everywhere = everywhere
             ticket = self.snapshots.ask()
-            self._flush_deadlines.append(deadline)
+            self.flush_deadlines.append(deadline)
             for lane in self.lanes:
                 lane.retry_at = 0.0  # someone waits now: no backoff left over from before
                 lane.work.set()
         done, restaged = False, False
         try:
-            with self._changed:
-                while (remaining := min(deadline, self._cutoff) - time.monotonic()) > 0:
+            with self.changed:
+                while (remaining := min(deadline, self.cutoff) - time.monotonic()) > 0:
                     if self.taken_over is not None:
                         break
                     # Bucket mode, the end: the final last.pt staged again for the repo (after SIGTERM, once
                     # the working state is in); the flush waits for that snapshot then.
                     if self.routing.restage_due(
-                        pressed=self._cutoff < inf, boundary_staged=self.snapshots.answered(ticket)
+                        pressed=self.cutoff < inf, boundary_staged=self.snapshots.answered(ticket)
                     ):
                         ticket = self.snapshots.again(places.final_restaged)
                     if self.snapshots.answered(ticket):
@@ -213,12 +213,12 @@ class Uploader:
                             continue
                         for lane in waiting:
                             lane.work.set()
-                    self._changed.wait(min(remaining, 0.25))
+                    self.changed.wait(min(remaining, 0.25))
                 answered = self.snapshots.answered(ticket)
                 left = self._lacking()
         finally:
-            with self._changed:
-                self._flush_deadlines.remove(deadline)
+            with self.changed:
+                self.flush_deadlines.remove(deadline)
                 self.routing.everywhere = False
         self._account(final, answered)
         if done:
@@ -235,13 +235,13 @@ class Uploader:
     def cut_short(self, deadline: float) -> None:
         """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value), and no staging
         starts past it. Safe in a signal handler: it takes no lock."""
-        self._cutoff = min(self._cutoff, deadline)
+        self.cutoff = min(self.cutoff, deadline)
         self.snapshots.cutoff = min(self.snapshots.cutoff, deadline)
 
     def stop(self, timeout: float = 5.0) -> None:
         """End every thread; waits at most ``timeout`` (a commit in flight is abandoned)."""
         deadline = time.monotonic() + timeout
-        self._stopping.set()
+        self.stopping.set()
         self.snapshots.wake.set()
         for lane in self.lanes:
             lane.work.set()
@@ -253,14 +253,14 @@ class Uploader:
 
     # -- where files go --------------------------------------------------------------------
     def _final_left(self) -> dict[str, str]:
-        """Under ``_changed``: what the repo's final publish lacks that no commit carries (no time left), and why."""
+        """Under ``changed``: what the repo's final publish lacks that no commit carries (no time left), and why."""
         return self.routing.final_left(self.snapshots.stager.skipped, self.run_dir / libreyolo.LAST_CHECKPOINT)
 
     def _account(self, final: bool, answered: bool) -> None:
         if self.bucket is None or not final:
             return
         said = self.final_publish
-        with self._changed:
+        with self.changed:
             skipped, seen = self._final_left(), answered or self.bucket_complete  # the volume was read to the end
             self.bucket_complete, self.final_publish = self.routing.final_outcome(
                 seen, self.snapshots.stager.failed, skipped

@@ -52,20 +52,20 @@ class TrainingJob(Protocol):
     bucket: RunFolder | None
     uploader: Uploader | None
     trainer: TrainingProcess | None
-    _trainer_live: bool
-    _stop: AgentError | None
-    _dataset_check: dataset.DatasetCheck | None
-    _nodes: NodesAgreement | None
-    _nccl_env: dict[str, str]
-    _workers: int
-    _hub_copy: tuple[int, int] | None
-    _new_run: bool
+    trainer_live: bool
+    stop_cause: AgentError | None
+    dataset_check: dataset.DatasetCheck | None
+    nodes: NodesAgreement | None
+    nccl_env: dict[str, str]
+    workers: int
+    hub_copy: tuple[int, int] | None
+    new_run: bool
 
     def request_stop(self, error: AgentError) -> None: ...
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None: ...
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None: ...
 
-    def _scratch(self) -> Path: ...
+    def scratch(self) -> Path: ...
 
 
 class TrainingLoop:
@@ -82,22 +82,20 @@ class TrainingLoop:
             self.job.settings.run_args,
             hub=self.job.hub,
             repo_id=self.job.settings.output_repo,
-            work_dir=self.job._scratch(),
+            work_dir=self.job.scratch(),
             # several nodes: every node resumes from the stores alone (the repo at node 0's commit): the same epoch
             volume=not self.job.settings.topology.multi,
-            revision=self.job._nodes.revision if self.job._nodes is not None else None,
+            revision=self.job.nodes.revision if self.job.nodes is not None else None,
             bucket=self.job.bucket,
             # a bucket that cannot be read is not an empty one: a run the repo knew ends (73) rather than start over
-            run_known=not self.job._new_run,
+            run_known=not self.job.new_run,
             read_for=self.job.settings.lease_period / 2,
         )
         if point is not None:
             if point.source == "hub":  # the Hub's own copy is never at risk here (nodes other than 0 keep only it)
-                self.job._hub_copy = job_sync.signature(point.checkpoint)
+                self.job.hub_copy = job_sync.signature(point.checkpoint)
             pinned = (
-                {"revision": self.job._nodes.revision}
-                if self.job._nodes is not None and self.job._nodes.revision
-                else {}
+                {"revision": self.job.nodes.revision} if self.job.nodes is not None and self.job.nodes.revision else {}
             )
             self.job.state.update(
                 resume={"from": point.source, "epochs_done": point.completed_epochs, **pinned},
@@ -131,7 +129,7 @@ class TrainingLoop:
         tail = self.job.trainer.error_tail()
         if self.job.settings.topology.multi:
             raise self._end_of_set(error, args)
-        attempt = OomTry.judge(error, tail, self.job.settings, self.job.state.history.attempts, args, self.job._workers)
+        attempt = OomTry.judge(error, tail, self.job.settings, self.job.state.history.attempts, args, self.job.workers)
         self._stop_check()
         point = self.resume_point()
         self._stop_check()  # the lookup may have taken long: a stop meanwhile wins over a new trainer
@@ -153,7 +151,7 @@ class TrainingLoop:
         output = attempt_output(self.job.settings.run_dir, self._log_start)  # its workers' words, not only rank 0's
         peer = self.job.launch.peer_out_of_memory()
         return end_of_set(
-            error, output, peer, self.job.settings, self.job.state.history.attempts, args, self.job._workers
+            error, output, peer, self.job.settings, self.job.state.history.attempts, args, self.job.workers
         )
 
     def _train_once(
@@ -164,29 +162,29 @@ class TrainingLoop:
         feed = sizing.for_job(self.job.settings, args, gpu_indices, data.data_yaml)  # threads, workers, cache
         command = job_command(self.job.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
         command = self.job.launch.command(command, gpu_indices)
-        env = dict(self.job.settings.env) | self.job._nccl_env | self.job.launch.env(gpu_indices) | feed.env
+        env = dict(self.job.settings.env) | self.job.nccl_env | self.job.launch.env(gpu_indices) | feed.env
         log_start = self._log_start = log_size(command.run_dir)
         self.job.launch.clear_peer_report()
         self.job.state.update(training=started(command, args), sizing=feed.record)
         try:
             self._stop_check()
-            with self.job.clock.holding_signals(lambda signum: self.job._on_signal(signum, None)):
+            with self.job.clock.holding_signals(lambda signum: self.job.on_signal(signum, None)):
                 self.job.trainer = TrainingProcess(command, env)
-                self.job._trainer_live = True
+                self.job.trainer_live = True
             self.job.state.update(training={"pid": self.job.trainer.pid})
             code = self.job.trainer.wait(poll=self._watch_training)
             if (
-                self.job._dataset_check is not None and self.job._stop is None
+                self.job.dataset_check is not None and self.job.stop_cause is None
             ):  # training ended first: the check decides
                 self._dataset_checked()
         finally:
             if self.dashboard is not None:
                 self.dashboard.stop(grace=0.0 if self.job.clock.preempted else 3.0)
                 self.dashboard = None  # a resumed training (smaller batch) starts its own
-        if self.job._stop is not None:
+        if self.job.stop_cause is not None:
             self._stop_trainer()
-            raise self.job._stop
-        self.job._trainer_live = False
+            raise self.job.stop_cause
+        self.job.trainer_live = False
         self._stop_check()  # a stop that came just before the flag fell was only recorded
         if self.job.attempt.rule.stopped:
             return None  # stopped by the rule at a boundary (whatever the code the SIGINT left): finished
@@ -197,10 +195,10 @@ class TrainingLoop:
     def _watch_training(self) -> None:
         """Called every half second while training runs: act on stop requests and stalls."""
         assert self.job.trainer is not None
-        if self.job._stop is not None:
+        if self.job.stop_cause is not None:
             self._stop_trainer()
-            raise self.job._stop
-        if self.job._dataset_check is not None and self.job._dataset_check.done():
+            raise self.job.stop_cause
+        if self.job.dataset_check is not None and self.job.dataset_check.done():
             self._dataset_checked()
         self.job.attempt.report_progress()
         if self.job.attempt.rule.at_boundary(lambda record: self.job.state.update(stop_rule=record)):
@@ -219,7 +217,7 @@ class TrainingLoop:
 
     def _dataset_checked(self) -> None:
         """The background dataset check's verdict: training goes on, or is stopped at once."""
-        check, self.job._dataset_check = self.job._dataset_check, None
+        check, self.job.dataset_check = self.job.dataset_check, None
         assert check is not None
         try:
             check.result()
@@ -230,8 +228,8 @@ class TrainingLoop:
 
     def _stop_check(self) -> None:
         """Raise the stop requested meanwhile, if any (a heal checks it between its steps)."""
-        if self.job._stop is not None:
-            raise self.job._stop
+        if self.job.stop_cause is not None:
+            raise self.job.stop_cause
 
     def _stop_trainer(self) -> None:
         assert self.job.trainer is not None

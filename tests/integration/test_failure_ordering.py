@@ -637,7 +637,7 @@ def test_a_sigterm_while_the_trainer_starts_still_stops_it(
 
     def sigterm_after_popen(pid: int, *rest: Any) -> Any:  # the child exists; the job does not hold it yet
         started.append(pid)
-        job._on_signal(signal.SIGTERM, None)
+        job.on_signal(signal.SIGTERM, None)
         return real_liveness(pid, *rest)
 
     monkeypatch.setattr(training, "Liveness", sigterm_after_popen)

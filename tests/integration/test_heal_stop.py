@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # real trainer children (the stand-in)
 
 def sigterm(job: pipeline.Job) -> None:
     """What the signal handler does in the main thread when SIGTERM arrives."""
-    job._on_signal(signal.SIGTERM, None)
+    job.on_signal(signal.SIGTERM, None)
 
 
 def heal_steps(job: pipeline.Job) -> dict[str, tuple[Any, str, Callable[..., Any]]]:

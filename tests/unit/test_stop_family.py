@@ -221,12 +221,12 @@ def test_a_later_signal_still_stops_a_job_whose_first_stop_was_swallowed(tmp_pat
     env = {"WORKDIR": str(tmp_path), "GPUS": "cpu", "RUN_NAME": "stops", "PROVIDER": "none", "MAX_RUNTIME": "60"}
     job = pipeline.Job(settings.from_env(env))
     with pytest.raises(DeadlineError):  # swallowed by some library that catches everything
-        job._on_signal(signal.SIGALRM, None)
+        job.on_signal(signal.SIGALRM, None)
     with pytest.raises(PreemptedError):  # the SIGTERM after it: raised again, and it rules now
-        job._on_signal(signal.SIGTERM, None)
+        job.on_signal(signal.SIGTERM, None)
     with pytest.raises(PreemptedError):
-        job._on_signal(signal.SIGTERM, None)
-    assert isinstance(job._stop, StopRequested) and job.clock.deadline is not None
+        job.on_signal(signal.SIGTERM, None)
+    assert isinstance(job.stop_cause, StopRequested) and job.clock.deadline is not None
     assert os.getpid()  # the job's handlers were never installed here: nothing to restore
 
 
@@ -255,7 +255,7 @@ def test_a_stop_raised_while_a_failure_is_handled_still_ends_through_the_release
         raise RuntimeError("a bug in a stage")
 
     def signal_while_logging(*_: Any, **__: Any) -> None:
-        job._on_signal(signal.SIGTERM, None)  # SIGTERM lands while the failure is being logged
+        job.on_signal(signal.SIGTERM, None)  # SIGTERM lands while the failure is being logged
 
     finished: list[Any] = []
     monkeypatch.setattr(pipeline.resume, "check_crash_loop", broken)
