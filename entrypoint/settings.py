@@ -712,9 +712,7 @@ def load(environ: MutableMapping[str, str], *, quiet_transfers: bool = False) ->
     # piece, compressed, decompressed and copied to Python, ~110 MB less at the peak, same speed measured.
     for name, size in {**_XET_BUFFER, **_XET_RETRIES}.items():
         environ.setdefault(name, size)
-    # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
-    environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
-    kept = ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH, *_XET_BUFFER, *_XET_RETRIES)
+    kept = ("HF_XET_CACHE", _XET_FETCH, *_XET_BUFFER, *_XET_RETRIES)
     return replace(loaded, env={**loaded.env, **{name: environ[name] for name in kept}})
 
 
