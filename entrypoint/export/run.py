@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import libreyolo, procs
+from ..errors import ConfigError
 from ..libreyolo import EXPORT_FORMATS, ExportFormat
 from ..log import logger
+from ..runtimes import fetch as runtimes
 from ..settings import Settings
 from ..state import RunState
 from . import compare, verify
@@ -37,6 +39,31 @@ class ExportFailed(Exception):
     """This format is not published; the message says why, in one line."""
 
 
+def fetch_runtimes(settings: Settings) -> None:
+    """The runtimes EXPORT's formats need and the image lacks (onnx, onnxruntime), fetched at the start, before
+    the dataset: an EXPORT the user set that cannot have them is exit 10 now, not a surprise after training; the
+    default EXPORT (onnx, from OUTPUT_REPO) goes without: one WARNING, the run trains and publishes the weights."""
+    for name in settings.export:
+        for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+            try:
+                runtimes.ensure(runtime, settings.workdir, settings.env)
+            except runtimes.FetchFailed as error:
+                if "EXPORT" in settings.env:
+                    raise ConfigError(
+                        f"EXPORT={name} needs {', '.join(runtime.wheels)}, and fetching them failed: {error}",
+                        f"let the container reach PyPI (or set PIP_INDEX_URL/PIP_FIND_LINKS), build the image with"
+                        f" --build-arg TRAINBOX_RUNTIMES={runtime.name}, or set EXPORT=off",
+                    ) from None
+                logger.warning(
+                    "export %s: skipped: fetching %s failed: %s (allow PyPI, build the image with"
+                    " --build-arg TRAINBOX_RUNTIMES=%s, or set EXPORT=off)",
+                    name,
+                    runtime.name,
+                    error,
+                    runtime.name,
+                )
+
+
 def export_all(
     settings: Settings, state: RunState, *, device: str, stopping: Callable[[], bool], data_yaml: Path | None
 ) -> dict[str, dict[str, Any]]:
@@ -46,6 +73,8 @@ def export_all(
     for name in settings.export:
         if stopping():
             record: dict[str, Any] = {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
+        elif unfetched := _unfetched(settings, name):
+            record = {"status": "skipped", "why": unfetched}
         elif not best.is_file():
             record = {"status": "failed", "why": f"{libreyolo.BEST_CHECKPOINT} is missing"}
         elif data_yaml is None or not data_yaml.is_file():
@@ -57,6 +86,16 @@ def export_all(
         records[name] = record
         state.update(exports={name: record})
     return records
+
+
+def _unfetched(settings: Settings, name: str) -> str | None:
+    """Why the runtimes of ``name`` are not here (fetched at the start, or now: the volume keeps them), or None."""
+    for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+        try:
+            runtimes.ensure(runtime, settings.workdir, settings.env)
+        except runtimes.FetchFailed as error:
+            return f"fetching {', '.join(runtime.wheels)} failed: {error}"
+    return None
 
 
 def _one(
@@ -136,7 +175,8 @@ def _run(
     (no pipe a grandchild could hold open). A non-zero exit or a stop is ``ExportFailed``."""
     log = cwd / "output.log"
     with log.open("wb") as sink:
-        child = procs.Child(argv, cwd=cwd, env=settings.env, output=sink, label=label)
+        env = runtimes.child_env(settings.env)  # the fetched onnx, onnxruntime
+        child = procs.Child(argv, cwd=cwd, env=env, output=sink, label=label)
         deadline = time.monotonic() + timeout
         why = ""
         while child.poll() is None:
