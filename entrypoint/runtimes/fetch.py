@@ -142,6 +142,7 @@ def _install(runtime: Runtime, installed: Path, env: Mapping[str, str]) -> None:
         for stale in installed.parent.glob(f"{_TEMPORARY}{runtime.folder}-*"):
             shutil.rmtree(stale, ignore_errors=True)  # what a killed fetch left: the lock says none is running
         scratch = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{runtime.folder}-", dir=installed.parent))
+        scratch.chmod(0o755)  # mkdtemp's 0700 would hide it from a container running as another user
         try:
             _pip(runtime, scratch, env)
             scratch.rename(installed)  # the commit: a folder under this name is whole
