@@ -71,6 +71,7 @@ def export_all(
     best = settings.run_dir / libreyolo.BEST_CHECKPOINT
     records: dict[str, dict[str, Any]] = {}
     for name in settings.export:
+        said = _said_at_the_start(name)
         if stopping():
             record: dict[str, Any] = {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
         elif unfetched := _unfetched(settings, name):
@@ -81,11 +82,23 @@ def export_all(
             record = {"status": "failed", "why": "no dataset on this volume to check the export on"}
         else:
             record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping)
-        if record["status"] != "published":
+        if record["status"] != "published" and not (said and record["why"] == said):
             logger.warning("export %s: not published: %s", name, record["why"])
         records[name] = record
         state.update(exports={name: record})
     return records
+
+
+def _said_at_the_start(name: str) -> str | None:
+    """The fetch that failed at the start (``fetch_runtimes`` logged its WARNING then): not said twice."""
+    for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+        if (failed := runtimes.failure(runtime)) is not None:
+            return _fetch_failed(runtime, failed)
+    return None
+
+
+def _fetch_failed(runtime: runtimes.Runtime, why: str) -> str:
+    return f"fetching {', '.join(runtime.wheels)} failed: {why}"
 
 
 def _unfetched(settings: Settings, name: str) -> str | None:
@@ -94,7 +107,7 @@ def _unfetched(settings: Settings, name: str) -> str | None:
         try:
             runtimes.ensure(runtime, settings.workdir, settings.env)
         except runtimes.FetchFailed as error:
-            return f"fetching {', '.join(runtime.wheels)} failed: {error}"
+            return _fetch_failed(runtime, str(error))
     return None
 
 

@@ -67,6 +67,11 @@ class FetchFailed(Exception):
     """The runtime could not be installed; the message says why, in one line, with no secret in it."""
 
 
+def failure(runtime: Runtime) -> str | None:
+    """Why this start's fetch of ``runtime`` failed, if it did."""
+    return _failed.get(runtime.name)
+
+
 def providing(modules: tuple[str, ...]) -> list[Runtime]:
     """The runtimes that would provide these modules."""
     return [runtime for runtime in RUNTIMES.values() if set(runtime.modules) & set(modules)]

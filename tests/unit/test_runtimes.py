@@ -209,11 +209,30 @@ def test_the_default_export_goes_without_its_runtime_with_one_warning_and_says_w
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("export onnx: skipped: fetching onnx failed"), warnings
 
+    # At the end: skipped and recorded, without saying it again.
     settings.run_dir.mkdir(parents=True)
     state = RunState(settings.run_dir, settings.run_name)
-    records = exports.export_all(settings, state, device="cpu", stopping=lambda: False, data_yaml=None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainbox"):
+        records = exports.export_all(settings, state, device="cpu", stopping=lambda: False, data_yaml=None)
     assert records["onnx"]["status"] == "skipped"
-    assert "trainbox-absent-rt==1.0" in records["onnx"]["why"]
+    assert "fetching trainbox-absent-rt==1.0 failed: pip install failed: ERROR:" in records["onnx"]["why"]
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def test_without_the_fetch_at_the_start_the_export_fetches_it_and_says_why_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    unreachable = runtimes.Runtime("onnx", ("onnx", "trainbox_absent_rt"), ("trainbox-absent-rt==1.0",))
+    monkeypatch.setitem(runtimes.RUNTIMES, "onnx", unreachable)
+    settings = settings_for(tmp_path, OUTPUT_REPO="acme/model", HF_TOKEN="hf_" + "x" * 30)
+    settings.run_dir.mkdir(parents=True)
+    state = RunState(settings.run_dir, settings.run_name)
+    with caplog.at_level(logging.WARNING, logger="trainbox"):
+        records = exports.export_all(settings, state, device="cpu", stopping=lambda: False, data_yaml=None)
+    assert records["onnx"]["status"] == "skipped" and "trainbox-absent-rt==1.0" in records["onnx"]["why"]
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("export onnx: not published: fetching"), warnings
 
 
 def test_a_parquet_dataset_without_pyarrow_to_be_had_is_exit_48(
