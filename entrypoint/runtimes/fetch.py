@@ -33,7 +33,7 @@ from pathlib import Path
 from .. import procs
 from ..log import logger
 
-PIP_TIMEOUT = 15 * 60.0  # pyarrow's wheel is ~45 MB, onnxruntime's ~17 MB: minutes on a slow link at most
+PIP_TIMEOUT = 15 * 60.0  # pyarrow's wheel is 55 MB, onnxruntime's 28 MB: minutes on a slow link at most
 _TEMPORARY = ".partial-"
 
 
@@ -75,10 +75,6 @@ def failure(runtime: Runtime) -> str | None:
 def providing(modules: tuple[str, ...]) -> list[Runtime]:
     """The runtimes that would provide these modules."""
     return [runtime for runtime in RUNTIMES.values() if set(runtime.modules) & set(modules)]
-
-
-def fetchable(module: str) -> bool:
-    return any(module in runtime.modules for runtime in RUNTIMES.values())
 
 
 def not_importable(modules: tuple[str, ...]) -> list[str]:
