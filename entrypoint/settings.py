@@ -591,7 +591,7 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
 
 
 def _export(env: Mapping[str, str], output_repo: str | None, gpus: GpuSelection) -> tuple[str, ...]:
-    """EXPORT, or its default: ONNX when there is a repo to publish it to (the image carries its packages), so a
+    """EXPORT, or its default: ONNX when there is a repo to publish it to (its packages fetched at the start), so a
     finished run's page offers the format most runtimes load; without a repo none (nobody gets a file)."""
     formats = Vars.EXPORT.read(env)
     if formats is None:
