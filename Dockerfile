@@ -6,6 +6,8 @@
 #                                                                # CUDA 13.0: driver >= 580; Blackwell GPUs need it
 #   docker build --build-arg LIBREYOLO_EXTRAS=rfdetr,lora -t trainbox:rfdetr-lora .
 #   docker build --build-arg TRAINBOX_UID=1000 -t trainbox:nonroot .  # the agent runs as uid 1000, not root
+#   docker build --build-arg TRAINBOX_RUNTIMES=parquet,onnx -t trainbox:offline .  # pyarrow, onnx, onnxruntime
+#                                                                # inside: nothing fetched on first use
 #
 # Builds with BuildKit and with the legacy builder alike: no `# syntax=` line, no heredocs, no RUN --mount.
 # The base's torch and torchvision are kept as they are: pip is constrained to them, and the build fails if
@@ -62,9 +64,12 @@ RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install opencv-python-headless \
 # its build requirements and dependencies, plus libreyolo's extras for this variant. `pip check` reports
 # conflicts without failing: a base's own packages may already disagree with one another (the container tests
 # require it clean on the stand-in base).
+# TRAINBOX_RUNTIMES (parquet, onnx, comma separated) bakes in what the agent otherwise fetches on first use into
+# the volume (entrypoint/runtimes.py): for hosts that cannot reach PyPI. The pins are pyproject.toml's extras.
 COPY pyproject.toml /opt/trainbox/
 ARG LIBREYOLO_EXTRAS=""
-RUN python3 -c 'import tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"]))' > /opt/trainbox/requirements.txt \
+ARG TRAINBOX_RUNTIMES=""
+RUN python3 -c 'import sys, tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); extras = p["project"]["optional-dependencies"]; names = [n.strip() for n in sys.argv[1].split(",") if n.strip()]; bad = [n for n in names if n not in ("parquet", "onnx")]; sys.exit(f"TRAINBOX_RUNTIMES: unknown {bad}: use parquet, onnx") if bad else print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"] + [r for n in names for r in extras[n]]))' "$TRAINBOX_RUNTIMES" > /opt/trainbox/requirements.txt \
  && if [ -n "$LIBREYOLO_EXTRAS" ]; then echo "libreyolo[$LIBREYOLO_EXTRAS]" >> /opt/trainbox/requirements.txt; fi \
  && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -r /opt/trainbox/requirements.txt \
  && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /tmp/torch.txt \
@@ -77,12 +82,11 @@ RUN python3 -c 'import tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.t
 COPY README.md /opt/trainbox/
 COPY entrypoint /opt/trainbox/entrypoint
 # pip refuses a base whose Python is outside the project's requires-python. Smoke test: the agent, torch,
-# torchvision's compiled ops, OpenCV (without libGL), libreyolo and EXPORT=onnx's packages import, and the
-# console script is on PATH.
+# torchvision's compiled ops, OpenCV (without libGL) and libreyolo import, and the console script is on PATH.
 # libreyolo's train options are read once here (starting libreyolo to ask costs seconds on every start).
 ENV TRAINBOX_CACHE_DIR=/opt/trainbox/cache
 RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-deps --no-build-isolation /opt/trainbox \
- && python3 -c "import cv2, onnx, onnxruntime, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
+ && python3 -c "import cv2, torch, torchvision.ops, entrypoint.cli; from libreyolo import LibreYOLO; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'OpenCV', cv2.__version__)" \
  && python3 -c "import os, pathlib; from entrypoint import libreyolo; print(len(libreyolo.train_options(pathlib.Path(os.environ['TRAINBOX_CACHE_DIR']))), 'libreyolo train options')" \
  && mkdir -p "$TRAINBOX_CACHE_DIR" && chmod -R a+rX "$TRAINBOX_CACHE_DIR" \
  && trainbox --version
@@ -117,6 +121,7 @@ CMD ["run"]
 
 # Last, so that new values (every commit) do not invalidate the layers above.
 ARG BASE_IMAGE
+ARG TRAINBOX_RUNTIMES
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG CREATED=unknown
@@ -129,4 +134,5 @@ LABEL org.opencontainers.image.title="trainbox" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      trainbox.libreyolo-extras="${LIBREYOLO_EXTRAS}"
+      trainbox.libreyolo-extras="${LIBREYOLO_EXTRAS}" \
+      trainbox.runtimes="${TRAINBOX_RUNTIMES}"

@@ -2,7 +2,7 @@
 
 Builds (or reuses) the project image exactly as the container tests do: on ``TRAINBOX_TEST_BASE_IMAGE`` if
 set, else on the offline stand-in for the PyTorch runtime image. Then reads the layers above the base from
-`docker history` and sums them. Goal: <= 600 MB added.
+`docker history` and sums them. Goal: <= 450 MB added.
 
 Writes bench/results/image_layers.json and prints a Markdown table for docs/benchmarks.md.
 Run from the repository root: ``python -m bench.image_layers``.
@@ -22,7 +22,7 @@ from tests.container import images
 
 ROOT = Path(__file__).resolve().parents[1]
 
-GOAL_MB = 600
+GOAL_MB = 450
 MB = 1000**2  # Docker reports sizes in SI units
 
 

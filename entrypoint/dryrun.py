@@ -10,8 +10,9 @@ import re
 import shlex
 from pathlib import Path
 
-from .libreyolo import LAST_CHECKPOINT
+from .libreyolo import EXPORT_FORMATS, LAST_CHECKPOINT
 from .run_args import RunArgs
+from .runtimes import fetch
 from .settings import DatasetKind, ExitAction, Settings
 from .training import resume, sizing
 from .training.planned import planned
@@ -52,6 +53,9 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
     lines.append(f"command    + {shlex.join(_command(settings, args, feed.args))}")
     exports = ", ".join(settings.export) or "none"
     lines.append(f"export     {exports}{' (from best.pt, each checked, beside it)' if settings.export else ''}")
+    needed = tuple(module for name in settings.export for module in EXPORT_FORMATS[name].modules)
+    if fetched := fetch.not_importable(needed):  # not in this image: the start fetches them
+        lines.append(f"fetch      {', '.join(fetched)} at the start (pip, into {fetch.root(settings.workdir)})")
     lines.append(f"release    {_release(settings)}")
     return lines
 

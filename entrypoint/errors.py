@@ -161,6 +161,13 @@ class DatasetFormError(DatasetError):
     reason = "dataset_form"
 
 
+class ParquetRuntimeError(DatasetError):
+    """A parquet dataset, and pyarrow (fetched on first use, not in the image) could not be installed."""
+
+    exit_code = 48
+    reason = "dataset_parquet_runtime"
+
+
 # -- GPU check -------------------------------------------------------------------------------
 class GpuError(AgentError):
     exit_code = 50

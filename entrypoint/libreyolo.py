@@ -344,6 +344,8 @@ ALL_EXPORT_FORMATS = frozenset(
     | {"coreml", "coreai"}
 )
 EXPORT_ALIASES = {"engine": "tensorrt", "litert": "tflite"}
+# What the image leaves out and the agent fetches when the run starts (runtimes/fetch.py's ONNX: the same modules).
+FETCHED_ON_FIRST_USE = frozenset({"onnx", "onnxruntime"})
 EXPORT_OFF = "off"
 
 
@@ -362,7 +364,8 @@ class ExportFormat:
         return stem.with_suffix(suffix) if suffix else stem.with_name(f"{stem.stem}_{self.name}")
 
     def missing(self, find: Callable[[str], object | None] = importlib.util.find_spec) -> list[str]:
-        return [module for module in self.modules if find(module) is None]
+        """What the image lacks and the agent cannot fetch when the run starts (``runtimes``: onnx, onnxruntime)."""
+        return [module for module in self.modules if find(module) is None and module not in FETCHED_ON_FIRST_USE]
 
 
 EXPORT_FORMATS = {

@@ -24,6 +24,7 @@ from .errors import (
     PreemptedError,
     UserInterruptError,
 )
+from .export import run as export_run
 from .foreign import Area, Where
 from .foreign import agent_error as classify
 from .gpu.nodes import NodesAgreement
@@ -185,6 +186,8 @@ class Job:
         observed_gpu = seen.gpu if seen else None
         host_check.check(self.settings, gpus.details, observed_gpu, lambda report: self.state.update(host=report))
         self._connect_hub()
+        if self.settings.topology.leader:  # the node that exports: its runtime (the Hub answered) before the dataset
+            export_run.fetch_runtimes(self.settings)
         if self.settings.topology.multi:  # several machines: meet, prove NCCL, share node 0's OUTPUT_REPO commit
             assert self.hub is not None
             self.nodes = preflight.meet_nodes(

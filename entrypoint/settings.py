@@ -320,7 +320,7 @@ def _checkpoint_bucket(env: Mapping[str, str], output_repo: str | None) -> str |
 
 
 def _export(env: Mapping[str, str], output_repo: str | None, gpus: GpuSelection) -> tuple[str, ...]:
-    """EXPORT, or its default: ONNX when there is a repo to publish it to (the image carries its packages), so a
+    """EXPORT, or its default: ONNX when there is a repo to publish it to (its packages fetched at the start), so a
     finished run's page offers the format most runtimes load; without a repo none (nobody gets a file)."""
     formats = Vars.EXPORT.read(env)
     if formats is None:
@@ -441,9 +441,7 @@ def load(environ: MutableMapping[str, str], *, quiet_transfers: bool = False) ->
     # piece, compressed, decompressed and copied to Python, ~110 MB less at the peak, same speed measured.
     for name, size in {**_XET_BUFFER, **_XET_RETRIES}.items():
         environ.setdefault(name, size)
-    # matplotlib (the training plot) keeps its font cache and config under $HOME unless told otherwise.
-    environ.setdefault("MPLCONFIGDIR", str(loaded.workdir / ".cache" / "matplotlib"))
-    kept = ("HF_XET_CACHE", "MPLCONFIGDIR", _XET_FETCH, *_XET_BUFFER, *_XET_RETRIES)
+    kept = ("HF_XET_CACHE", _XET_FETCH, *_XET_BUFFER, *_XET_RETRIES)
     return replace(loaded, env={**loaded.env, **{name: environ[name] for name in kept}})
 
 

@@ -144,6 +144,7 @@ def _prepare_parquet(
     repo, sha = identity["repo"], identity["revision"]
     files = dataset_files(hub, repo, sha)
     train, validation = parquet.chosen_splits(list(files), repo)
+    parquet_child.fetch_pyarrow(settings)  # before a byte of the dataset is downloaded
     largest = max(files[path] for path in train + validation)
     total = sum(files[path] for path in train + validation)
     # Two files on disk at a time (one converted, the next downloading); the images take what the files took.

@@ -14,15 +14,32 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import errors, procs
-from ..errors import AgentError, DatasetError
+from ..errors import AgentError, DatasetError, ParquetRuntimeError
 from ..parsing import BoxFormat
+from ..runtimes import fetch as runtimes
 from .extract import ExtractReport
 from .parquet import Download, Prefetch, _Converter
 
+if TYPE_CHECKING:  # the child does not import the settings
+    from ..settings import Settings
+
 _STOP_GRACE = 2.0
+
+
+def fetch_pyarrow(settings: Settings) -> None:
+    """pyarrow, which the image leaves out (170 MB), installed on the volume the first time a parquet dataset
+    is met (``runtimes``); a failure is exit 48 naming the fix."""
+    try:
+        runtimes.ensure(runtimes.PARQUET, settings.workdir, settings.env)
+    except runtimes.FetchFailed as error:
+        raise ParquetRuntimeError(
+            f"a parquet dataset needs {', '.join(runtimes.PARQUET.wheels)}, and fetching it failed: {error}",
+            "let the container reach PyPI (or set PIP_INDEX_URL/PIP_FIND_LINKS), build the image with"
+            " --build-arg TRAINBOX_RUNTIMES=parquet, or publish the dataset as a .tar of YOLO or COCO files",
+        ) from None
 
 
 def convert_in_child(
@@ -40,7 +57,7 @@ def convert_in_child(
     jobs = [("train", path) for path in train] + [("val", path) for path in validation]
     scratch.mkdir(parents=True, exist_ok=True)
     config = {"folder": str(folder), "bbox": bbox.value, "readme": readme, "max_bytes": max_bytes}
-    env = {key: value for key, value in procs.scrubbed_env().items() if key != "HF_TOKEN"}
+    env = {key: value for key, value in runtimes.child_env(procs.scrubbed_env()).items() if key != "HF_TOKEN"}
     child = procs.Child(
         [sys.executable, "-m", "entrypoint.dataset.parquet_child", json.dumps(config)],
         cwd=Path(__file__).resolve().parents[2],  # the folder that holds this package: the child runs this code

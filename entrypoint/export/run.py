@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import libreyolo, procs
+from ..errors import ConfigError
 from ..libreyolo import EXPORT_FORMATS, ExportFormat
 from ..log import logger
+from ..runtimes import fetch as runtimes
 from ..settings import Settings
 from ..state import RunState
 from . import compare, verify
@@ -41,6 +43,31 @@ class ExportStopped(ExportFailed):
     """Stopped by a SIGTERM: skipped, not failed, so the next start of the finished run makes it."""
 
 
+def fetch_runtimes(settings: Settings) -> None:
+    """The runtimes EXPORT's formats need and the image lacks (onnx, onnxruntime), fetched at the start, before
+    the dataset: an EXPORT the user set that cannot have them is exit 10 now, not a surprise after training; the
+    default EXPORT (onnx, from OUTPUT_REPO) goes without: one WARNING, the run trains and publishes the weights."""
+    for name in settings.export:
+        for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+            try:
+                runtimes.ensure(runtime, settings.workdir, settings.env)
+            except runtimes.FetchFailed as error:
+                if "EXPORT" in settings.env:
+                    raise ConfigError(
+                        f"EXPORT={name} needs {', '.join(runtime.wheels)}, and fetching them failed: {error}",
+                        f"let the container reach PyPI (or set PIP_INDEX_URL/PIP_FIND_LINKS), build the image with"
+                        f" --build-arg TRAINBOX_RUNTIMES={runtime.name}, or set EXPORT=off",
+                    ) from None
+                logger.warning(
+                    "export %s: skipped: fetching %s failed: %s (allow PyPI, build the image with"
+                    " --build-arg TRAINBOX_RUNTIMES=%s, or set EXPORT=off)",
+                    name,
+                    runtime.name,
+                    error,
+                    runtime.name,
+                )
+
+
 def export_all(
     settings: Settings,
     state: RunState,
@@ -55,15 +82,18 @@ def export_all(
     best = settings.run_dir / libreyolo.BEST_CHECKPOINT
     records: dict[str, dict[str, Any]] = {}
     for name in settings.export if names is None else names:
+        said = _said_at_the_start(name)
         if stopping():
             record: dict[str, Any] = {"status": "skipped", "why": "the machine is being taken back (SIGTERM)"}
+        elif unfetched := _unfetched(settings, name):
+            record = {"status": "skipped", "why": unfetched}
         elif not best.is_file():
             record = {"status": "failed", "why": f"{libreyolo.BEST_CHECKPOINT} is missing"}
         elif data_yaml is None or not data_yaml.is_file():
             record = {"status": "failed", "why": "no dataset on this volume to check the export on"}
         else:
             record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping)
-        if record["status"] != "published":
+        if record["status"] != "published" and not (said and record["why"] == said):
             logger.warning("export %s: not published: %s", name, record["why"])
         records[name] = record
         state.update(exports={name: record})
@@ -88,6 +118,28 @@ def settled(previous: dict[str, Any] | None, settings: Settings) -> dict[str, di
         ):
             found[name] = record
     return found
+
+
+def _said_at_the_start(name: str) -> str | None:
+    """The fetch that failed at the start (``fetch_runtimes`` logged its WARNING then): not said twice."""
+    for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+        if (failed := runtimes.failure(runtime)) is not None:
+            return _fetch_failed(runtime, failed)
+    return None
+
+
+def _fetch_failed(runtime: runtimes.Runtime, why: str) -> str:
+    return f"fetching {', '.join(runtime.wheels)} failed: {why}"
+
+
+def _unfetched(settings: Settings, name: str) -> str | None:
+    """Why the runtimes of ``name`` are not here (fetched at the start, or now: the volume keeps them), or None."""
+    for runtime in runtimes.providing(EXPORT_FORMATS[name].modules):
+        try:
+            runtimes.ensure(runtime, settings.workdir, settings.env)
+        except runtimes.FetchFailed as error:
+            return _fetch_failed(runtime, str(error))
+    return None
 
 
 def _one(
@@ -168,7 +220,8 @@ def _run(
     (no pipe a grandchild could hold open). A non-zero exit or a stop is ``ExportFailed``."""
     log = cwd / "output.log"
     with log.open("wb") as sink:
-        child = procs.Child(argv, cwd=cwd, env=settings.env, output=sink, label=label)
+        env = runtimes.child_env(settings.env)  # the fetched onnx, onnxruntime
+        child = procs.Child(argv, cwd=cwd, env=env, output=sink, label=label)
         deadline = time.monotonic() + timeout
         why = ""
         while child.poll() is None:

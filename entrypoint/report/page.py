@@ -36,7 +36,6 @@ class CardPage:
         self._card_base_known = False
         self._base_model = provenance.base_model(settings.user_run_args)
         self._license = settings.card_license  # else the base model's, read with the Hub's card
-        self._warned_no_plot = False
 
     def maybe_plot(self, rows: list[dict[str, Any]], *, final: bool) -> None:
         if not rows or rows[-1]["epoch"] == self._plotted_epoch:
@@ -48,15 +47,11 @@ class CardPage:
             return
         started = time.monotonic()
         try:
-            drawn = plot.draw(rows, self.run_dir / card.PLOT_FILE, f"{self.settings.run_name}: loss and mAP per epoch")
+            plot.draw(rows, self.run_dir / card.PLOT_FILE, f"{self.settings.run_name}: loss and mAP per epoch")
         except Exception as error:  # a broken plot must not cost the card or the upload
             logger.warning("plot: not drawn: %s", error)
-            drawn = False
         self._plot_seconds = time.monotonic() - started
         self._plotted_epoch = rows[-1]["epoch"]  # drawn, or tried: the next epoch tries again
-        if not drawn and not self._warned_no_plot and not plot.available():
-            self._warned_no_plot = True
-            logger.warning("plot: matplotlib is not installed; the model card has no training plot")
 
     def load_base(self, hub: Hub | None, repo_id: str | None) -> bool:
         """The card to build on, once per attempt: the Hub's (the user may have edited it), else the local one."""

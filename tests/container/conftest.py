@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,15 @@ def base_image() -> str:
 def trainbox_image(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     try:
         return images.project_image(base_image, tmp_path_factory.mktemp("build") / "build.log")
+    except images.BuildError as error:
+        pytest.fail(str(error))
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(trainbox_image: str) -> Path:
+    """The runtimes' pinned wheels on this machine (downloaded once), for containers that fetch them offline."""
+    try:
+        return images.wheelhouse(trainbox_image)
     except images.BuildError as error:
         pytest.fail(str(error))
 

@@ -120,6 +120,43 @@ def remove_older_builds(keep: str) -> None:
             docker("image", "rm", tag)  # refused while a container uses it: fine, next time
 
 
+def wheelhouse(image: str) -> Path:
+    """The pinned wheels of the runtimes the agent fetches on first use (entrypoint/runtimes/fetch.py), downloaded
+    once by ``image``'s own pip (its Python and platform choose the files) into a folder on this machine: mounted
+    into a test container with ``PIP_FIND_LINKS`` and ``PIP_NO_INDEX`` (``wheelhouse_env``), a run fetches them
+    without the internet. Kept between test runs, one folder per set of pins and Python."""
+    from entrypoint.runtimes.fetch import RUNTIMES
+
+    pins = sorted(wheel for runtime in RUNTIMES.values() for wheel in runtime.wheels)
+    ask = "import sys, platform; print(sys.implementation.cache_tag, platform.machine())"
+    python = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", ask, check=True)
+    key = hashlib.sha256((" ".join(pins) + python.stdout).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / "trainbox-wheelhouse" / key
+    with standin_base.building(f"wheelhouse-{key}"):
+        if not folder.is_dir():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=folder.parent))
+            scratch.chmod(0o777)  # the image may run as another user
+            fetched = docker(
+                "run", "--rm", "--network", "host", "-v", f"{scratch}:/wheels", "--entrypoint", "python3", image,
+                "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", "/wheels", *pins,
+                timeout=BUILD_TIMEOUT,
+            )  # fmt: skip
+            if fetched.returncode != 0:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise BuildError(f"cannot download the runtimes' wheels: {fetched.stderr.strip()[-1000:]}")
+            scratch.rename(folder)
+    return folder
+
+
+WHEELHOUSE_MOUNT = "/wheelhouse"
+
+
+def wheelhouse_env() -> dict[str, str]:
+    """pip inside the container takes its wheels from the mounted wheelhouse, and never asks an index."""
+    return {"PIP_FIND_LINKS": WHEELHOUSE_MOUNT, "PIP_NO_INDEX": "1"}
+
+
 def main() -> None:
     """Build the base and the project image the container tests use (each only if missing); print their tags."""
     reason = engine_unavailable()
@@ -128,7 +165,9 @@ def main() -> None:
     try:
         base = base_image()
         print(base, flush=True)
-        print(project_image(base, Path(tempfile.gettempdir()) / "trainbox-image-build.log"), flush=True)
+        image = project_image(base, Path(tempfile.gettempdir()) / "trainbox-image-build.log")
+        print(image, flush=True)
+        print(wheelhouse(image), flush=True)
     except (Unavailable, BuildError) as error:
         raise SystemExit(f"no images built: {error}") from None
 

@@ -18,6 +18,7 @@ import pytest
 
 from entrypoint import errors
 from entrypoint.sync.checkpoint import inspect, is_valid
+from tests.container import images
 from tests.container.images import docker
 from tests.hubfixtures import HubContext
 from tests.support import TINY_RUN_ARGS, make_dataset
@@ -39,12 +40,17 @@ def hub_dataset(ctx: HubContext, tmp_path: Path) -> str:
     return repo
 
 
-def docker_run_argv(image: str, name: str, workspace: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """``docker run`` with ``env`` passed by name: values travel in the CLI's environment."""
+def docker_run_argv(
+    image: str, name: str, workspace: Path, env: dict[str, str], wheels: Path
+) -> tuple[list[str], dict[str, str]]:
+    """``docker run`` with ``env`` passed by name: values travel in the CLI's environment. The runtimes the
+    agent fetches on first use (EXPORT=onnx's) come from ``wheels``, mounted: no index is asked."""
     # Both CPUs, not one as the demo tests grant: at one CPU libreyolo's in-place write of last.pt takes half of
     # these 2-second epochs, and the stop test's boundary can find it mid-write at every epoch (then only
     # epoch_N.pt reaches the Hub, which the stop test would not take for last.pt).
     argv = ["docker", "run", "--name", name, "--network", "host", "-v", f"{workspace}:/workspace"]
+    argv += ["-v", f"{wheels}:{images.WHEELHOUSE_MOUNT}:ro"]
+    env = {**env, **images.wheelhouse_env()}
     for key in env:
         argv += ["-e", key]
     return [*argv, image], {**os.environ, **env}
@@ -69,14 +75,18 @@ def hub_json(ctx: HubContext, repo: str, path: str) -> dict:
 
 
 def test_trains_a_hub_dataset_and_uploads_the_model(
-    trainbox_image: str, container_name: str, hub_ctx: HubContext, tmp_path: Path
+    trainbox_image: str, container_name: str, hub_ctx: HubContext, tmp_path: Path, wheelhouse: Path
 ) -> None:
     dataset = hub_dataset(hub_ctx, tmp_path)
     output = hub_ctx.repo_id("model")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     argv, env = docker_run_argv(
-        trainbox_image, container_name, workspace, agent_env(hub_ctx, dataset, output, f"{TINY_RUN_ARGS} epochs=2")
+        trainbox_image,
+        container_name,
+        workspace,
+        agent_env(hub_ctx, dataset, output, f"{TINY_RUN_ARGS} epochs=2"),
+        wheelhouse,
     )
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     logs = result.stdout + result.stderr
@@ -95,10 +105,17 @@ def test_trains_a_hub_dataset_and_uploads_the_model(
     assert state["dataset"]["revision"] == hub_ctx.hub.head(dataset, repo_type="dataset")
     # and the weights are on the volume too
     assert list(workspace.glob("runs/*/weights/best.pt"))
+    # EXPORT's default (onnx, with OUTPUT_REPO): the image lacks onnx and onnxruntime, the agent fetched them into
+    # the volume (from the mounted wheelhouse), exported and checked the file, and published it
+    assert state["exports"]["onnx"]["status"] == "published", state["exports"]
+    assert state["exports"]["onnx"]["file"] in files
+    fetched = list(workspace.glob(".trainbox/runtimes/*/onnx-*/onnxruntime/__init__.py"))
+    assert len(fetched) == 1, sorted(str(path) for path in workspace.glob(".trainbox/runtimes/**"))
+    assert not list(workspace.glob(".trainbox/runtimes/*/.partial-*"))
 
 
 def test_docker_stop_mid_training_is_a_clean_preemption(
-    trainbox_image: str, container_name: str, hub_ctx: HubContext, tmp_path: Path
+    trainbox_image: str, container_name: str, hub_ctx: HubContext, tmp_path: Path, wheelhouse: Path
 ) -> None:
     dataset = hub_dataset(hub_ctx, tmp_path)
     output = hub_ctx.repo_id("preempted")
@@ -107,7 +124,7 @@ def test_docker_stop_mid_training_is_a_clean_preemption(
     # Long enough to be stopped mid-way; not more: each kept epoch_N.pt counts in the disk check (≈35 MB each).
     run_args = f"{TINY_RUN_ARGS} epochs=40 save_period=1"
     argv, env = docker_run_argv(
-        trainbox_image, container_name, workspace, agent_env(hub_ctx, dataset, output, run_args)
+        trainbox_image, container_name, workspace, agent_env(hub_ctx, dataset, output, run_args), wheelhouse
     )
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -58,6 +58,15 @@ def test_the_base_torch_is_kept_and_protected(trainbox_image: str, base_image: s
     assert "(constraint)" in swap.stdout + swap.stderr
 
 
+def test_the_image_leaves_the_fetched_runtimes_and_matplotlib_out(trainbox_image: str) -> None:
+    """pyarrow, onnx and onnxruntime are fetched on first use (entrypoint/runtimes/fetch.py); the plot is Pillow's."""
+    modules = "('pyarrow', 'onnx', 'onnxruntime', 'matplotlib', 'PIL')"
+    probe = f"import importlib.util as u; print(sorted(m for m in {modules} if u.find_spec(m)))"
+    found = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", trainbox_image, "-c", probe)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "['PIL']"
+
+
 def write_state(workspace: Path, phase: str) -> None:
     run_dir = workspace / "runs" / "demo-12345678"
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,43 @@ def test_the_plot_is_a_png_of_the_rows(tmp_path: Path) -> None:
     assert not plot.draw([{"epoch": 1}], tmp_path / "empty.png", "nothing")
 
 
+def test_the_plot_draws_each_series_where_its_numbers_are(tmp_path: Path) -> None:
+    target = tmp_path / "training.png"
+    rows = rows_until(6)
+    rows[3]["train/loss"] = 2 * rows[0]["train/loss"]  # a spike: the line must follow the data, not a trend
+    assert plot.draw(rows, target, "run: loss and mAP")
+    data = plot.series(rows)
+    loss_panel, map_panel = plot.panels(data)
+    with Image.open(target) as image:
+        pixels = image.convert("RGB")
+    for panel, name in ((loss_panel, "train/loss"), (map_panel, "metrics/mAP50")):
+        for epoch, value in data[name]:
+            x, y = panel.point(epoch, value)
+            assert pixels.getpixel((round(x), round(y))) == plot.COLOURS[0], (name, epoch, value)
+    # The spike's point is above the first epoch's, and the panel's top-left corner (no data) stays blank.
+    assert loss_panel.point(4, rows[3]["train/loss"])[1] < loss_panel.point(1, rows[0]["train/loss"])[1]
+    left, top, _, _ = loss_panel.box
+    assert pixels.getpixel((left + 3, top + 40)) == plot.BACKGROUND
+    # mAP starts at 0, and every value lies inside its panel.
+    assert map_panel.ys[0] == 0
+    for panel, names in ((loss_panel, plot.LOSSES), (map_panel, plot.MAPS)):
+        for name in names:
+            for epoch, value in data.get(name, []):
+                x, y = panel.point(epoch, value)
+                left, top, right, bottom = panel.box
+                assert left - 0.5 <= x <= right + 0.5 and top - 0.5 <= y <= bottom + 0.5, (name, epoch)
+
+
+def test_the_plot_of_one_epoch_or_a_flat_series_is_drawn(tmp_path: Path) -> None:
+    one = [{"epoch": 1, "train/loss": 0.5, "metrics/mAP50": 0.0}]
+    assert plot.draw(one, tmp_path / "one.png", "one epoch")
+    loss_panel, _ = plot.panels(plot.series(one))
+    with Image.open(tmp_path / "one.png") as image:
+        x, y = loss_panel.point(1, 0.5)
+        assert image.convert("RGB").getpixel((round(x), round(y))) == plot.COLOURS[0]
+    assert not plot.draw([{"epoch": 1, "train/loss": float("nan")}], tmp_path / "nan.png", "nothing finite")
+
+
 @pytest.fixture
 def job(tmp_path: Path) -> progress.Progress:
     settings = from_env(
