@@ -158,8 +158,10 @@ def _pip(runtime: Runtime, target: Path, env: Mapping[str, str]) -> None:
     logger.info("runtime %s: fetching %s", runtime.name, " ".join(runtime.wheels))
     argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-input"]
     argv += ["--disable-pip-version-check", "--target", str(target), *runtime.wheels]
-    # pip's own settings (PIP_INDEX_URL, PIP_FIND_LINKS, proxies, certificates) come with the environment.
-    done = procs.run(argv, timeout=PIP_TIMEOUT, env=env, echo=False)
+    # pip's own settings (PIP_INDEX_URL, PIP_FIND_LINKS, proxies, certificates) come with the environment; the
+    # Hub's token is nothing pip needs (the provider keys are already out of ``env``).
+    pip_env = {key: value for key, value in env.items() if key != "HF_TOKEN"}
+    done = procs.run(argv, timeout=PIP_TIMEOUT, env=pip_env, echo=False)
     if done.timed_out:
         raise FetchFailed(f"pip did not finish within {PIP_TIMEOUT:.0f} s")
     if done.returncode != 0:

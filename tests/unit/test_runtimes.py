@@ -266,3 +266,21 @@ def test_the_dry_run_names_what_a_start_would_fetch(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(runtimes.RUNTIMES, "onnx", unreachable)
     assert runtimes.not_importable(("onnx", "onnxruntime")) == ["trainbox-absent-rt==1.0"]
     assert runtimes.not_importable(("openvino",)) == []
+
+
+def test_pip_gets_its_own_settings_and_never_the_hubs_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, str] = {}
+    real_run = runtimes.procs.run
+
+    def run(argv: list[str], **kwargs: object) -> object:
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        seen.update(env)
+        return real_run(argv, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtimes.procs, "run", run)
+    env = pip_env(tmp_path / "empty") | {"HF_TOKEN": "hf_" + "x" * 30}
+    with pytest.raises(runtimes.FetchFailed):
+        runtimes.ensure(ABSENT, tmp_path / "workspace", env)
+    assert seen["PIP_FIND_LINKS"] == str(tmp_path / "empty") and seen["PIP_NO_INDEX"] == "1"
+    assert "HF_TOKEN" not in seen
