@@ -152,6 +152,7 @@ class Job:
                     point.total_epochs,
                 )
                 self.already_complete = True
+                self.state.update(**export_run.carried(self.state.previous, self.settings))
             else:
                 self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()

@@ -100,6 +100,19 @@ def export_all(
     return records
 
 
+def carried(previous: dict[str, Any] | None, settings: Settings) -> dict[str, Any]:
+    """What a start that finds the run trained keeps of the attempt before it, for its end: the dataset the
+    exports are checked on, and the exports already settled. Kept in its own record at once, so a start killed
+    before its end leaves them to the next one too."""
+    kept: dict[str, Any] = {}
+    dataset = (previous or {}).get("dataset")
+    if isinstance(dataset, dict):
+        kept["dataset"] = dataset
+    if done := settled(previous, settings):
+        kept["exports"] = done
+    return kept
+
+
 def settled(previous: dict[str, Any] | None, settings: Settings) -> dict[str, dict[str, Any]]:
     """The EXPORT formats an earlier attempt of this finished run settled: published (its file still beside
     best.pt) or failed. A format it never reached (killed, even with -9, during the exports) or skipped

@@ -86,14 +86,13 @@ class WrapUp:
         if not self.settings.topology.leader:
             return
         # A start that finds the run already trained delivers only what the earlier attempts did not settle (one
-        # killed during its exports): the settled records stay in trainbox.json, so the card keeps listing them.
-        done = exports.settled(self.state.previous, self.settings) if self.already_complete else {}
+        # killed during its exports): it carried their dataset and settled records over (export.run.carried),
+        # so the card keeps listing them.
+        snapshot = self.state.snapshot()
+        done = exports.settled(snapshot, self.settings) if self.already_complete else {}
         todo = tuple(name for name in self.settings.export if name not in done)
-        source = (self.state.previous or {}) if self.already_complete else self.state.snapshot()
-        found = (source.get("dataset") or {}).get("data_yaml")
+        found = (snapshot.get("dataset") or {}).get("data_yaml")
         data_yaml = Path(found) if isinstance(found, str) else None
-        if done:
-            self.state.update(exports=done)
         # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
         best = self.settings.run_dir / BEST_CHECKPOINT
         on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()

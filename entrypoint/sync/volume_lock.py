@@ -34,6 +34,8 @@ def held(path: Path, run_name: str) -> Iterator[None]:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         logger.debug("volume lock %s: not made (%s); going on without it", path, error)
+        descriptor = None
+    if descriptor is None:
         yield
         return
     try:

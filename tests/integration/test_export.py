@@ -142,15 +142,20 @@ def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tm
         FAKE_EXPORT_MODE="hang",
         **stand_in(tmp_path, epoch_seconds=0.1),
     )
-    process = start_trainbox("run", env=env)
-    assert process.stdout is not None
-    for line in process.stdout:
-        if " export --model " in line:
-            break
-    process.kill()
-    process.wait(timeout=30)
+
+    def killed_while_exporting() -> None:
+        process = start_trainbox("run", env=env)
+        assert process.stdout is not None
+        for line in process.stdout:
+            if " export --model " in line:
+                break
+        process.kill()
+        process.wait(timeout=30)
+
+    killed_while_exporting()  # the training's attempt
     (run_dir,) = (workdir / "runs").iterdir()
     assert "exports" not in json.loads((run_dir / "trainbox.json").read_text())
+    killed_while_exporting()  # a start that found the run trained, killed too: what it carried stays on record
 
     again = run_trainbox("run", env=env | {"FAKE_EXPORT_MODE": "fail"})
     assert again.returncode == 0, again.output[-3000:]
