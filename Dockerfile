@@ -65,7 +65,7 @@ RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install opencv-python-headless \
 # conflicts without failing: a base's own packages may already disagree with one another (the container tests
 # require it clean on the stand-in base).
 # TRAINBOX_RUNTIMES (parquet, onnx, comma separated) bakes in what the agent otherwise fetches on first use into
-# the volume (entrypoint/runtimes.py): for hosts that cannot reach PyPI. The pins are pyproject.toml's extras.
+# the volume (entrypoint/runtimes/fetch.py): for hosts that cannot reach PyPI. The pins are pyproject.toml's extras.
 COPY pyproject.toml /opt/trainbox/
 ARG LIBREYOLO_EXTRAS=""
 ARG TRAINBOX_RUNTIMES=""
