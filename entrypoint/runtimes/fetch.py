@@ -132,25 +132,26 @@ def _activate(installed: Path) -> None:
 
 
 def _install(runtime: Runtime, installed: Path, env: Mapping[str, str]) -> None:
-    installed.parent.mkdir(parents=True, exist_ok=True)
-    # One fetch at a time per runtime on this volume (the lock goes with its holder, killed or not): a second
-    # container waits, then finds the first's folder.
-    with (installed.parent / f".{runtime.folder}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if installed.is_dir():
-            logger.info("runtime %s: another start installed it meanwhile", runtime.name)
-            return
-        for stale in installed.parent.glob(f"{_TEMPORARY}{runtime.folder}-*"):
-            shutil.rmtree(stale, ignore_errors=True)  # what a killed fetch left: the lock says none is running
-        scratch = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{runtime.folder}-", dir=installed.parent))
-        scratch.chmod(0o755)  # mkdtemp's 0700 would hide it from a container running as another user
-        try:
-            _pip(runtime, scratch, env)
-            scratch.rename(installed)  # the commit: a folder under this name is whole
-        except OSError as error:
-            raise FetchFailed(f"could not install it into {installed}: {error.strerror or error}") from None
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        installed.parent.mkdir(parents=True, exist_ok=True)
+        # One fetch at a time per runtime on this volume (the lock goes with its holder, killed or not): a second
+        # container waits, then finds the first's folder.
+        with (installed.parent / f".{runtime.folder}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if installed.is_dir():
+                logger.info("runtime %s: another start installed it meanwhile", runtime.name)
+                return
+            for stale in installed.parent.glob(f"{_TEMPORARY}{runtime.folder}-*"):
+                shutil.rmtree(stale, ignore_errors=True)  # what a killed fetch left: the lock says none is running
+            scratch = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{runtime.folder}-", dir=installed.parent))
+            try:
+                scratch.chmod(0o755)  # mkdtemp's 0700 would hide it from a container running as another user
+                _pip(runtime, scratch, env)
+                scratch.rename(installed)  # the commit: a folder under this name is whole
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+    except OSError as error:  # a full or read-only volume: said as the fetch's failure, in one line
+        raise FetchFailed(f"could not install it into {installed}: {error.strerror or error}") from None
     logger.info("runtime %s: installed in %s", runtime.name, installed)
 
 

@@ -284,3 +284,13 @@ def test_pip_gets_its_own_settings_and_never_the_hubs_token(tmp_path: Path, monk
         runtimes.ensure(ABSENT, tmp_path / "workspace", env)
     assert seen["PIP_FIND_LINKS"] == str(tmp_path / "empty") and seen["PIP_NO_INDEX"] == "1"
     assert "HF_TOKEN" not in seen
+
+
+def test_a_volume_that_cannot_hold_it_is_a_failed_fetch_in_one_line(tmp_path: Path, wheelhouse: Path) -> None:
+    workdir = tmp_path / "workspace"
+    workdir.mkdir()
+    (workdir / ".trainbox").write_text("a file where the agent's folder would be")  # as a full or read-only volume
+    with pytest.raises(runtimes.FetchFailed, match=r"^could not install it into .*: ") as failed:
+        runtimes.ensure(PROBE, workdir, pip_env(wheelhouse))
+    assert "\n" not in str(failed.value)
+    assert runtimes.failure(PROBE) == str(failed.value)  # not tried again in this start
