@@ -62,13 +62,17 @@ class WrapUp:
         phase, code = self.attempt.end(outcome, already_complete=self.already_complete)
         if phase is Phase.DONE and code == 0:
             self._deliver()
+        synced: dict[str, Any] | None = None
         if self.uploader is not None:
             code = job_sync.final(
                 self.uploader, self.state, self.settings, self.hub, phase, code, self.clock.remaining()
             )
+            # What the Hub holds as the final upload returned, for the end message: the exit confirmed next
+            # changes trainbox.json again, which the release publishes, and is not a file the Hub lacks.
+            synced = job_sync.report(self.uploader)
         self.state.history.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
-        self.notifier.ended(self.clock, job_sync.report(self.uploader) if self.uploader is not None else None)
+        self.notifier.ended(self.clock, synced)
         try:
             release_code = end_of_job(self.settings, self.state, failed=code != 0, publish=self.publish_state)
             if self.lease is not None:  # after the last write: the next container takes the run at once
