@@ -21,6 +21,20 @@ def _warnings(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if " WARNING: " in line]
 
 
+def standin_env(hub_ctx: HubContext, tmp_path: Path, workdir: Path, repo: str, **extra: str) -> dict[str, str]:
+    """`trainbox run` on the CPU with the stand-in libreyolo (an epoch in 0.1 s), a tiny dataset, the test Hub."""
+    return trainbox_env(
+        workdir,
+        HF_TOKEN=hub_ctx.token,
+        HF_HUB_CACHE=str(hub_ctx.cache_dir),
+        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
+        OUTPUT_REPO=repo,
+        GPUS="cpu",
+        **extra,
+        **stand_in(tmp_path, epoch_seconds=0.1),
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "line", "dry_run"),
     [
@@ -47,16 +61,13 @@ def test_an_export_the_run_cannot_make_is_refused_before_the_dataset(
 def test_a_failing_export_is_one_warning_and_the_run_still_succeeds(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("cones")
     workdir = tmp_path / "work"
-    env = trainbox_env(
+    env = standin_env(
+        hub_ctx,
+        tmp_path,
         workdir,
-        HF_TOKEN=hub_ctx.token,
-        HF_HUB_CACHE=str(hub_ctx.cache_dir),
-        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
-        OUTPUT_REPO=repo,
-        GPUS="cpu",
+        repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2",
         EXPORT="onnx",
-        **stand_in(tmp_path, epoch_seconds=0.1),  # its `libreyolo export` fails as libreyolo does without onnx
     )
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
@@ -129,18 +140,15 @@ def test_a_finished_run_publishes_a_checked_onnx_file_that_onnxruntime_runs(
 def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("cones")
     workdir = tmp_path / "work"
-    env = trainbox_env(
+    env = standin_env(
+        hub_ctx,
+        tmp_path,
         workdir,
-        HF_TOKEN=hub_ctx.token,
-        HF_HUB_CACHE=str(hub_ctx.cache_dir),
-        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
-        OUTPUT_REPO=repo,
-        GPUS="cpu",
+        repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
         EXPORT="onnx",
         LEASE_PERIOD="4s",  # the killed agent's lease: the restart takes the run over after it
         FAKE_EXPORT_MODE="hang",
-        **stand_in(tmp_path, epoch_seconds=0.1),
     )
 
     def killed_while_exporting() -> None:
@@ -169,17 +177,14 @@ def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tm
 def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("cones")
     workdir = tmp_path / "work"
-    env = trainbox_env(
+    env = standin_env(
+        hub_ctx,
+        tmp_path,
         workdir,
-        HF_TOKEN=hub_ctx.token,
-        HF_HUB_CACHE=str(hub_ctx.cache_dir),
-        DATASET_REPO=str(make_dataset(tmp_path / "data").parent),
-        OUTPUT_REPO=repo,
-        GPUS="cpu",
+        repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
         EXPORT="onnx,torchscript",
         FAKE_EXPORT_MODE="hang",  # its `libreyolo export` never ends
-        **stand_in(tmp_path, epoch_seconds=0.1),
     )
     process = start_trainbox("run", env=env)
     assert process.stdout is not None
