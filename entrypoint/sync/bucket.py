@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 import secrets
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import status_of
 from ..xet import ahead as xetahead
+from . import clock
 from .protocol import Manifest as Manifest
 
 MANIFESTS = "manifests"
@@ -68,7 +68,7 @@ def default_bucket_id(output_repo: str) -> str:
 def new_attempt(after: str | None = None) -> str:
     """An attempt's id: its start in ms, zero-padded, then random; later than ``after`` (the newest
     attempt seen in the bucket) even on a machine whose clock is behind the last writer's."""
-    millis = int(time.time() * 1000)
+    millis = int(clock.time() * 1000)
     if after is not None and (match := _ATTEMPT.match(after)):
         millis = max(millis, int(match.group(1)) + 1)
     return f"{millis:013d}-{secrets.token_hex(3)}"

@@ -13,7 +13,6 @@ took the run over, and this one stops (``TakenOverError``) before it writes agai
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from .. import libreyolo
 from ..errors import TakenOverError
 from ..log import logger
-from . import protocol
+from . import clock, protocol
 from .bucket import MANIFESTS, Manifest, RunFolder, new_attempt, newest_attempt
 from .staging import StagedFile
 
@@ -104,7 +103,7 @@ class BucketStore:
             seq=self._seq,
             commit=commit_id,
             epoch=epoch,
-            written_at=time.time(),
+            written_at=clock.time(),
             files=protocol.next_files(self._base, previous, entries),
         )
         self._sent[commit_id] = manifest

@@ -8,14 +8,13 @@ attempt writes the run.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AccessError, AgentError, StopRequested, TakenOverError
 from ..hub import CardRefusedError, RateLimitedError, new_commit_id
 from ..log import logger
-from . import places, protocol
+from . import clock, places, protocol
 from .lane import Lane
 from .staging import StagedFile
 
@@ -76,7 +75,7 @@ class Committers:
                 self._drop_discarded()
                 wait = self._time_to_commit(lane)
                 if wait is None or wait > 0:
-                    lane.work.wait(self.up.poll_interval if wait is None else min(wait, self.up.poll_interval))
+                    clock.wait(lane.work, self.up.poll_interval if wait is None else min(wait, self.up.poll_interval))
                     lane.work.clear()
                     continue
                 with self.up.changed:
@@ -96,16 +95,16 @@ class Committers:
 
     def _after_try(self, lane: Lane, ok: bool) -> None:
         lane.failures = 0 if ok else lane.failures + 1
-        lane.failing_since = None if ok else lane.failing_since or time.monotonic()
+        lane.failing_since = None if ok else lane.failing_since or clock.monotonic()
         if not ok:
             # Short retries while someone waits on a flush, or while the bucket counts its way to the
             # fallback (each try carries the newest boundary); longer ones beside training.
             counting = lane is self.up.bucket and self.up.fallback is None
             pause = min(1.0 if self._flush_deadline() is not None or counting else 60.0, 2.0**lane.failures)
-            lane.retry_at = time.monotonic() + pause
+            lane.retry_at = clock.monotonic() + pause
         if lane is not self.up.bucket:
             return
-        failing_for = time.monotonic() - (lane.failing_since or time.monotonic())
+        failing_for = clock.monotonic() - (lane.failing_since or clock.monotonic())
         if not ok and protocol.fall_back(lane.failures, failing_for, bool(lane.denied_at), self.up.fallback_after):
             self._fall_back(" ".join((lane.last_error or "no answer").split())[:200])
         elif ok and lane.commits and self.up.fallback is not None:
@@ -122,7 +121,7 @@ class Committers:
         with self.up.changed:
             if not lane.pending or self.up.taken_over is not None:
                 return None
-        wait = max(0.0, lane.retry_at - time.monotonic())
+        wait = max(0.0, lane.retry_at - clock.monotonic())
         if self._flush_deadline() is not None or (lane is self.up.repo and self.up.owes_run_id):
             return max(wait, lane.budget.hold())  # a final upload spends over budget, not over a 429
         return max(wait, lane.budget.wait_time())
@@ -169,7 +168,7 @@ class Committers:
             if isinstance(error, RateLimitedError):
                 lane.budget.drain(error.retry_after)  # quiet until the Hub allows commits again
             elif isinstance(error, AccessError):
-                lane.denied_at = time.monotonic()
+                lane.denied_at = clock.monotonic()
             else:
                 lane.unconfirmed = (commit_id, batch)  # no answer is not a no: it may have landed
             logger.warning("sync: %s: commit failed: %s (kept for the next try)", lane.name, lane.last_error)
@@ -224,7 +223,7 @@ class Committers:
         lane.commits.append(sha)
         lane.last_error = None
         if measured and batch:
-            lane.latencies.append(time.monotonic() - min(item.seen_at for item in batch))
+            lane.latencies.append(clock.monotonic() - min(item.seen_at for item in batch))
         names = sorted(item.relative for item in batch)
         label = sha[:8] if lane is self.up.repo else sha.rsplit("/", 1)[-1]
         logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), lane.name, label)
@@ -262,7 +261,7 @@ class Committers:
             " %s as commits until it answers",
             self.up.bucket.name,
             self.up.bucket.failures,
-            time.monotonic() - (self.up.bucket.failing_since or time.monotonic()),
+            clock.monotonic() - (self.up.bucket.failing_since or clock.monotonic()),
             why,
             self.up.repo_id,
         )

@@ -19,7 +19,6 @@ it (``TakenOverError``, exit 71).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -32,7 +31,7 @@ from ..errors import LeaseHeldError, StopRequested, StoreUnreadableError, TakenO
 from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import RETRY_STATUS, describe, retry_after_of, status_of
-from . import protocol
+from . import clock, protocol
 from .bucket import Bucket, RunFolder, new_attempt
 
 LEASE_FILE = ".trainbox/lease.json"
@@ -103,12 +102,12 @@ class RunLease:
         return protocol.Beat(f"{head}|{','.join(sorted(found))}", None if found else head_at)
 
     # -- taking ---------------------------------------------------------------------------------
-    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = time.sleep) -> str:
+    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = clock.sleep) -> str:
         """Take the run's lease; return the run id it names (another container's, on a new run both started).
         ``LeaseHeldError`` when a live container holds it; ``StoreUnreadableError`` when its heartbeat could
         not be read for three periods."""
         watch: protocol.Watch | None = None
-        began, said = time.monotonic(), -_SAID_EVERY
+        began, said = clock.monotonic(), -_SAID_EVERY
         while True:
             lease, head, head_at = self.read()
             if self.attempt is None:
@@ -116,14 +115,14 @@ class RunLease:
             live = lease is not None and not lease.released and lease.holder != self.attempt
             beat = self._beat(lease, head, head_at) if live else protocol.Beat(head, head_at)
             if beat is None:
-                if time.monotonic() - began > 3 * self.period:
+                if clock.monotonic() - began > 3 * self.period:
                     raise StoreUnreadableError(
                         f"cannot tell whether another container holds run {self.run_name}: its bucket does not answer",
                         "start it again once the bucket answers",
                     )
                 sleep(min(10.0, self.period / 12))
                 continue
-            verdict, watch = protocol.judge_lease(lease, self.attempt, beat, time.time(), watch)
+            verdict, watch = protocol.judge_lease(lease, self.attempt, beat, clock.time(), watch)
             if verdict is protocol.Verdict.HELD:
                 assert lease is not None
                 raise LeaseHeldError(
@@ -133,13 +132,13 @@ class RunLease:
                 )
             if verdict is protocol.Verdict.WATCH:
                 assert lease is not None and watch is not None
-                if time.monotonic() - said >= _SAID_EVERY:
-                    said = time.monotonic()
+                if clock.monotonic() - said >= _SAID_EVERY:
+                    said = clock.monotonic()
                     logger.info(
                         "lease: attempt %s holds run %s; watching its heartbeat (taken over if quiet %.0f s more)",
                         lease.holder,
                         self.run_name,
-                        max(0.0, lease.period - (time.time() - watch.since)),
+                        max(0.0, lease.period - (clock.time() - watch.since)),
                     )
                 sleep(min(10.0, self.period / 12))
                 continue
@@ -151,7 +150,7 @@ class RunLease:
                 continue
             self.run_id = held_id
             self.landed()
-            self._checked_at = time.monotonic()
+            self._checked_at = clock.monotonic()
             if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released:
                 # The holder taken over may have read its lease just before: it writes for at most a quarter
                 # period more. This one writes (and reads what it carries forward) only after that.
@@ -162,7 +161,7 @@ class RunLease:
         """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412) or the answer was
         lost (the next read says whether it landed)."""
         assert self.attempt is not None
-        data = protocol.Lease(run_id, self.attempt, time.time(), self.period).to_bytes()
+        data = protocol.Lease(run_id, self.attempt, clock.time(), self.period).to_bytes()
         if previous is not None and not previous.released:
             logger.warning(
                 "lease: attempt %s of run %s was quiet a whole lease period (%.0f s): taking the run over",
@@ -203,11 +202,11 @@ class RunLease:
     def landed(self) -> None:
         """A write of this attempt landed (a boundary, a commit): that is a heartbeat."""
         with self._lock:
-            self._beat_at = time.monotonic()
+            self._beat_at = clock.monotonic()
 
     def quiet(self) -> float:
         with self._lock:
-            return time.monotonic() - self._beat_at
+            return clock.monotonic() - self._beat_at
 
     def check(self, deadline: float | None = None) -> None:
         """Before a write: this attempt still holds the run, else ``TakenOverError``. The lease is read again
@@ -215,13 +214,13 @@ class RunLease:
         period of silence, so a take-over is seen long before this attempt's writes could matter."""
         if self.lost is not None:
             raise self.lost
-        wait = self._writes_from - time.monotonic()
+        wait = self._writes_from - clock.monotonic()
         if wait > 0:
-            if deadline is not None and time.monotonic() + wait > deadline:
+            if deadline is not None and clock.monotonic() + wait > deadline:
                 raise TimeoutError(f"the run was taken over {self.period / 4 - wait:.0f} s ago: its first write waits")
-            time.sleep(wait)
+            clock.sleep(wait)
         with self._lock:
-            fresh = time.monotonic() - self._checked_at < self.period / 4
+            fresh = clock.monotonic() - self._checked_at < self.period / 4
         if fresh or self.unleased:
             return
         try:
@@ -240,7 +239,7 @@ class RunLease:
             )
             raise self.lost
         with self._lock:
-            self._checked_at = time.monotonic()
+            self._checked_at = clock.monotonic()
 
     def renew(self, *, in_bucket: bool) -> None:
         """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
@@ -259,7 +258,7 @@ class RunLease:
             if not self.unleased and (lease is None or lease.holder != self.attempt):
                 self.check()
                 return
-            renewed = protocol.Lease(self.run_id, self.attempt, time.time(), self.period)
+            renewed = protocol.Lease(self.run_id, self.attempt, clock.time(), self.period)
             try:
                 self._commit(renewed.to_bytes(), head, "Renew the run's lease")
                 self.unleased = False
@@ -272,7 +271,7 @@ class RunLease:
         """The heartbeat thread: renews when quiet for half a period; tells ``on_lost`` once if the run is lost."""
 
         def run() -> None:
-            while not self._stop.wait(self.period / 8):
+            while not clock.wait(self._stop, self.period / 8):
                 try:
                     if self.quiet() < self.period / 2:
                         self.check()  # a take-over is noticed between boundaries too (long epochs)

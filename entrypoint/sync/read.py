@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from ..hub import Hub
 from ..log import logger
 from ..retry import describe
 from ..state import STATE_FILE
-from . import checkpoint, protocol
+from . import checkpoint, clock, protocol
 from .bucket import Bucket, Manifest, RunFolder
 from .lease import LEASE_FILE
 from .staging import sha256_of
@@ -234,7 +233,7 @@ def bucket_sources(
     seconds; then, when the repo knows the run (True), ``StoreUnreadableError`` (exit 73: a fresh start would
     lose the epochs only the bucket holds); else (False, or None: a reader that only looks) none.
     Another run's folder under the same RUN_NAME is said in one line (``say_others``) and left alone."""
-    began = time.monotonic()
+    began = clock.monotonic()
     while True:
         try:
             manifests = folder.whole_manifests()
@@ -242,11 +241,11 @@ def bucket_sources(
         except StopRequested:
             raise
         except Exception as error:
-            waited = time.monotonic() - began
+            waited = clock.monotonic() - began
             decision = protocol.bucket_read(protocol.Read.FAILED, waited, bool(run_known), read_for)
             if run_known is not None and decision is protocol.BucketRead.RETRY:
                 logger.warning("resume: cannot read %s (%s); reading it again", folder.label, describe(error))
-                time.sleep(min(5.0, max(0.5, read_for / 10)))
+                clock.sleep(min(5.0, max(0.5, read_for / 10)))
                 continue
             if run_known is not None and decision is protocol.BucketRead.REFUSE:
                 raise StoreUnreadableError(

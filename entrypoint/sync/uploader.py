@@ -18,7 +18,6 @@ When the bucket shows that a newer attempt writes the run, nothing more is writt
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from math import inf
 from pathlib import Path
@@ -30,7 +29,7 @@ from .. import libreyolo
 from ..errors import TakenOverError
 from ..hub import Hub
 from ..log import logger
-from . import places
+from . import clock, places
 from .bucket_store import BucketStore
 from .committer import Committers
 from .lane import Lane
@@ -164,7 +163,7 @@ class Uploader:
         they have it all. Returns by ``timeout`` whatever the threads are doing. ``final``: the end of
         the run, when the repo also gets the final ``last.pt`` (bucket mode); ``everywhere``: wait for
         the repo's milestones too (trainbox.json on the repo at a run's first start)."""
-        began = time.monotonic()
+        began = clock.monotonic()
         deadline = began + timeout
         with self.changed:
             if final:
@@ -178,7 +177,7 @@ class Uploader:
         done, restaged = False, False
         try:
             with self.changed:
-                while (remaining := min(deadline, self.cutoff) - time.monotonic()) > 0:
+                while (remaining := min(deadline, self.cutoff) - clock.monotonic()) > 0:
                     if self.taken_over is not None:
                         break
                     # Bucket mode, the end: the final last.pt staged again for the repo (after SIGTERM, once
@@ -228,28 +227,28 @@ class Uploader:
         elif not answered:
             logger.error("sync: the final snapshot did not finish within %.0f s", timeout)
         if left:
-            waited = time.monotonic() - began
+            waited = clock.monotonic() - began
             logger.error("sync: %d file(s) not on the Hub after %.0f s: %s", len(left), waited, ", ".join(left[:5]))
         return False
 
     def cut_short(self, deadline: float) -> None:
-        """No flush, running or to come, waits past ``deadline`` (a ``time.monotonic()`` value), and no staging
+        """No flush, running or to come, waits past ``deadline`` (a ``clock.monotonic()`` value), and no staging
         starts past it. Safe in a signal handler: it takes no lock."""
         self.cutoff = min(self.cutoff, deadline)
         self.snapshots.cutoff = min(self.snapshots.cutoff, deadline)
 
     def stop(self, timeout: float = 5.0) -> None:
         """End every thread; waits at most ``timeout`` (a commit in flight is abandoned)."""
-        deadline = time.monotonic() + timeout
+        deadline = clock.monotonic() + timeout
         self.stopping.set()
         self.snapshots.wake.set()
         for lane in self.lanes:
             lane.work.set()
         if self._observer is not None:
             self._observer.stop()
-            self._observer.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._observer.join(timeout=max(0.0, deadline - clock.monotonic()))
         for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            thread.join(timeout=max(0.0, deadline - clock.monotonic()))
 
     # -- where files go --------------------------------------------------------------------
     def _final_left(self) -> dict[str, str]:
