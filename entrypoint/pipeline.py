@@ -1,8 +1,8 @@
 """``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end. ``Job``
-holds the stage order and the one shutdown path; the training stage is training/loop.py's ``TrainingLoop``, the
-end release/wrapup.py's ``WrapUp``.
+holds the stage order and the one shutdown path; the training stage is job/loop.py's ``TrainingLoop``, the
+end job/wrapup.py's ``WrapUp``.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
 same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
 uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
@@ -31,11 +31,12 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
+from .job.loop import TrainingLoop
+from .job.wrapup import WrapUp
 from .libreyolo import check_export_gpu
 from .log import logger
 from .release.clock import ShutdownClock
 from .release.end import check_access
-from .release.wrapup import WrapUp
 from .report import notify, progress
 from .report.attempt import Attempt
 from .settings import Settings
@@ -47,7 +48,6 @@ from .sync.lease import RunLease
 from .sync.uploader import Uploader
 from .training import resume
 from .training.launch import Launch
-from .training.loop import TrainingLoop
 from .training.process import TrainingProcess
 
 
@@ -287,7 +287,7 @@ class Job:
         self.progress.publish(self.hub, self.settings.output_repo)
 
     def _wrap_up(self) -> WrapUp:
-        """The job's end, with what the stages left (release/wrapup.py)."""
+        """The job's end, with what the stages left (job/wrapup.py)."""
         return WrapUp(
             settings=self.settings,
             state=self.state,

@@ -14,11 +14,11 @@ from ..export import hubconfig
 from ..export import run as exports
 from ..libreyolo import BEST_CHECKPOINT
 from ..log import logger
+from ..release.clock import PUBLISH_TIMEOUT, ShutdownClock
+from ..release.end import end_of_job
 from ..report.nextsteps import summary
 from ..state import Phase
 from ..sync import job as job_sync
-from .clock import PUBLISH_TIMEOUT, ShutdownClock
-from .end import end_of_job
 
 if TYPE_CHECKING:
     from ..hub import Hub

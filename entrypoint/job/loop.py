@@ -19,10 +19,10 @@ from ..report.attempt import spend_entry
 from ..run_args import RunArgs
 from ..state import Phase
 from ..sync import job as job_sync
-from . import extend, monitor, profiling, resume, sizing
-from .launch import attempt_output, log_size
-from .oom import OomTry, end_of_set
-from .process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
+from ..training import extend, monitor, profiling, resume, sizing
+from ..training.launch import attempt_output, log_size
+from ..training.oom import OomTry, end_of_set
+from ..training.process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
 
 if TYPE_CHECKING:
     from .. import dataset
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..state import RunState
     from ..sync.bucket import RunFolder
     from ..sync.uploader import Uploader
-    from .launch import Launch
+    from ..training.launch import Launch
 
 
 class TrainingJob(Protocol):
