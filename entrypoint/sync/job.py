@@ -17,6 +17,7 @@ from ..log import logger
 from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
+from . import volume_lock
 from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
 from .bucket_store import BucketStore
 from .lease import RunLease
@@ -43,7 +44,16 @@ def open_run(
     lease = None
     if settings.topology.leader and hub is not None and settings.output_repo is not None:
         bucket = Bucket(hub, settings.checkpoint_bucket) if settings.checkpoint_bucket is not None else None
-        lease = RunLease(hub, settings.output_repo, settings.run_name, settings.lease_period, bucket)
+        lock = volume_lock.lock_path(settings.workdir, settings.run_name)
+        lease = RunLease(
+            hub,
+            settings.output_repo,
+            settings.run_name,
+            settings.lease_period,
+            bucket,
+            machine=volume_lock.volume_id(settings.workdir),
+            volume_locked=lambda: volume_lock.is_held(lock),
+        )
         held = lease.acquire(run_id)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
@@ -52,7 +62,9 @@ def open_run(
         state.update(lease=lease.describe())
     if new_run:
         logger.info("resume: a new run: its id is %s", run_id)
-    folder, where = open_bucket(settings, hub, run_id, write=settings.topology.leader)
+    folder, where = open_bucket(
+        settings, hub, run_id, write=settings.topology.leader, bucket=lease.bucket if lease is not None else None
+    )
     if settings.topology.leader:
         state.update(storage=where)
     if folder is not None:
@@ -73,13 +85,15 @@ def _storage_changed(state: RunState, change: dict[str, Any], tell: Callable[[st
 
 
 def open_bucket(
-    settings: Settings, hub: Hub | None, run_id: str, *, write: bool
+    settings: Settings, hub: Hub | None, run_id: str, *, write: bool, bucket: Bucket | None = None
 ) -> tuple[RunFolder | None, dict[str, Any]]:
     """The run's folder in its bucket (``write``: created if missing and proven writable, on the node
     that writes), or None (off, or unavailable: said in one line, recorded in trainbox.json)."""
     if hub is None or settings.output_repo is None or settings.checkpoint_bucket is None:
         return None, {"mode": "repo"}
-    folder = RunFolder(Bucket(hub, settings.checkpoint_bucket), settings.run_name, run_id)
+    # The lease's bucket when there is one: what its watch saw there is known to the resume's reads.
+    bucket = bucket if bucket is not None else Bucket(hub, settings.checkpoint_bucket)
+    folder = RunFolder(bucket, settings.run_name, run_id)
     try:
         folder.bucket.open(write=write)
     except BucketUnavailable as error:
@@ -157,8 +171,6 @@ def start(
         ) from None
     if lease is not None:  # the heartbeat when no write came for half a lease period (long epochs)
         lease.may_commit = lambda: uploader.repo.budget.hold() <= 0 and not uploader.repo.denied_at
-        if lease.retry_after:  # the Hub rate-limited the lease's commit: the repo's commits wait as long
-            uploader.repo.budget.drain(lease.retry_after)
         lease.keep(lambda: uploader.bucket is not None and uploader.fallback is None, uploader.committers.lost_run)
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)

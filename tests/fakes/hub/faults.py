@@ -28,6 +28,10 @@ class Fault:
     skip: int = 0
     seed: int | None = None
     retry_after: int = 0
+    # A status fault's X-Error-Code (e.g. "EntryNotFound": a 404 the client raises as EntryNotFoundError), and
+    # its RateLimit reset in seconds (a 429 answered with the Hub's RateLimit headers instead of Retry-After).
+    code: str | None = None
+    reset: int | None = None
     after_bytes: int | None = None
     rate: int | None = None
     fired: int = 0

@@ -254,7 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault.kind == "status":
             headers = {"Retry-After": str(fault.retry_after)} if fault.status == 429 else {}
-            raise HubError(fault.status, f"Injected fault: HTTP {fault.status}", None, headers)
+            if fault.status == 429 and fault.reset is not None:
+                headers = {"RateLimit": f'"api";r=0;t={fault.reset}', "RateLimit-Policy": '"api";q=500;w=300'}
+            raise HubError(fault.status, f"Injected fault: HTTP {fault.status}", fault.code, headers)
         if fault.kind == "reset":
             self.drain()  # closing with unread input would turn our FIN into a RST
             raise _Abort()
