@@ -262,7 +262,7 @@ class RunLease:
         with self._lock:
             return clock.monotonic() - self._beat_at
 
-    def check(self, deadline: float | None = None) -> None:
+    def check(self, deadline: float | None = None, *, force: bool = False) -> None:
         """Before a write: this attempt still holds the run, else ``TakenOverError``. The lease is read again
         when the last read is a quarter period old (a read error: the write waits); a taker waits a whole
         period of silence, so a take-over is seen long before this attempt's writes could matter."""
@@ -275,7 +275,7 @@ class RunLease:
             clock.sleep(wait)
         with self._lock:
             fresh = clock.monotonic() - self._checked_at < self.period / 4
-        if fresh:
+        if fresh and not force:  # ``force``: a commit refused (412), the repo moved
             return
         try:
             lease, _, _ = self.read(deadline)

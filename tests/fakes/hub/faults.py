@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from tests.fakes.hub.server import HubServer
 
 
-FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset", "cas-unwritable")
+# "hold": the request waits, unanswered and unapplied, until the fault is removed (a writer's commit in flight
+# while it freezes: it lands, or is refused, only then).
+FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset", "cas-unwritable", "hold")
+HOLD_AT_MOST = 300.0
 
 
 @dataclass
