@@ -29,13 +29,19 @@ RUN_ID_TIMEOUT = 60.0
 
 
 def open_run(
-    settings: Settings, state: RunState, hub: Hub | None, scratch: Path
+    settings: Settings,
+    state: RunState,
+    hub: Hub | None,
+    scratch: Path,
+    before_lease: Callable[[], None] | None = None,
 ) -> tuple[RunFolder | None, bool, RunLease | None]:
     """The run's identity, its lease and its bucket folder: the run id (the volume's, else the repo's, adopted
     with its history, else a new one: then True, and the caller puts it on the repo before training; a node
     other than 0 takes node 0's), the run's lease taken by node 0 (``LeaseHeldError``, exit 72, when another
     container holds it: nothing written), the folder (written by node 0, read by the others), and the bucket's
-    trainbox.json adopted, the newest of all: the guards count its attempts too."""
+    trainbox.json adopted, the newest of all: the guards count its attempts too. ``before_lease``: called once the
+    history the volume, the repo and the bucket hold is adopted, before any wait for the lease (MAX_COST counts
+    the earlier attempts' spend from there)."""
     if not settings.topology.leader and hub is not None and settings.output_repo is not None:
         state.identity.follow_run_id(remote_state(hub, settings.output_repo, scratch))
     new_run = state.identity.ensure_run_id()
@@ -44,6 +50,10 @@ def open_run(
     lease = None
     if settings.topology.leader and hub is not None and settings.output_repo is not None:
         bucket = Bucket(hub, settings.checkpoint_bucket) if settings.checkpoint_bucket is not None else None
+        if bucket is not None and not new_run:  # only read: the spend an attempt killed on another volume recorded
+            state.history.adopt(bucket_state(RunFolder(bucket, settings.run_name, run_id), scratch))
+        if before_lease is not None:
+            before_lease()
         lock = volume_lock.lock_path(settings.workdir, settings.run_name)
         lease = RunLease(
             hub,
@@ -54,7 +64,7 @@ def open_run(
             machine=volume_lock.volume_id(settings.workdir),
             volume_locked=lambda: volume_lock.is_held(lock),
         )
-        held = lease.acquire(run_id)
+        held = lease.acquire(run_id, run_known=not new_run)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
             state.identity.follow_run_id({"run_id": held})

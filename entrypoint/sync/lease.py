@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, hf_hub_url
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from ..errors import LeaseHeldError, LeaseRefusedError, StopRequested, StoreUnreadableError, TakenOverError
@@ -110,6 +110,8 @@ class RunLease:
             ]
         except StopRequested:
             raise
+        except BucketNotFoundError:  # no bucket yet: nothing of the run is in it
+            return protocol.Beat(head, head_at)
         except Exception as error:
             logger.info("lease: cannot read %s now (%s); looking again", folder.label, describe(error))
             return None
@@ -117,17 +119,20 @@ class RunLease:
         return protocol.Beat(f"{head}|{','.join(sorted(found))}", None if found else head_at, writes=bool(found))
 
     # -- taking ---------------------------------------------------------------------------------
-    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = clock.sleep) -> str:
+    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = clock.sleep, run_known: bool = True) -> str:
         """Take the run's lease; return the run id it names (another container's, on a new run both started).
         ``LeaseHeldError`` when a live container holds it; ``StoreUnreadableError`` when its heartbeat could
-        not be read for three periods."""
+        not be read for three periods. ``run_known``: the repo knew the run before this start (without a lease,
+        its bucket is watched first: the file may have been deleted by hand)."""
         watch: protocol.Watch | None = None
         began, said = clock.monotonic(), -_SAID_EVERY
         while True:
             lease, head, head_at = self.read()
             if self.attempt is None:
                 self.attempt = new_attempt(after=lease.holder if lease is not None else None)
-            live = lease is None or (not lease.released and lease.holder != self.attempt)
+            live = (lease is None and run_known) or (
+                lease is not None and not lease.released and lease.holder != self.attempt
+            )
             beat = self._beat(lease, head, head_at, run_id) if live else protocol.Beat(head, head_at)
             if beat is None:
                 if clock.monotonic() - began > 3 * self.period:

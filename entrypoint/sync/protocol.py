@@ -13,10 +13,14 @@ The rules:
 - **Carry forward**: an attempt's manifests keep naming, by key, every file of the run that the newest whole
   manifest at its start named and its own volume does not hold (the ``epoch_N.pt`` snapshots of earlier
   attempts): never uploaded again, never deleted.
+- **A listing contradicted is a failed read** (``listing_read``): an empty answer (a 404 included) for a folder
+  in which a key is known to exist is never an empty folder.
 - **Delete only on complete knowledge**: a key goes only when a complete listing shows the holder's own newest
   manifest whole, no manifest there references the key that is not known and older, and no state there has
   more epochs than that manifest. A failed or partial listing deletes nothing.
-- **One writer, by lease** (``judge_lease``, ``may_write``): see lease.py for where the lease lives.
+- **One writer, by lease** (``judge_lease``, ``may_write``, ``lease_refused``): see lease.py for where the lease
+  lives. No decision on another machine's timestamp alone; an absent lease while the stores hold a state is
+  watched like a live one; a refused lease commit (429, 401, 403) is never a licence to write.
 - **Fallback by time and count**: the repo takes the working state only when the bucket has failed for at
   least ``fallback_seconds`` and ``FALLBACK_BOUNDARIES`` boundaries, or refused the token; then only
   ``last.pt`` and the small files, never the ``epoch_N.pt`` snapshots.

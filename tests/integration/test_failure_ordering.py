@@ -57,6 +57,9 @@ AGENT_TIMEOUT = 120
 # SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that
 # ignores the deadline (a 30 s retry, a 60 s publish, a 5 s join) overshoots it by far.
 EXIT_BOUND = PREEMPT_BUDGET + 4.0
+# A rate limit from the run's start spares the lease's take (the first commit): a lease refused that long ends
+# the start (74; tests/integration/test_protocol_orderings.py), and these test what comes after.
+LEASE_TAKE = 1
 
 
 @dataclass
@@ -255,7 +258,7 @@ def test_sigterm_at_any_moment(agent: Agent, moment: str) -> None:
 def test_sigterm_during_a_long_final_upload_exits_in_time(agent: Agent) -> None:
     hub = agent.hub_ctx.hub
     # The Hub holds commits for 100 s: the final upload (600 s allowed) waits for it...
-    hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+    hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=100)
     process = agent.start(agent.env(RUN_ARGS="epochs=2"))
     wait_for(lambda: local_phase(agent) == Phase.DONE, "the final upload", process)
     before = epochs_on_volume(agent.run_dir)
@@ -396,7 +399,7 @@ def test_a_torn_checkpoint_holds_nothing_to_keep_and_the_disk_is_destroyed(agent
 
 def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:
     hub = agent.hub_ctx.hub
-    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    limited = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=3600)
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy"))
 
     assert code == SyncError.exit_code, output[-3000:]
@@ -410,7 +413,7 @@ def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, va
 def test_with_every_epoch_in_the_bucket_a_failed_final_publish_still_destroys(agent: Agent, vast: FakeVast) -> None:
     """Destroy when bucket + repo hold every epoch; the repo's final publish is reported, not required."""
     hub = agent.hub_ctx.hub
-    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    limited = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=3600)
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", CHECKPOINT_BUCKET=""))
 
     assert code == SyncError.exit_code, output[-3000:]  # the model repo lacks the final publish: said so
@@ -676,7 +679,7 @@ def hold_phase(agent: Agent, vast: FakeVast, phase: str) -> tuple[dict[str, str]
         fault = hub.inject("slow", method="POST", path=r"/commit/", rate=10, times=1)
         return {}, lambda: fault.fired >= 1
     if phase == "finishing":  # the final upload waits out a rate limit
-        fault = hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+        fault = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=100)
         return {}, lambda: local_phase(agent) == Phase.DONE and fault.fired >= 1
     assert phase == "release"  # the provider answers 503, come back in a minute
     refusal = vast.fail(503, method="PUT", times=3, retry_after=60)

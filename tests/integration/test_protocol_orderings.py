@@ -15,6 +15,7 @@ agent (`trainbox run`) and the stand-in trainer against the test Hub, which inje
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -23,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.errors import LeaseRefusedError, StoreUnreadableError, TakenOverError
+from entrypoint.errors import CostLimitError, LeaseRefusedError, StoreUnreadableError, TakenOverError
 from entrypoint.sync.lease import LEASE_FILE
 from tests.hubfixtures import HubContext
+from tests.integration import test_run_cost as cost_test
 from tests.integration.test_bucket_run import RUN, Run, finish, kill_9, wait_for
 from tests.integration.test_lease import PERIOD, leases
-from tests.support import held_after
+from tests.support import held_after, run_trainbox, start_trainbox
 
 pytestmark = pytest.mark.slow  # each test runs `trainbox run` (the stand-in trains for seconds) and breaks it
 
@@ -185,3 +187,38 @@ def test_6_a_lease_deleted_by_hand_stops_its_holder(hub_ctx: HubContext) -> None
     time.sleep(PERIOD / 4)
     with pytest.raises(TakenOverError):
         holder.check()
+
+
+def test_3_a_relaunch_counts_the_runs_earlier_spend_before_it_waits_for_the_lease(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    """A new volume watching a killed holder's lease bills while it waits: MAX_COST counts the earlier attempts'
+    spend from before that wait, and stops it there (82), not a lease period later."""
+    repo = hub_ctx.repo_id("capwait")
+    base = dict(
+        HF_TOKEN=hub_ctx.token, OUTPUT_REPO=repo, PRICE_PER_HOUR=cost_test.PRICE, MAX_COST="20",
+        FAKE_TRAIN_MODE="forever", FAKE_EPOCH_SECONDS="1", LEASE_PERIOD="30m",
+    )  # fmt: skip
+    first = tmp_path / "machine1"
+    process = start_trainbox("run", env=cost_test.stand_in(tmp_path, first, **base))
+
+    def spent_on_hub() -> float:
+        found = cost_test.hub_state(hub_ctx, repo) or {}
+        return float((found.get("cost") or {}).get("dollars") or 0.0)
+
+    wait_for(lambda: spent_on_hub() >= 10 or process.poll() is not None, "a spend record of half the cap")
+    assert process.poll() is None, process.communicate()[0][-3000:]
+    process.kill()  # SIGKILL: no end written
+    process.communicate(timeout=30)
+    trainer = cost_test.local_state(first).get("training", {}).get("pid")
+    if isinstance(trainer, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(trainer, signal.SIGKILL)
+
+    result = run_trainbox("run", env=cost_test.stand_in(tmp_path, tmp_path / "machine2", **base), timeout=120)
+
+    assert result.returncode == CostLimitError.exit_code, result.output[-3000:]
+    assert "watching its heartbeat" in result.output, "stopped before it waited for the lease: not this ordering"
+    final = cost_test.local_state(tmp_path / "machine2")
+    assert final["cost"]["run"]["earlier_dollars"] >= 10
+    assert "training" not in final or not final["training"].get("pid"), "it trained without the lease"
