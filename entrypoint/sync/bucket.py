@@ -240,6 +240,7 @@ class RunFolder:
     bucket: Bucket
     run_name: str
     run_id: str
+    holder: str | None = None  # the attempt the run's lease named at this one's take: whose chain a reader trusts
 
     @property
     def prefix(self) -> str:
@@ -297,9 +298,12 @@ class RunFolder:
 
     def whole_manifests(self, *, deadline: float | None = None) -> list[Manifest]:
         """This run's whole boundaries among its newest manifests: the most epochs first, then the newest."""
-        manifests = self.read_manifests(self.manifest_keys(deadline=deadline)[:_READ_MANIFESTS], deadline=deadline)
+        keys = self.manifest_keys(deadline=deadline)
+        if self.holder is not None:  # never a later attempt's: it wrote without the lease
+            keys = [key for key in keys if (self.attempt_of(key) or "") <= self.holder]
+        manifests = self.read_manifests(keys[:_READ_MANIFESTS], deadline=deadline)
         sizes = self.bucket.sizes(sorted(set().union(*(m.keys() for m in manifests))), deadline=deadline)
-        whole = [m for m in manifests if m.whole(sizes)]
+        whole = protocol.trusted([m for m in manifests if m.whole(sizes)], self.holder)
         for torn in (m for m in manifests if not m.whole(sizes)):
             logger.info("bucket: %s names files the bucket lacks (a boundary cut short); not using it", torn.key)
         return sorted(whole, key=lambda m: (m.epoch, m.key), reverse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ def open_run(
     folder, where = open_bucket(
         settings, hub, run_id, write=settings.topology.leader, bucket=lease.bucket if lease is not None else None
     )
+    if folder is not None and lease is not None and lease.took_from is not None:
+        folder = replace(folder, holder=lease.took_from)  # read: the manifests of the holder's chain alone
     if settings.topology.leader:
         state.update(storage=where)
     if folder is not None:

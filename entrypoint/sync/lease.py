@@ -68,6 +68,7 @@ class RunLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: TakenOverError | None = None
+        self.took_from: str | None = None  # the attempt the lease named when this one took it (its chain is read)
         self.retry_after = 0.0  # seconds of quiet the Hub asked for while the lease was taken (429), waited out
         self._limited = 0.0  # seconds waited out on the lease's rate limits at this start
         self.may_commit: Callable[[], bool] = lambda: True  # False while the repo rate-limits this run's commits
@@ -181,6 +182,7 @@ class RunLease:
                 watch = None
                 continue
             self.run_id = held_id
+            self.took_from = lease.holder if lease is not None and verdict is protocol.Verdict.TAKE else None
             self.landed()
             self._checked_at = clock.monotonic()
             if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released and not gone:

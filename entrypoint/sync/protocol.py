@@ -182,11 +182,25 @@ def bucket_read(read: Read, waited: float, run_known: bool, deadline: float = RE
     return BucketRead.REFUSE if run_known else BucketRead.WITHOUT
 
 
-def newest_whole(manifests: Iterable[Manifest], sizes: Mapping[str, int], run_id: str) -> list[Manifest]:
+def newest_whole(
+    manifests: Iterable[Manifest], sizes: Mapping[str, int], run_id: str, holder: str | None = None
+) -> list[Manifest]:
     """This run's whole manifests, the most epochs first: what a resume may take (never a torn one, never
-    another run's)."""
-    whole = [m for m in manifests if m.run_id == run_id and m.whole(sizes)]
+    another run's), of the lease holder's chain only (``trusted``)."""
+    whole = trusted([m for m in manifests if m.run_id == run_id and m.whole(sizes)], holder)
     return sorted(whole, key=lambda m: m.order, reverse=True)
+
+
+def trusted(manifests: Iterable[Manifest], holder: str | None) -> list[Manifest]:
+    """The manifests of the lease holder's attempt chain (``holder``: the attempt the lease named when this one
+    took it; None: no lease, all of them): the holder's own when it wrote any, else those of the attempts before
+    it. Never a later attempt's (it wrote without the lease), never an older one's beside the holder's (written
+    late, by a holder taken over while frozen)."""
+    found = list(manifests)
+    if holder is None:
+        return found
+    chain = [m for m in found if m.attempt <= holder]
+    return [m for m in chain if m.attempt == holder] or chain
 
 
 # -- what a manifest names ----------------------------------------------------------------------

@@ -220,5 +220,8 @@ def test_3_a_relaunch_counts_the_runs_earlier_spend_before_it_waits_for_the_leas
     assert result.returncode == CostLimitError.exit_code, result.output[-3000:]
     assert "watching its heartbeat" in result.output, "stopped before it waited for the lease: not this ordering"
     final = cost_test.local_state(tmp_path / "machine2")
-    assert final["cost"]["run"]["earlier_dollars"] >= 10
+    assert "run" in final["cost"], "the earlier attempts' spend was never counted"
+    earlier, own = final["cost"]["run"]["earlier_dollars"], final["attempts"][-1]["cost"]["dollars"]
+    assert earlier >= 10
+    assert own < 20 * 0.9, f"it spent ${own:.2f} of its own beside ${earlier:.2f} before: the cap was its own"
     assert "training" not in final or not final["training"].get("pid"), "it trained without the lease"

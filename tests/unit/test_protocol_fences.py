@@ -83,3 +83,20 @@ def test_the_lease_keeps_its_machine_and_reads_a_lease_without_one() -> None:
     assert p.Lease.parse(lease.to_bytes()) == lease
     plain = p.Lease("run", ME, 5.0)
     assert p.Lease.parse(plain.to_bytes()) == plain
+
+
+# -- a reader trusts the lease holder's chain (ordering 5) ---------------------------------------------------
+def manifest(attempt: str, epoch: int) -> p.Manifest:
+    files = {"weights/last.pt": {"key": f"k/{attempt}/{epoch}", "sha256": "s", "size": 1, "epoch": epoch}}
+    return p.Manifest(f"m/{attempt}-{epoch:06d}.json", "run", "r", attempt, epoch, "c", epoch, 0.0, files)
+
+
+def test_a_reader_trusts_the_holders_chain_never_a_late_or_unleased_write() -> None:
+    late = manifest("0000000000001-aaaaaa", 7)  # a holder taken over while frozen: its batch landed late
+    holder = manifest("0000000000002-bbbbbb", 6)
+    unleased = manifest("0000000000003-cccccc", 9)  # wrote without the lease
+    sizes = {entry["key"]: 1 for m in (late, holder, unleased) for entry in m.files.values()}
+    found = p.newest_whole([late, holder, unleased], sizes, "run", holder.attempt)
+    assert found == [holder]
+    assert p.newest_whole([late], sizes, "run", holder.attempt) == [late], "before the holder wrote: its chain"
+    assert p.newest_whole([late, holder, unleased], sizes, "run")[0] == unleased, "no lease: all of them"
