@@ -52,7 +52,7 @@ def open_run(
     if settings.topology.leader and hub is not None and settings.output_repo is not None:
         bucket = Bucket(hub, settings.checkpoint_bucket) if settings.checkpoint_bucket is not None else None
         if bucket is not None and not new_run:  # only read: the spend an attempt killed on another volume recorded
-            state.history.adopt(bucket_state(RunFolder(bucket, settings.run_name, run_id), scratch))
+            state.history.adopt(bucket_state(RunFolder(bucket, settings.run_name, run_id), scratch, quiet=True))
         if before_lease is not None:
             before_lease()
         lock = volume_lock.lock_path(settings.workdir, settings.run_name)

@@ -330,7 +330,14 @@ class RunLease:
             try:
                 self._commit(renewed.to_bytes(), head, "Renew the run's lease")
             except HfHubHTTPError as error:
-                if status_of(error) not in (401, 403, 412, 429):  # 412: the repo moved (a commit of ours); else later
+                if status_of(error) in (401, 403):  # never a licence to write on: this attempt stops
+                    self.lost = LeaseRefusedError(
+                        f"HF_TOKEN may no longer commit the run's lease to {self.repo_id} (HTTP {status_of(error)}):"
+                        " this one stops writing and training; this volume's epochs are kept",
+                        "give HF_TOKEN write access to OUTPUT_REPO",
+                    )
+                    raise self.lost from None
+                if status_of(error) not in (412, 429):  # 412: the repo moved (a commit of ours); 429: later
                     raise
         self.landed()
 

@@ -232,6 +232,7 @@ def bucket_sources(
     run_known: bool | None = None,
     read_for: float = 0.0,
     began: float | None = None,
+    quiet: bool = False,
 ) -> list[BucketSource]:
     """This run's whole boundaries in its bucket, the most epochs first. A bucket that cannot be read is not
     an empty bucket (sync/protocol.py): with ``run_known`` set, its read is tried again for ``read_for``
@@ -247,6 +248,8 @@ def bucket_sources(
         except StopRequested:
             raise
         except Exception as error:
+            if quiet:  # a look ahead (the bucket not opened yet): a failed read is no news
+                return []
             if not _read_again(folder, error, began, run_known, read_for):
                 return []
     if not manifests and say_others:
@@ -420,12 +423,14 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
     return _state_of(hub.download(repo_id, STATE_FILE, scratch), repo_id)
 
 
-def bucket_state(folder: RunFolder, scratch: Path, *, max_bytes: int | None = None) -> dict[str, Any] | None:
+def bucket_state(
+    folder: RunFolder, scratch: Path, *, max_bytes: int | None = None, quiet: bool = False
+) -> dict[str, Any] | None:
     """trainbox.json of this run's newest whole boundary in its bucket (None: none there, or unreadable; or,
     with ``max_bytes``, larger than that by its manifest: not downloaded)."""
     for _ in range(_READS):
         try:
-            for source in bucket_sources(folder, say_others=False):
+            for source in bucket_sources(folder, say_others=False, quiet=quiet):
                 entry = source.manifest.files.get(STATE_FILE)
                 size = entry.get("size") if isinstance(entry, dict) else None
                 if entry is not None and max_bytes is not None and (not isinstance(size, int) or size > max_bytes):
@@ -440,7 +445,8 @@ def bucket_state(folder: RunFolder, scratch: Path, *, max_bytes: int | None = No
         except StopRequested:
             raise
         except Exception as error:
-            logger.warning("cannot read %s from %s (%s)", STATE_FILE, folder.label, describe(error))
+            say = logger.debug if quiet else logger.warning  # quiet: a look ahead, the bucket not opened yet
+            say("cannot read %s from %s (%s)", STATE_FILE, folder.label, describe(error))
             return None
     return None
 
