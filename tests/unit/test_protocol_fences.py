@@ -4,9 +4,12 @@ tests/integration/test_protocol_orderings.py drives the same fences with the rea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from entrypoint.sync import protocol as p
+from entrypoint.sync import volume_lock
 
 ME, OTHER = "0000000000002-bbbbbb", "0000000000001-aaaaaa"
 LEASE = p.Lease("run", OTHER, taken_at=1000.0, period=120.0)
@@ -100,3 +103,14 @@ def test_a_reader_trusts_the_holders_chain_never_a_late_or_unleased_write() -> N
     assert found == [holder]
     assert p.newest_whole([late], sizes, "run", holder.attempt) == [late], "before the holder wrote: its chain"
     assert p.newest_whole([late, holder, unleased], sizes, "run")[0] == unleased, "no lease: all of them"
+
+
+def test_a_volume_keeps_its_id_and_its_lock_is_known_held_only_while_held(tmp_path: Path) -> None:
+    first = volume_lock.volume_id(tmp_path / "a")
+    assert first is not None and volume_lock.volume_id(tmp_path / "a") == first
+    assert volume_lock.volume_id(tmp_path / "b") not in (None, first)
+    lock = volume_lock.lock_path(tmp_path / "a", "run")
+    assert not volume_lock.is_held(lock)
+    with volume_lock.held(lock, "run"):
+        assert volume_lock.is_held(lock)
+    assert not volume_lock.is_held(lock), "a holder gone: its lock is no longer this process's"
