@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError, StopRequested, SyncError, TakenOverError
+from ..errors import AgentError, LeaseRefusedError, StopRequested, SyncError, TakenOverError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
 from ..hub import Hub, with_retries
@@ -294,8 +294,14 @@ def hub_holds_everything(
         names = sorted(path.name for path in weights.glob("*.pt")) if weights.is_dir() else []
         newest = newest_local(settings.run_dir)
         epochs = f" (epoch {newest[1].completed_epochs})" if newest is not None else ""
+        why = (
+            "the run's lease was refused"
+            if isinstance(uploader.taken_over, LeaseRefusedError)
+            else "another container holds this run now"
+        )
         logger.warning(
-            "another container holds this run now; this volume's checkpoints%s are kept, not destroyed: %s",
+            "%s; this volume's checkpoints%s are kept, not destroyed: %s",
+            why,
             epochs,
             ", ".join(names[:6]) or "none",
         )

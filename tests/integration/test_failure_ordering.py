@@ -36,7 +36,7 @@ import pytest
 
 from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
-from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
+from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, LeaseRefusedError, PreemptedError, SyncError
 from entrypoint.release.clock import PREEMPT_BUDGET
 from entrypoint.state import Phase
 from entrypoint.sync.bucket import Manifest
@@ -327,7 +327,7 @@ def test_an_old_volume_never_overwrites_a_newer_hub(agent: Agent) -> None:
 
 
 # -- the token, the Hub, the release ---------------------------------------------------------
-def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, vast: FakeVast) -> None:
+def test_a_revoked_token_mid_run_is_an_honest_74_and_no_destroy(agent: Agent, vast: FakeVast) -> None:
     env = agent.env(vast, FAKE_EPOCH_SECONDS="1.0", RUN_ARGS="epochs=3", ON_EXIT="destroy", ON_FAILURE="destroy")
     process = agent.start(env)
     wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
@@ -335,9 +335,11 @@ def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, va
     output, _ = process.communicate(timeout=AGENT_TIMEOUT)
     code = process.returncode
 
-    assert code == SyncError.exit_code, output[-3000:]
+    # The run's lease can no longer be read (401): never a licence to write on, the attempt stops, naming the token.
+    assert code == LeaseRefusedError.exit_code, output[-3000:]
+    assert "give HF_TOKEN write access to OUTPUT_REPO" in output
     state = agent.state()
-    assert state["exit"]["code"] == SyncError.exit_code and state["exit"]["job"]["code"] == 0
+    assert state["exit"]["code"] == LeaseRefusedError.exit_code
     # The Hub lacks the last epochs: the disk is kept (stopped), never destroyed.
     assert [action.method for action in vast.actions()] == ["PUT"]
     assert state["release"]["action"] == "stop" and state["release"]["downgraded_from"] == "destroy"
@@ -345,8 +347,8 @@ def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, va
 
 
 def test_a_failure_before_the_upload_never_destroys_the_only_copy(agent: Agent, vast: FakeVast) -> None:
-    # An earlier attempt trained 2 epochs while the Hub refused every commit: they are on this disk only.
-    refusing = agent.hub_ctx.hub.inject("403", method="POST", path=r"/commit/")
+    # An earlier attempt trained 2 epochs while the Hub refused every commit after its lease: on this disk only.
+    refusing = agent.hub_ctx.hub.inject("403", method="POST", path=r"/commit/", skip=LEASE_TAKE)
     code, output = agent.run(agent.env(RUN_ARGS="epochs=2"))
     assert code == SyncError.exit_code, output[-3000:]
     refusing.remove()
