@@ -291,6 +291,14 @@ class StoreUnreadableError(AgentError):
     reason = "store_unreadable"
 
 
+class LeaseRefusedError(TakenOverError):
+    """The repo refused this run's lease: a token that may not commit to OUTPUT_REPO (401/403), or a rate limit
+    longer than a start may wait out. The run is never written unleased: this one ends, having written nothing."""
+
+    exit_code = 74
+    reason = "lease_refused"
+
+
 class DeadlineError(StopRequested):
     exit_code = 80
     reason = "deadline"

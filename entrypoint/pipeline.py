@@ -273,7 +273,11 @@ class Job:
         # nothing), on what the volume and the repo recorded; and again once the bucket's record is adopted too.
         if self.settings.dataset_revision_given:
             dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
-        self.bucket, self.new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self.scratch())
+        # MAX_COST counts the earlier attempts' spend from before any wait for the lease (a relaunch after a kill -9
+        # may watch the old holder a whole period, billing): the history the volume and the stores hold, then.
+        self.bucket, self.new_run, self.lease = job_sync.open_run(
+            self.settings, self.state, self.hub, self.scratch(), before_lease=self.attempt.arm_run_budget
+        )
         self._data_settings = dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
         # the bucket's trainbox.json is the newest: its attempts count
         resume.check_crash_loop(self.state.history.attempts)

@@ -161,6 +161,9 @@ class Committers:
             self._refuse_card(lane, [item for item in batch if item.relative == CARD_FILE], str(error))
             self._settle(lane, [item for item in batch if item.relative != CARD_FILE], committed=False)
             return True
+        except TakenOverError:  # a late commit refused (412) and the lease another's: nothing more written
+            self._settle(lane, batch, committed=False)
+            raise
         except Exception as error:  # kept pending: the next try carries it, with anything newer
             self._settle(lane, batch, committed=False)
             plain = isinstance(error, (AgentError, RateLimitedError))

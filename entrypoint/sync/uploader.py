@@ -79,7 +79,8 @@ class Uploader:
             before_snapshot=before_snapshot,
             superseded=superseded,
         )
-        self.repo = Lane(RepoStore(hub, repo_id), work_dir, takes=places.everything, budget=budget)
+        moved = (lambda deadline: lease.check(deadline, force=True)) if lease is not None else None
+        self.repo = Lane(RepoStore(hub, repo_id, moved), work_dir, takes=places.everything, budget=budget)
         self.bucket = (
             Lane(bucket, work_dir / "bucket", takes=places.everything, budget=places.unlimited_budget())
             if bucket is not None
