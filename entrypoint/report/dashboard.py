@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -375,3 +375,16 @@ def create_space(space_id: str, hf_token: str | None) -> None:
     except huggingface_hub.errors.RepositoryNotFoundError:
         pass
     deploy.create_space_if_not_exists(space_id, private=True)
+
+
+def tracker_env(env: Mapping[str, str], run_id: str | None) -> dict[str, str]:
+    """The training child's variables that make libreyolo's own trackers (RUN_ARGS ``loggers=``) continue one
+    tracker run across attempts and machines where the tracker takes its id from the environment: wandb
+    (``WANDB_RUN_ID`` + ``WANDB_RESUME=allow``; values already set win). mlflow cannot (``MLFLOW_RUN_ID`` must
+    name a run its server made), nor clearml (libreyolo passes ``reuse_last_task_id=False``), comet or neptune
+    (their ids are arguments libreyolo leaves unset); tensorboard and dvclive write into the run folder, which
+    travels with the run."""
+    if run_id is None:
+        return {}
+    wanted = {"WANDB_RUN_ID": f"trainbox-{run_id}", "WANDB_RESUME": "allow"}
+    return {key: value for key, value in wanted.items() if key not in env}

@@ -131,6 +131,7 @@ def test_a_run_killed_and_resumed_on_a_new_volume_is_one_trackio_run_with_every_
         TRACKIO_PROJECT=project,
         TRACKIO_WRITE_TOKEN=trackio_server.token,
         FAKE_MAP="0.1,0.2,0.3,0.4,0.5",
+        FAKE_PRINT_ENV="WANDB_RUN_ID,WANDB_RESUME,TRACKIO_WRITE_TOKEN",
     )
     first = tmp_path / "machine1"
     process = start_trainbox("run", env=stand_in(tmp_path, first, **held_after(tmp_path, 2), **base))
@@ -154,6 +155,11 @@ def test_a_run_killed_and_resumed_on_a_new_volume_is_one_trackio_run_with_every_
         assert row["metrics/mAP50-95"] == pytest.approx(kept[row["step"]]["metrics/mAP50-95"])
         assert row["train/loss"] == pytest.approx(kept[row["step"]]["train/loss"])
         assert "epoch/seconds" in row
+    # libreyolo's wandb logger continues one wandb run too; the write token never reaches the trainer
+    run_id = json.loads(trainbox_json(second))["run_id"]
+    for output in (first_output, result.output):
+        assert f"env WANDB_RUN_ID=trainbox-{run_id}" in output and "env WANDB_RESUME=allow" in output
+        assert "env TRACKIO_WRITE_TOKEN=None" in output
     record = json.loads(trainbox_json(second))["dashboard"]
     assert record["run"] == run and record["logged_epoch"] == 5
     assert record["url"] == f"{trackio_server.url}/?project={project}"
