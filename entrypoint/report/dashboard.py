@@ -311,6 +311,22 @@ def _span(epochs: list[int]) -> str:
     return str(epochs[0]) if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
 
 
+def where(settings: Settings) -> str | None:
+    """Where the run's dashboard will be, before it has a run id (``--dry-run``, ``trainbox plan``)."""
+    found = target(settings.trackio, settings.trackio_project, settings.output_repo, settings.run_name, None)
+    if found is None:
+        return None
+    kind = "a private Space, created if missing" if found.space else "a self-hosted trackio server"
+    return f"{found.address(settings.hub_url)} ({kind}; trackio run {found.run}-<run id>)"
+
+
+def recorded_url(state: dict[str, Any]) -> str | None:
+    """The dashboard's address as a trainbox.json records it (``status --repo``, the card), if it does."""
+    board = state.get("dashboard")
+    url = board.get("url") if isinstance(board, dict) else None
+    return url[:300] if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+
 def run_config(settings: Settings, snapshot: dict[str, Any], price: float | None) -> dict[str, Any]:
     """The run's config on the dashboard: model, imgsz, batch, epochs, dataset and revision, GPU, price."""
     args = settings.run_args

@@ -164,6 +164,11 @@ def test_a_run_killed_and_resumed_on_a_new_volume_is_one_trackio_run_with_every_
     assert record["run"] == run and record["logged_epoch"] == 5
     assert record["url"] == f"{trackio_server.url}/?project={project}"
     assert f"dashboard: trackio at {trackio_server.url}/?project={project}" in result.stderr
+    address = f"{trackio_server.url}/?project={project}"
+    assert f"[the trackio dashboard]({address})" in hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    laptop = hub_ctx.env(HF_TOKEN=hub_ctx.read_token, WORKDIR=str(tmp_path / "laptop"))
+    shown = run_trainbox("status", "--repo", repo, env=laptop)
+    assert f"dashboard {address}" in shown.stdout, shown.output[-2000:]
     for text in (first_output, result.output, trainbox_json(first), trainbox_json(second)):
         assert trackio_server.token not in text
     for name in hub_ctx.hub.files(repo):
