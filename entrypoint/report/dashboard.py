@@ -29,6 +29,7 @@ import httpx
 
 from .. import libreyolo
 from ..log import logger
+from ..runtimes import fetch
 from ..state import RunState
 from . import plot
 
@@ -373,23 +374,26 @@ def open_for(
         price=price,
         config=lambda: run_config(settings, state.snapshot(), price()),
         record=lambda fields: state.update(dashboard=fields),
-        prepare=(lambda: create_space(found.where, hf_token)) if found.space else None,
+        prepare=(lambda: create_space(found.where, hf_token, settings.workdir, settings.env)) if found.space else None,
     )
     dashboard = Dashboard(client, sources, address)
     dashboard.start()
     return dashboard
 
 
-def create_space(space_id: str, hf_token: str | None) -> None:
-    """A missing Space is created private, running trackio's dashboard (trackio's own deploy, the run's token)."""
+def create_space(space_id: str, hf_token: str | None, workdir: Path, env: Mapping[str, str]) -> None:
+    """A missing Space is created private, running trackio's dashboard: trackio's own deploy, with the run's token
+    (the image leaves trackio out: fetched on first use, runtimes/fetch.py). A Space that is there needs nothing."""
     import huggingface_hub
-    from trackio import deploy
 
     try:
         huggingface_hub.HfApi(token=hf_token).repo_info(space_id, repo_type="space")
         return
     except huggingface_hub.errors.RepositoryNotFoundError:
         pass
+    fetch.ensure(fetch.TRACKIO, workdir, env)
+    from trackio import deploy
+
     deploy.create_space_if_not_exists(space_id, private=True)
 
 
