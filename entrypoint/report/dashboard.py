@@ -384,12 +384,13 @@ def open_for(
 def create_space(space_id: str, hf_token: str | None, workdir: Path, env: Mapping[str, str]) -> None:
     """A missing Space is created private, running trackio's dashboard: trackio's own deploy, with the run's token
     (the image leaves trackio out: fetched on first use, runtimes/fetch.py). A Space that is there needs nothing."""
-    import huggingface_hub
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
 
     try:
-        huggingface_hub.HfApi(token=hf_token).repo_info(space_id, repo_type="space")
+        HfApi(token=hf_token).repo_info(space_id, repo_type="space")
         return
-    except huggingface_hub.errors.RepositoryNotFoundError:
+    except RepositoryNotFoundError:
         pass
     fetch.ensure(fetch.TRACKIO, workdir, env)
     from trackio import deploy
