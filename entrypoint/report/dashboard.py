@@ -195,7 +195,7 @@ class Dashboard:
             self._pending.clear()
         if left:
             logger.warning(
-                "dashboard: %d epoch(s) (%s) not on %s at the end: dropped (the model repo has them)",
+                "dashboard: %d epoch(s) (%s) not on %s at the end: dropped (metrics.jsonl has them)",
                 len(left),
                 _span(left),
                 self.address,
