@@ -32,6 +32,7 @@ from ..log import logger
 from ..runtimes import fetch
 from ..state import RunState
 from . import plot
+from .card import PLOT_FILE
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -143,6 +144,29 @@ class Client:
     def log(self, entries: list[dict[str, Any]]) -> None:
         self.call("bulk_log", logs=entries, hf_token=None)
 
+    def log_image(self, image: Path, step: int, caption: str) -> None:
+        """``image`` into the run's media at ``step``, and logged there as trackio's image (``/api/upload``, then
+        ``bulk_upload_media``: the server keeps it under the name sent, where the logged ``file_path`` points)."""
+        target, name = self.target, f"{image.stem}-{step}{image.suffix}"
+        try:
+            response = httpx.post(
+                target.api + "api/upload",
+                files={"files": (name, image.read_bytes())},
+                headers=self.headers,
+                timeout=TIMEOUT,
+            )
+            response.raise_for_status()
+            uploaded = response.json()["paths"][0]
+        except (httpx.HTTPError, OSError, ValueError, KeyError, IndexError) as error:
+            raise Unreachable(f"upload: {type(error).__name__}") from None
+        where = {"project": target.project, "run": target.run, "run_id": None, "step": step, "relative_path": None}
+        file_data = {"path": uploaded, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+        self.call("bulk_upload_media", uploads=[where | {"uploaded_file": file_data}], hf_token=None)
+        folder = "".join(c for c in target.project if c.isalnum() or c in "-_") or "default"  # trackio's own
+        shown = {"_type": "trackio.image", "file_path": f"{folder}/{target.run}/{step}/{name}", "caption": caption}
+        entry = {"project": target.project, "run": target.run, "step": step, "metrics": {"training/plot": shown}}
+        self.log([entry | {"log_id": f"{target.run}/plot-{step}"}])
+
 
 @dataclass(frozen=True)
 class Sources:
@@ -154,6 +178,7 @@ class Sources:
     config: Callable[[], dict[str, Any]]  # the run's config, sent with its first entry
     record: Callable[[dict[str, Any]], None]  # into trainbox.json's "dashboard"
     prepare: Callable[[], None] | None = None  # a Space's creation, before the first call
+    plot: Path | None = None  # the training plot, logged once at the end
 
 
 class Dashboard:
@@ -214,6 +239,8 @@ class Dashboard:
                     break
                 if self._pending and time.monotonic() >= self._retry_at:
                     self._send()
+                if final and not self._pending and self._down is None:
+                    self._send_plot()
                 if final and (not self._pending or self._retry_at > time.monotonic()):
                     break
                 self._wake.wait(self.poll)
@@ -296,6 +323,15 @@ class Dashboard:
         except Exception as error:
             logger.debug("dashboard: record: %s", error)
 
+    def _send_plot(self) -> None:
+        plot_file, last = self.sources.plot, self._known
+        if plot_file is None or not last or not plot_file.is_file():
+            return
+        try:
+            self.client.log_image(plot_file, last, "loss and mAP per epoch")
+        except (Unreachable, Refused) as error:
+            logger.warning("dashboard: the training plot did not reach %s (%s)", self.address, error)
+
     def _unreachable(self, why: str) -> None:
         if self._down is None:
             logger.warning(
@@ -375,6 +411,7 @@ def open_for(
         config=lambda: run_config(settings, state.snapshot(), price()),
         record=lambda fields: state.update(dashboard=fields),
         prepare=(lambda: create_space(found.where, hf_token, settings.workdir, settings.env)) if found.space else None,
+        plot=settings.run_dir / PLOT_FILE,
     )
     dashboard = Dashboard(client, sources, address)
     dashboard.start()

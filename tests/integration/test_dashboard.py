@@ -148,8 +148,12 @@ def test_a_run_killed_and_resumed_on_a_new_volume_is_one_trackio_run_with_every_
 
     (run,) = trackio_server.runs(project)
     assert run.startswith("cones-")  # RUN_NAME, and the run id that makes it unique
-    logged = trackio_server.logs(project, run)
+    logged = [row for row in trackio_server.logs(project, run) if "train/loss" in row]
     assert [row["step"] for row in logged] == [1, 2, 3, 4, 5]  # every epoch exactly once, across both machines
+    (shown,) = [row for row in trackio_server.logs(project, run) if "training/plot" in row]  # at the end, once
+    assert shown["step"] == 5 and shown["training/plot"]["_type"] == "trackio.image"
+    media = trackio_server.root / "media" / project / run / "5" / "training-5.png"
+    assert media.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the card's plot, where the dashboard looks
     kept = {row["epoch"]: row for row in plot.read_rows(_hub_metrics(hub_ctx, repo, tmp_path))}
     for row in logged:  # the metrics of the epochs the run kept
         assert row["metrics/mAP50-95"] == pytest.approx(kept[row["step"]]["metrics/mAP50-95"])
