@@ -18,16 +18,17 @@ dashboard cannot be reached, one when it answers again. The write token travels 
 from __future__ import annotations
 
 import math
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .. import libreyolo
+from .. import libreyolo, procs
 from ..log import logger
 from ..runtimes import fetch
 from ..state import RunState
@@ -97,6 +98,38 @@ def epoch_metrics(row: dict[str, Any], price_per_hour: float | None) -> dict[str
         if price_per_hour is not None:
             found["epoch/dollars"] = float(seconds) / 3600 * price_per_hour
     return found
+
+
+class GpuSampler:
+    """The GPUs' utilisation and memory for the dashboard, from ``nvidia-smi`` (a child process: the agent never
+    opens CUDA), as the stall guard reads it; at most one query per ``every`` seconds, none once it hung."""
+
+    QUERY = ("--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits")
+
+    def __init__(self, smi: str | None, every: float = 10.0) -> None:
+        self.smi, self.every, self._at = smi, every, -math.inf
+        self._last: dict[str, float] = {}
+
+    def sample(self) -> dict[str, float]:
+        if self.smi is None or time.monotonic() - self._at < self.every:
+            return dict(self._last)
+        self._at = time.monotonic()
+        try:
+            result = procs.run([self.smi, *self.QUERY], timeout=5.0, echo=False)
+        except OSError:
+            self.smi = None
+            return {}
+        if result.timed_out or result.returncode != 0:
+            self.smi = None if result.timed_out else self.smi
+            return {}
+        rows = [line.split(",") for line in result.stdout.splitlines() if line.count(",") == 1]
+        try:
+            busy, used = [float(row[0]) for row in rows], [float(row[1]) for row in rows]
+        except ValueError:
+            return {}
+        if rows:
+            self._last = {"gpu/utilization_percent": sum(busy) / len(busy), "gpu/memory_used_gb": sum(used) / 1024}
+        return dict(self._last)
 
 
 class Unreachable(Exception):
@@ -179,6 +212,7 @@ class Sources:
     record: Callable[[dict[str, Any]], None]  # into trainbox.json's "dashboard"
     prepare: Callable[[], None] | None = None  # a Space's creation, before the first call
     plot: Path | None = None  # the training plot, logged once at the end
+    gpus: GpuSampler = field(default_factory=lambda: GpuSampler(None))  # sampled as each epoch is taken
 
 
 class Dashboard:
@@ -269,6 +303,8 @@ class Dashboard:
             self._rows = plot.read_rows(self.sources.metrics)
         kept = self.sources.kept()
         price = self.sources.price()
+        new = any(self._queued < row["epoch"] <= (kept if kept is not None else row["epoch"]) for row in self._rows)
+        gpus = self.sources.gpus.sample() if new else {}  # nvidia-smi: outside the lock that finish takes
         with self._lock:
             for row in self._rows:
                 epoch = int(row["epoch"])
@@ -278,7 +314,7 @@ class Dashboard:
                     "project": self.client.target.project,
                     "run": self.client.target.run,
                     "step": epoch,
-                    "metrics": epoch_metrics(row, price),
+                    "metrics": epoch_metrics(row, price) | gpus,
                     "log_id": f"{self.client.target.run}/epoch-{epoch}",
                 }
                 self._queued = epoch
@@ -412,6 +448,7 @@ def open_for(
         record=lambda fields: state.update(dashboard=fields),
         prepare=(lambda: create_space(found.where, hf_token, settings.workdir, settings.env)) if found.space else None,
         plot=settings.run_dir / PLOT_FILE,
+        gpus=GpuSampler(None if settings.gpus.cpu else shutil.which("nvidia-smi")),
     )
     dashboard = Dashboard(client, sources, address)
     dashboard.start()

@@ -201,3 +201,18 @@ def test_a_refusal_stops_the_sending_in_one_line(tmp_path: Path, caplog: pytest.
     board._done.wait(30)
     assert "refused the epochs (HTTP 401" in caplog.text
     assert board.finish() == 1
+
+
+def test_gpu_utilisation_and_memory_come_from_nvidia_smi_at_most_every_interval(tmp_path: Path) -> None:
+    smi, calls = tmp_path / "nvidia-smi", tmp_path / "calls"
+    smi.write_text(f'#!/bin/sh\necho x >> {calls}\necho "90, 20480"\necho "70, 10240"\n')
+    smi.chmod(0o755)
+    sampler = dashboard.GpuSampler(str(smi), every=3600)
+    assert sampler.sample() == {"gpu/utilization_percent": 80.0, "gpu/memory_used_gb": 30.0}
+    assert sampler.sample() == {"gpu/utilization_percent": 80.0, "gpu/memory_used_gb": 30.0}  # the last, kept
+    assert calls.read_text().count("x") == 1
+    assert dashboard.GpuSampler(None).sample() == {}  # GPUS=cpu, or no nvidia-smi: nothing asked
+    broken = tmp_path / "broken"
+    broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
+    broken.chmod(0o755)
+    assert dashboard.GpuSampler(str(broken)).sample() == {}
