@@ -235,6 +235,7 @@ class Dashboard:
         self._signature: tuple[int, int] | None = None
         self._rows: list[dict[str, Any]] = []
         self._closed = False  # finish returned: a late answer records nothing
+        self._prepared = sources.prepare is None  # a Space being created takes the worker a while
         self._final = threading.Event()
         self._wake = threading.Event()
         self._done = threading.Event()
@@ -252,7 +253,9 @@ class Dashboard:
         with self._lock:
             left = sorted(self._pending)
             self._pending.clear()
-        if left:
+        if not self._prepared:
+            logger.warning("dashboard: %s was still being prepared at the end: no epoch was sent", self.address)
+        elif left:
             logger.warning(
                 "dashboard: %d epoch(s) (%s) not on %s at the end: dropped (metrics.jsonl has them)",
                 len(left),
@@ -290,6 +293,7 @@ class Dashboard:
             self.sources.prepare()
         except Exception as error:
             logger.warning("dashboard: cannot prepare %s (%s): epochs are sent once it answers", self.address, error)
+        self._prepared = True
 
     def _collect(self) -> None:
         """New kept epochs into ``_pending`` (metrics.jsonl read only when it changed)."""

@@ -216,3 +216,22 @@ def test_gpu_utilisation_and_memory_come_from_nvidia_smi_at_most_every_interval(
     broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed'\nexit 9\n")
     broken.chmod(0o755)
     assert dashboard.GpuSampler(str(broken)).sample() == {}
+
+
+def test_a_space_still_being_created_at_the_end_is_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="trainbox")
+    creating = threading.Event()
+    rows(tmp_path / "metrics.jsonl", (1, 0.9))
+    sources = Sources(
+        metrics=tmp_path / "metrics.jsonl",
+        kept=lambda: None,
+        price=lambda: None,
+        config=dict,
+        record=lambda _: None,
+        prepare=lambda: creating.wait(30) and None,
+    )
+    board = Dashboard(StandIn(), sources, "https://hub/spaces/acme/dash", poll=0.01)
+    board.start()
+    board.finish(timeout=0.05)
+    creating.set()
+    assert "https://hub/spaces/acme/dash was still being prepared at the end: no epoch was sent" in caplog.text
