@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from ..sync.uploader import Uploader
     from ..training.process import TrainingProcess
 
+DASHBOARD_SECONDS = 1.0  # TRACKIO's at the end: what it has not sent by then is said and dropped
+
 
 @dataclass(kw_only=True)
 class WrapUp:
@@ -73,7 +75,7 @@ class WrapUp:
             # changes trainbox.json again, which the release publishes, and is not a file the Hub lacks.
             synced = job_sync.report(self.uploader)
         if self.dashboard is not None:  # after the final upload: the epochs it kept are the last to log
-            self.dashboard.finish()
+            self.dashboard.finish(self.clock.remaining(DASHBOARD_SECONDS))  # a second, less under a SIGTERM's bound
         self.state.history.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         self.notifier.ended(self.clock, synced)
