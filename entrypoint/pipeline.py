@@ -37,7 +37,7 @@ from .libreyolo import check_export_gpu
 from .log import logger
 from .release.clock import ShutdownClock
 from .release.end import check_access
-from .report import notify, progress
+from .report import dashboard, notify, progress
 from .report.attempt import Attempt
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -71,6 +71,7 @@ class Job:
         self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
         self.lease: RunLease | None = None  # this container's hold on the run: one writer at a time (sync/lease.py)
         self.hub: Hub | None = None
+        self.dashboard: dashboard.Dashboard | None = None  # TRACKIO: the run's trackio dashboard, beside training
         self.already_complete = False
         self.stop_cause: AgentError | None = None
         self._finishing = False
@@ -201,6 +202,11 @@ class Job:
         self.state.set_phase(Phase.RESUME)
         point = self._find_resume_point()
         self._start_uploader(point)
+        # an epoch goes to the dashboard once a store holds its checkpoint (no store: the volume is the run's)
+        kept = (lambda: self.uploader.kept_epochs) if self.uploader is not None else (lambda: None)
+        self.dashboard = dashboard.open_for(
+            self.settings, self.state, kept=kept, price=lambda: self.attempt.price.per_hour
+        )
         return point
 
     def _dataset(self) -> dataset.PreparedDataset:
@@ -306,6 +312,7 @@ class Job:
             already_complete=self.already_complete,
             gpu_indices=self._gpu_indices,
             hub_copy=self.hub_copy,
+            dashboard=self.dashboard,
         )
 
 

@@ -193,6 +193,15 @@ class Vars:
         NotifyOn.START_END,
         "start,end",
     )
+    TRACKIO = Variable(
+        "a trackio dashboard for the run: a Space id org/name (created private) or a trackio server's URL",
+        parse.trackio_target,
+        None,
+    )
+    TRACKIO_PROJECT = Variable("the trackio project (default: OUTPUT_REPO's name, else RUN_NAME)", parse.text, None)
+    TRACKIO_WRITE_TOKEN = Variable(
+        "a self-hosted trackio server's write token (secret: never printed, logged or uploaded)", parse.secret, None
+    )
     EXPORT = Variable[tuple[str, ...] | None](
         "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
         " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"

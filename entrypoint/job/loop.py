@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import AgentError, StallError
 from ..libreyolo import STATUS_FILE
 from ..log import logger
-from ..report import notify
+from ..report import dashboard, notify
 from ..report.attempt import spend_entry
 from ..run_args import RunArgs
 from ..state import Phase
@@ -163,6 +163,7 @@ class TrainingLoop:
         command = job_command(self.job.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
         command = self.job.launch.command(command, gpu_indices)
         env = dict(self.job.settings.env) | self.job.nccl_env | self.job.launch.env(gpu_indices) | feed.env
+        env |= dashboard.tracker_env(env, self.job.state.identity.run_id)  # loggers=: one tracker run per run
         log_start = self._log_start = log_size(command.run_dir)
         self.job.launch.clear_peer_report()
         self.job.state.update(training=started(command, args), sizing=feed.record)

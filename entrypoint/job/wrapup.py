@@ -23,6 +23,7 @@ from ..sync import job as job_sync
 if TYPE_CHECKING:
     from ..hub import Hub
     from ..report.attempt import Attempt
+    from ..report.dashboard import Dashboard
     from ..report.notify import Notifier
     from ..report.progress import Progress
     from ..settings import Settings
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from ..sync.lease import RunLease
     from ..sync.uploader import Uploader
     from ..training.process import TrainingProcess
+
+DASHBOARD_SECONDS = 1.0  # TRACKIO's at the end: what it has not sent by then is said and dropped
 
 
 @dataclass(kw_only=True)
@@ -49,6 +52,7 @@ class WrapUp:
     already_complete: bool
     gpu_indices: tuple[int, ...] | None  # the GPUs trained on (None: the CPU): exports use the first
     hub_copy: tuple[int, int] | None  # size, mtime of the checkpoint resume copied from the Hub
+    dashboard: Dashboard | None = None  # TRACKIO: given a second after the final upload, never more
 
     def finish(self, outcome: AgentError | None) -> int:
         """The job's end: its record, a finished run's deliverables, the final upload, the release; the exit code."""
@@ -70,6 +74,8 @@ class WrapUp:
             # What the Hub holds as the final upload returned, for the end message: the exit confirmed next
             # changes trainbox.json again, which the release publishes, and is not a file the Hub lacks.
             synced = job_sync.report(self.uploader)
+        if self.dashboard is not None:  # after the final upload: the epochs it kept are the last to log
+            self.dashboard.finish(self.clock.remaining(DASHBOARD_SECONDS))  # a second, less under a SIGTERM's bound
         self.state.history.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         self.notifier.ended(self.clock, synced)

@@ -69,6 +69,7 @@ class CardInfo:
     storage: dict[str, Any] | None = None  # trainbox.json's "storage": where the working state lives
     cost_outlook: str | None = None  # all the epochs' dollars: estimated before the first epoch, then measured
     exports: dict[str, Any] | None = None  # trainbox.json's "exports": EXPORT's files, or why not
+    dashboard: str | None = None  # TRACKIO: the run's live trackio dashboard
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -136,6 +137,7 @@ def render(info: CardInfo, existing: str | None = None) -> str:
 def page(info: CardInfo) -> str:
     """The human part: state, metrics, plot, how to load, arguments, cost, versions, GPUs."""
     lines = [_state_line(info), ""]
+    lines += [f"Live metrics, every epoch: [the trackio dashboard]({info.dashboard}).", ""] if info.dashboard else []
     lines += _metrics_table(info)
     if info.plot:
         lines += [f"![Loss and mAP per epoch]({PLOT_FILE})", ""]

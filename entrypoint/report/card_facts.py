@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..training import extend
-from . import card, estimate, receipt
+from . import card, dashboard, estimate, receipt
 
 
 def card_info(
@@ -64,6 +64,7 @@ def card_info(
         storage=snapshot.get("storage"),
         cost_outlook=cost_outlook(snapshot, rows, total),
         exports=snapshot.get("exports"),
+        dashboard=dashboard.recorded_url(snapshot),
     )
 
 

@@ -22,7 +22,7 @@ import click
 from .. import libreyolo
 from ..errors import EXIT_INTERRUPTED, ConfigError, RemoteUnreachableError
 from ..state import STATE_FILE, TERMINAL_PHASES, read_state
-from . import plot, receipt
+from . import dashboard, plot, receipt
 from .card_facts import best_row
 from .epochs import seconds_per_epoch, watch_view
 
@@ -132,6 +132,8 @@ def render_remote(data: dict[str, Any], now: float, repo_id: str | None = None) 
         lines.append(f"cost      {spend}")
     lines.append(f"GPU       {_guarded(lambda: gpu_text(data.get('gpus')))}")
     lines.append(f"working   {_guarded(lambda: working_state(data, now))}")
+    if board := dashboard.recorded_url(data):
+        lines.append(f"dashboard {board}")
     try:
         lines += _end_lines(data)
     except (TypeError, ValueError, AttributeError, KeyError):
