@@ -111,9 +111,7 @@ def table(evaluation: dict[str, Any], sizes: dict[str, int] | None = None) -> li
     if main:
         lines.append(f"{'class':<24} {'AP50-95':>8} {'AP50':>7} {'instances':>9}")
         for name, score in worst_first(main["per_class"]):
-            lines.append(
-                f"{name:<24} {_pct(score['ap50_95']):>8} {_pct(score['ap50']):>7} {score['instances']:>9}"
-            )
+            lines.append(f"{name:<24} {_pct(score['ap50_95']):>8} {_pct(score['ap50']):>7} {score['instances']:>9}")
     return lines
 
 

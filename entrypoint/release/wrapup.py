@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import libreyolo
 from ..errors import AgentError
+from ..evaluation import end as evaluation
 from ..export import hubconfig
 from ..export import run as exports
 from ..libreyolo import BEST_CHECKPOINT
@@ -100,7 +102,8 @@ class WrapUp:
         # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
         best = self.settings.run_dir / BEST_CHECKPOINT
         on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
-        if self.already_complete and not (todo and on_volume):
+        unscored = not evaluation.settled(snapshot, self.settings.run_dir)
+        if self.already_complete and not ((todo or unscored) and on_volume):
             return
         try:
             made: dict[str, dict[str, Any]] = dict(done)
@@ -114,11 +117,37 @@ class WrapUp:
                     data_yaml=data_yaml,
                     names=todo,
                 )
+            if data_yaml is not None and (todo or unscored):
+                made = self._evaluate(data_yaml, made)
             if self.settings.output_repo is not None:
                 hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
         except Exception as error:  # an export is a courtesy: never the run's failure
             logger.warning("export: stopped: %s: %s", type(error).__name__, error)
             self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
+
+    def _evaluate(self, data_yaml: Path, made: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """best.pt and each export scored on the held-out split (evaluation/end.py); an export that does not score
+        like best.pt is taken back, its record updated."""
+        from ..runtimes import fetch as runtimes
+
+        snapshot = self.state.snapshot()
+        job = evaluation.Job(
+            executable=libreyolo.executable(self.settings.libreyolo_command),
+            run_dir=self.settings.run_dir,
+            scratch=self.settings.agent_dir / "evaluation",
+            data_yaml=data_yaml,
+            imgsz=self.settings.run_args.get("imgsz"),
+            device="cpu" if self.gpu_indices is None else str(self.gpu_indices[0]),
+            env=runtimes.child_env(self.settings.env),
+            revision=(snapshot.get("dataset") or {}).get("revision"),
+            stopping=lambda: self.clock.preempted,
+        )
+        save = lambda found: self.state.update(evaluation=found)  # noqa: E731
+        _, judged = evaluation.evaluate_run(job, BEST_CHECKPOINT, made, save)
+        changed = {name: entry for name, entry in judged.items() if entry != made.get(name)}
+        if changed:
+            self.state.update(exports=changed)
+        return judged
 
     def publish_state(self) -> bool:
         """The release's question: does the Hub hold every completed epoch of this volume?"""
