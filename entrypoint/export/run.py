@@ -168,7 +168,9 @@ def _one(
     try:
         made = _export(settings, fmt, best, scratch, device, stopping)
         exported_at = time.monotonic() - started
-        checked = _check(settings, fmt, best, made, data_yaml, device, stopping)
+        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is scored
+        # next, on the held-out split, and taken back unless it scores like best.pt (evaluation/end.py).
+        checked = _check(settings, fmt, best, made, data_yaml, device, stopping) if fmt.name == "tensorrt" else {}
         published = _publish(settings.run_dir, made, _published_name(fmt, best, checked))
     except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
         why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
@@ -177,7 +179,7 @@ def _one(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     relative = published.relative_to(settings.run_dir).as_posix()
-    ran = f"runs in {fmt.runtime} ({len(checked['images'])} image(s)); scored next (docs/evaluation.md)"
+    ran = "made; scored against best.pt next (docs/evaluation.md)"
     logger.info("export %s: %s in %.1f s, %s", fmt.name, relative, exported_at, ran)
     record: dict[str, Any] = {
         "status": "published",
