@@ -106,3 +106,16 @@ def _pct(value: Any) -> str:
 
 def _ms(value: Any) -> str:
     return "—" if not isinstance(value, int | float) else f"{value:.1f}"
+
+
+def scored_text(data: dict[str, Any]) -> str | None:
+    """``mAP50-95 0.412 · mAP50 0.634 on the test split``: best.pt's evaluation, from trainbox.json's record."""
+    found = data.get("evaluation")
+    if not isinstance(found, dict):
+        return None
+    best = found.get("best")
+    if not isinstance(best, dict) or not isinstance(best.get("map50_95"), int | float):
+        return None
+    mAP50 = best.get("map50")
+    tail = f" · mAP50 {mAP50:.3f}" if isinstance(mAP50, int | float) else ""
+    return f"mAP50-95 {best['map50_95']:.3f}{tail} on the {record.split_words(found.get('split'))}"
