@@ -270,6 +270,33 @@ def status(
     sys.exit(code)
 
 
+@cli.command("eval")
+@click.option("--repo", required=True, metavar="ORG/NAME", help="The model repo whose files are scored.")
+@click.option("--dataset", metavar="ORG/NAME", help="Score on this dataset (default: the one the run trained on).")
+@click.option("--split", type=click.Choice(["test", "val"]), help="The split (default: test, else val).")
+@click.option("--device", default="auto", show_default=True, help="Where libreyolo val runs: cpu, 0, auto.")
+@click.option("--json", "as_json", is_flag=True, help="Print eval.json's format.")
+def eval_command(repo: str, dataset: str | None, split: str | None, device: str, as_json: bool) -> None:
+    """Score a model repo's files on the dataset's held-out split, as the box did (docs/evaluation.md)."""
+    from .parsing import repo_id
+
+    repo_id("--repo", repo, None)
+    if dataset is not None and not dataset.startswith(("/", ".")):
+        repo_id("--dataset", dataset, None)
+    environ = dict(os.environ)
+    from huggingface_hub import get_token
+
+    from .evaluation import command, record
+    from .hub import Hub
+
+    hub = Hub(token=environ.get("HF_TOKEN") or get_token())
+    evaluation, sizes = command.evaluate_repo(hub, repo, environ, dataset=dataset, split=split, device=device)
+    if as_json:
+        click.echo(json.dumps(evaluation, indent=2))
+    else:
+        click.echo("\n".join(record.table(evaluation, sizes)))
+
+
 _HARD_END: list[bool] = []  # set by the commands that upload beside the main thread
 
 
