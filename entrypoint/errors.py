@@ -168,14 +168,14 @@ class EvalSplitMissingError(DatasetError):
     reason = "eval_split_missing"
 
 
-class TestSplitUnlabelledError(DatasetError):
+class HeldOutUnlabelledError(DatasetError):
     """The dataset's test split holds images and not one label: scoring it would say nothing."""
 
     exit_code = 25
     reason = "test_split_unlabelled"
 
 
-class TestSplitClassesError(DatasetError):
+class HeldOutClassesError(DatasetError):
     """The split to score names other classes than the model was trained on."""
 
     exit_code = 26

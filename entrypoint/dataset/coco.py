@@ -26,9 +26,9 @@ from typing import Any
 from ..errors import (
     ClassIdError,
     DatasetFormError,
+    HeldOutClassesError,
     NoLabelsError,
     NoValidationError,
-    TestSplitClassesError,
     UnreadableImagesError,
 )
 from ..log import logger
@@ -128,7 +128,7 @@ def _held_out(test: CocoSplit, names: list[str], root: Path, out: Path) -> None:
     document = _load(test.json, root)
     theirs, label_of = _classes({"test": document}, root, test.json)
     if theirs != names:
-        raise TestSplitClassesError(
+        raise HeldOutClassesError(
             f"{test.json.relative_to(root)} names the classes {', '.join(theirs)}; training's are {', '.join(names)}",
             "give the test split the training split's categories, or remove it",
         )

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from PIL import Image
 
-from ..errors import EvalSplitMissingError, TestSplitClassesError, TestSplitUnlabelledError
+from ..errors import EvalSplitMissingError, HeldOutClassesError, HeldOutUnlabelledError
 from .score import Truth
 
 SPLITS = ("test", "val")
@@ -64,7 +64,7 @@ def choose(data_yaml: Path, wanted: str | None = None, trained: Sequence[str] | 
         raise EvalSplitMissingError("the dataset names neither a test: nor a val: split", "add one to its data.yaml")
     names = class_names(config)
     if trained is not None and tuple(trained) != names:
-        raise TestSplitClassesError(
+        raise HeldOutClassesError(
             f"the dataset's classes ({', '.join(names) or 'none'}) are not the model's"
             f" ({', '.join(trained) or 'none'}): its {name} split would be scored against the wrong classes",
             "score it on the dataset it was trained on, or one with the same names in the same order",
@@ -73,7 +73,7 @@ def choose(data_yaml: Path, wanted: str | None = None, trained: Sequence[str] | 
     root = root if root.is_absolute() else data_yaml.parent / root
     images = tuple(listed(config[name], root))
     if name == "test" and not any(label_path(image).is_file() for image in images):
-        raise TestSplitUnlabelledError(
+        raise HeldOutUnlabelledError(
             f"the dataset's test split has {len(images)} image(s) and not one label file",
             "add its labels, or remove test: from data.yaml (the validation split is scored then)",
         )
