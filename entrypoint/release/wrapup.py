@@ -107,47 +107,45 @@ class WrapUp:
             return
         try:
             made: dict[str, dict[str, Any]] = dict(done)
+            scorer = self._scorer(data_yaml) if data_yaml is not None and (todo or unscored) else None
             if todo:
-                device = "cpu" if self.gpu_indices is None else str(self.gpu_indices[0])
                 made |= exports.export_all(
                     self.settings,
                     self.state,
-                    device=device,
+                    device=self._device(),
                     stopping=lambda: self.clock.preempted,
                     data_yaml=data_yaml,
                     names=todo,
+                    judge=None if scorer is None else scorer.judge,
                 )
-            if data_yaml is not None and (todo or unscored):
-                made = self._evaluate(data_yaml, made)
+            if scorer is not None:
+                scorer.finish(made)
             if self.settings.output_repo is not None:
                 hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
         except Exception as error:  # an export is a courtesy: never the run's failure
             logger.warning("export: stopped: %s: %s", type(error).__name__, error)
             self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
 
-    def _evaluate(self, data_yaml: Path, made: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """best.pt and each export scored on the held-out split (evaluation/end.py); an export that does not score
-        like best.pt is taken back, its record updated."""
+    def _device(self) -> str:
+        return "cpu" if self.gpu_indices is None else str(self.gpu_indices[0])
+
+    def _scorer(self, data_yaml: Path) -> evaluation.Scorer:
+        """best.pt and each export scored on the held-out split (evaluation/end.py), in a child process."""
         from ..runtimes import fetch as runtimes
 
-        snapshot = self.state.snapshot()
         job = evaluation.Job(
             executable=libreyolo.executable(self.settings.libreyolo_command),
             run_dir=self.settings.run_dir,
             scratch=self.settings.agent_dir / "evaluation",
             data_yaml=data_yaml,
             imgsz=self.settings.run_args.get("imgsz"),
-            device="cpu" if self.gpu_indices is None else str(self.gpu_indices[0]),
+            device=self._device(),
             env=runtimes.child_env(self.settings.env),
-            revision=(snapshot.get("dataset") or {}).get("revision"),
+            revision=(self.state.snapshot().get("dataset") or {}).get("revision"),
             stopping=lambda: self.clock.preempted,
+            best=BEST_CHECKPOINT,
         )
-        save = lambda found: self.state.update(evaluation=found)  # noqa: E731
-        _, judged = evaluation.evaluate_run(job, BEST_CHECKPOINT, made, save)
-        changed = {name: entry for name, entry in judged.items() if entry != made.get(name)}
-        if changed:
-            self.state.update(exports=changed)
-        return judged
+        return evaluation.Scorer(job, lambda found: self.state.update(evaluation=found))
 
     def publish_state(self) -> bool:
         """The release's question: does the Hub hold every completed epoch of this volume?"""
