@@ -61,7 +61,9 @@ class Vars:
         "Hugging Face token that may write OUTPUT_REPO (secret: never printed or uploaded)", parse.secret, None
     )
     DATASET_REPO = Variable[tuple[DatasetKind, str | None]](
-        "org/name of an HF dataset repo holding the dataset as one tar, or a local folder / .tar (unset: the demo)",
+        "org/name of an HF dataset repo (one .tar/.tar.gz/.zip at its root, or parquet files), or a local folder,"
+        " .tar or .zip; inside: YOLO with a data.yaml (Roboflow/Ultralytics exports too) or COCO JSON"
+        " (docs/datasets.md; unset: the demo)",
         parse.dataset_source,
         (DatasetKind.DEMO, None),
     )
