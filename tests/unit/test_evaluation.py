@@ -4,6 +4,7 @@ the refusals, eval.json's format, an export's judgement, the card's section and 
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,36 @@ def test_the_card_shows_each_file_the_classes_worst_first_and_the_matrix(tmp_pat
     with Image.open(tmp_path / card_eval.MATRIX_FILE) as picture:
         assert picture.format == "PNG" and picture.width > 200
     assert card_eval.headline(evaluation) == (0.5, 0.5, "val")
+
+
+def _coco_with_test(root: Path, renamed: bool) -> Path:
+    import json
+
+    from tests import dataset_forms as make
+
+    make.coco_roboflow(root)
+    shutil.copytree(root / "valid", root / "test")
+    document = json.loads((root / "test" / "_annotations.coco.json").read_text())
+    if renamed:
+        document["categories"][-1]["name"] = "purple"
+    (root / "test" / "_annotations.coco.json").write_text(json.dumps(document))
+    return root
+
+
+def test_a_coco_test_split_is_converted_and_scored(tmp_path: Path) -> None:
+    from entrypoint.dataset import forms
+
+    root = _coco_with_test(tmp_path / "export", renamed=False)
+    data_yaml = forms.libreyolo_yaml(root, None, None, tmp_path / "out")
+    chosen = split.choose(data_yaml)
+    assert chosen.name == "test" and chosen.names == ("red", "green", "blue") and len(chosen.images) == 4
+    assert sum(len(boxes) for boxes in split.truths(chosen)) > 0
+
+
+def test_a_coco_test_split_with_other_classes_is_refused(tmp_path: Path) -> None:
+    from entrypoint.dataset import forms
+
+    root = _coco_with_test(tmp_path / "export", renamed=True)
+    with pytest.raises(HeldOutClassesError) as refused:
+        forms.libreyolo_yaml(root, None, None, tmp_path / "out")
+    assert refused.value.exit_code == 26 and "purple" in str(refused.value)
