@@ -49,6 +49,7 @@ most 120 s), so a test decides when training goes on (e.g. once the boundary is 
 ``mAP50``, ``mAP50_95``, ...; ``device``). The stand-in model has learnt the validation split by heart: image i of
 any split gets the boxes of validation image i's labels, so a test split labelled otherwise scores visibly lower.
 An exported model (not ``.pt``) loses the last ``FAKE_EXPORT_DRIFT`` share (0-1, default 0) of each image's boxes.
+``FAKE_VAL_MODE=hang``: ``val`` never ends.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -312,6 +313,8 @@ def val(argv: list[str]) -> int:
     import yaml
     from PIL import Image
 
+    if os.environ.get("FAKE_VAL_MODE") == "hang":
+        time.sleep(3600)
     opts = _options(argv)
     data = Path(opts["data"])
     config = yaml.safe_load(data.read_text())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from huggingface_hub import HfApi
 
 from tests.hubfixtures import HubContext
 from tests.integration.test_export import standin_env
-from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox
 
 pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
 
@@ -114,3 +115,29 @@ def test_an_export_that_scores_like_best_pt_is_published_with_its_score(hub_ctx:
     state = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert state["exports"]["onnx"]["status"] == "published"
     assert "against best.pt's 100.00 on the same split" in state["exports"]["onnx"]["check"]
+
+
+def test_a_sigterm_during_the_evaluation_then_a_restart_scores_without_training(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    repo = hub_ctx.repo_id("preempted")
+    workdir = tmp_path / "work"
+    env = standin_env(
+        hub_ctx, tmp_path, workdir, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1", EXPORT="off", FAKE_VAL_MODE="hang"
+    )
+    process = start_trainbox("run", env=env)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if " val --model " in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    (run_dir,) = (workdir / "runs").iterdir()
+    assert not json.loads((run_dir / "trainbox.json").read_text())["evaluation"]["settled"]
+    assert not (run_dir / "eval.json").exists()
+
+    again = run_trainbox("run", env=env | {"FAKE_VAL_MODE": "ok"})
+    assert again.returncode == 0, again.output[-3000:]
+    assert "already trained 1/1 epochs" in again.stderr and " train model=" not in again.stderr
+    assert json.loads((run_dir / "trainbox.json").read_text())["evaluation"]["settled"]
+    assert json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))["split"] == "val"
