@@ -215,3 +215,25 @@ def test_a_coco_test_split_with_other_classes_is_refused(tmp_path: Path) -> None
     with pytest.raises(HeldOutClassesError) as refused:
         forms.libreyolo_yaml(root, None, None, tmp_path / "out")
     assert refused.value.exit_code == 26 and "purple" in str(refused.value)
+
+
+def test_the_model_index_status_and_end_message_give_best_pts_held_out_score(tmp_path: Path) -> None:
+    from entrypoint.report import card, status
+    from entrypoint.report.card_facts import card_info
+    from tests.unit.test_card import ROWS, state
+
+    truths = [[Truth(0, (0, 0, 10, 10)), Truth(1, (50, 50, 60, 60))]]
+    found = score.score(truths, [[Guess(0, 0.9, (0, 0, 10, 10))]], 2)
+    files = {"weights/best.pt": record.file_record(0.3456, 0.5, found, ("red", "blue"), 8.0, "cpu")}
+    evaluation = record.document("test", "abc123", files)
+    info = card_info(state(), ROWS, repo_id="acme/yolo", receipt=None, plot=True, total=10, evaluation=evaluation)
+    results = card.metadata(info).eval_results or []
+    assert {(r.metric_name, r.metric_value, r.dataset_split) for r in results} == {
+        ("mAP50-95", 0.3456, "test"),
+        ("mAP50", 0.5, "test"),
+    }
+    snapshot = state(evaluation={"settled": True, "split": "test", "best": {"map50_95": 0.3456, "map50": 0.5}})
+    assert "scored    mAP50-95 0.346 · mAP50 0.500 on the test split" in status.render_remote(snapshot, 0.0)
+    fallback = state(evaluation={"settled": True, "split": "val", "best": {"map50_95": 0.1, "map50": 0.2}})
+    assert "on the validation split (also used to pick best.pt)" in (card_eval.scored_text(fallback) or "")
+    assert card_eval.scored_text(state()) is None
