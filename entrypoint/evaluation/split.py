@@ -81,15 +81,21 @@ def choose(data_yaml: Path, wanted: str | None = None, trained: Sequence[str] | 
 
 
 def listed(entries: Any, root: Path) -> list[Path]:
+    """The split's images in libreyolo's order (``libreyolo.data.utils.get_img_files``): a folder's images at any
+    depth, sorted; a list file's, relative to its folder, sorted; a list of either, in turn."""
     found: list[Path] = []
     for entry in entries if isinstance(entries, list) else [entries]:
         where = Path(str(entry))
         where = where if where.is_absolute() else root / where
         if where.is_dir():
-            found += sorted({path for path in where.iterdir() if path.suffix.lower() in _IMAGES})
-        elif where.suffix == ".txt" and where.is_file():
-            lines = [line.strip() for line in where.read_text().splitlines() if line.strip()]
-            found += [path if path.is_absolute() else root / path for path in map(Path, lines)]
+            found += sorted(
+                {path for ext in _IMAGES for case in (ext, ext.upper()) for path in where.rglob(f"*{case}")}
+            )
+        elif where.suffix.lower() == ".txt" and where.is_file():
+            lines = [line.strip() for line in where.read_text().splitlines()]
+            paths = [Path(line) for line in lines if line and not line.startswith("#")]
+            paths = [path if path.is_absolute() else where.parent / path for path in paths]
+            found += sorted(path for path in paths if path.suffix.lower() in _IMAGES)
         elif where.suffix.lower() in _IMAGES:
             found.append(where)
     return found
