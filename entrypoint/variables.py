@@ -196,7 +196,7 @@ class Vars:
         "start,end",
     )
     EXPORT = Variable[tuple[str, ...] | None](
-        "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
+        "formats made from best.pt at the end of a finished run, scored like it and published beside it:"
         " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
         " OUTPUT_REPO, else off)",
         libreyolo.parse_export,
