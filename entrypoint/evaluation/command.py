@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import libreyolo
-from ..errors import ConfigError
+from ..errors import ConfigError, StopRequested
 from ..hub import Hub
 from ..log import logger
 from . import record
@@ -76,6 +76,8 @@ def evaluate_repo(
 def _json(hub: Hub, repo: str, name: str, scratch: Path) -> dict[str, Any] | None:
     try:
         found = json.loads(hub.download(repo, name, scratch / "meta").read_text())
+    except StopRequested:
+        raise
     except Exception:  # not there (an older run, a repo Trainbox did not write): the next source answers
         return None
     return found if isinstance(found, dict) else None

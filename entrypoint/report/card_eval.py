@@ -3,7 +3,6 @@ classes, worst first; the confusion matrix as a PNG drawn with Pillow, like the 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from ..evaluation import record
 from ..libreyolo import BEST_CHECKPOINT
+from ..log import logger
 from ..state import replace_atomically
 from .plot import BACKGROUND, INK
 
@@ -34,8 +34,10 @@ def gather(run_dir: Path) -> dict[str, Any] | None:
     main = evaluation["files"].get(BEST_CHECKPOINT)
     if main is not None:
         title = f"best.pt on the {record.split_words(evaluation['split'])}"
-        with contextlib.suppress(Exception):  # a picture must never cost the card
+        try:
             draw(main["confusion_matrix"], run_dir / MATRIX_FILE, title)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as error:  # a picture never costs the card
+            logger.warning("confusion matrix: not drawn: %s", error)
     return evaluation | {_SIZES: sizes}
 
 
