@@ -120,6 +120,7 @@ def fetch(as_json: bool) -> None:
     """The dataset stage alone: download, extract safely, check with libreyolo doctor (cached by revision)."""
     loaded = load_settings()  # before huggingface_hub is imported
     from . import dataset
+    from .evaluation import split
 
     prepared = dataset.prepare(loaded)
     found: dict[str, object] = {
@@ -127,6 +128,7 @@ def fetch(as_json: bool) -> None:
         "revision": prepared.revision,
         "data_yaml": str(prepared.data_yaml),
         "root": str(prepared.root),
+        "scored_on": split.choose(prepared.data_yaml).words,  # a test split that cannot be scored: refused here too
     }
     if as_json:
         found["seconds"] = dict(prepared.timings)
