@@ -237,3 +237,28 @@ def test_the_model_index_status_and_end_message_give_best_pts_held_out_score(tmp
     fallback = state(evaluation={"settled": True, "split": "val", "best": {"map50_95": 0.1, "map50": 0.2}})
     assert "on the validation split (also used to pick best.pt)" in (card_eval.scored_text(fallback) or "")
     assert card_eval.scored_text(state()) is None
+
+
+def test_a_parquet_test_split_beside_a_validation_split_is_held_out_and_scored(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from entrypoint.dataset import parquet
+    from entrypoint.parsing import BoxFormat
+    from tests import dataset_forms as make
+
+    root = make.parquet_dataset(tmp_path / "repo")  # train and test
+    pq.write_table(
+        make.parquet_table(make.split_samples()["valid"][:2]),  # type: ignore[arg-type]
+        root / "data" / "validation-00000-of-00001.parquet",
+    )
+    files = sorted(str(path.relative_to(root)) for path in root.rglob("*.parquet"))
+    train, validation, test = parquet.chosen_splits_with_test(files, "someone/shapes")
+    assert validation == ["data/validation-00000-of-00001.parquet"] and test == ["data/test-00000-of-00001.parquet"]
+    out = tmp_path / "tree"
+    copy = lambda name, local: shutil.copyfile(root / name, local)  # noqa: E731
+    parquet.convert(train, validation, copy, tmp_path / "scratch", out, bbox=BoxFormat.XYWH, readme=None,
+                    max_bytes=None, test=test)  # fmt: skip
+    chosen = split.choose(out / "data.yaml")
+    assert chosen.name == "test" and len(chosen.images) == len(make.split_samples()["valid"])
+    assert len(list((out / "images" / "val").iterdir())) == 2
