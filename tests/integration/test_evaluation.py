@@ -70,8 +70,15 @@ def test_the_test_split_is_what_is_scored_and_trainbox_eval_prints_the_same(
     assert again["split"] == "test" and again["files"]["weights/best.pt"] == best
     table = run_trainbox("eval", "--repo", repo, env=env)
     assert "scored on the test split" in table.stdout and "weights/best.pt" in table.stdout
-    missing = run_trainbox("eval", "--repo", repo, "--split", "val", "--dataset", str(tmp_path / "other"), env=env)
-    assert missing.returncode != 0
+    val_only = make_dataset(tmp_path / "val-only").parent
+    missing = run_trainbox("eval", "--repo", repo, "--dataset", str(val_only), "--split", "test", env=env)
+    assert missing.returncode == 24, missing.output[-2000:]
+    assert "the dataset has no test split (it has: val) — use --split val" in missing.stderr.splitlines()[-1]
+    renamed = make_dataset(tmp_path / "renamed").parent
+    (renamed / "data.yaml").write_text((renamed / "data.yaml").read_text().replace("blue", "purple"))
+    other = run_trainbox("eval", "--repo", repo, "--dataset", str(renamed), env=env)
+    assert other.returncode == 26, other.output[-2000:]
+    assert "are not the model's (red, green, blue)" in other.stderr.splitlines()[-1]
 
 
 def test_without_a_test_split_the_validation_split_is_scored_and_said_so(hub_ctx: HubContext, tmp_path: Path) -> None:
