@@ -262,3 +262,17 @@ def test_a_parquet_test_split_beside_a_validation_split_is_held_out_and_scored(t
     chosen = split.choose(out / "data.yaml")
     assert chosen.name == "test" and len(chosen.images) == len(make.split_samples()["valid"])
     assert len(list((out / "images" / "val").iterdir())) == 2
+
+
+def test_the_end_message_gives_best_pts_held_out_score(tmp_path: Path) -> None:
+    from entrypoint.report.notify import end_message
+    from entrypoint.settings import from_env
+
+    settings = from_env({"WORKDIR": str(tmp_path), "PROVIDER": "none", "RUN_NAME": "cones"}, options={})
+    snapshot = {
+        "phase": "done",
+        "exit": {"code": 0, "reason": "done", "message": "trained"},
+        "evaluation": {"settled": True, "split": "test", "best": {"map50_95": 0.4123, "map50": 0.6}},
+    }
+    _, body, _ = end_message(settings, snapshot)
+    assert "best.pt scored: mAP50-95 0.412 · mAP50 0.600 on the test split" in body.splitlines()
