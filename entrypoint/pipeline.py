@@ -24,6 +24,8 @@ from .errors import (
     PreemptedError,
     UserInterruptError,
 )
+from .evaluation import end as evaluation
+from .evaluation import split as evaluation_split
 from .export import run as export_run
 from .foreign import Area, Where
 from .foreign import agent_error as classify
@@ -153,7 +155,9 @@ class Job:
                     point.total_epochs,
                 )
                 self.already_complete = True
-                self.state.update(**export_run.carried(self.state.previous, self.settings))
+                self.state.update(
+                    **export_run.carried(self.state.previous, self.settings), **evaluation.carried(self.state.previous)
+                )
             else:
                 self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()
@@ -218,6 +222,9 @@ class Job:
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
+        # A test split that cannot be scored is refused now, not found out after the training (exit 25, 26).
+        held_out = evaluation_split.choose(data.data_yaml)
+        logger.info("dataset: the model will be scored on its %s", held_out.words)
         self.progress.estimate(data.data_yaml)  # what the epochs should cost, until the first one is measured
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})

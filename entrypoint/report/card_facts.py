@@ -20,6 +20,7 @@ def card_info(
     total: int | None,
     license: str | None = None,
     base_model: str | None = None,
+    evaluation: dict[str, Any] | None = None,
 ) -> card.CardInfo:
     validated = [row for row in rows if isinstance(row.get("metrics/mAP50"), int | float)]
     dataset = dict(snapshot.get("dataset") or {})
@@ -65,6 +66,7 @@ def card_info(
         cost_outlook=cost_outlook(snapshot, rows, total),
         exports=snapshot.get("exports"),
         dashboard=dashboard.recorded_url(snapshot),
+        evaluation=evaluation,
     )
 
 

@@ -118,7 +118,7 @@ WING_LINE: list[tuple[str, ...]] = [
     ("sync",),
     ("dataset",),
     ("training",),
-    ("export",),
+    ("export", "evaluation"),
     ("report",),
     ("job",),
 ]
