@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .. import libreyolo, procs
+from ..evaluation.record import EVAL_FILE
 from ..log import logger
 from ..runtimes import fetch
 from ..state import RunState
-from . import plot
+from . import dashboard_eval, plot
 from .card import PLOT_FILE
 
 if TYPE_CHECKING:
@@ -212,6 +213,7 @@ class Sources:
     record: Callable[[dict[str, Any]], None]  # into trainbox.json's "dashboard"
     prepare: Callable[[], None] | None = None  # a Space's creation, before the first call
     plot: Path | None = None  # the training plot, logged once at the end
+    evaluation: Path | None = None  # eval.json, its scores logged once at the end
     gpus: GpuSampler = field(default_factory=lambda: GpuSampler(None))  # sampled as each epoch is taken
 
 
@@ -364,13 +366,18 @@ class Dashboard:
             logger.debug("dashboard: record: %s", error)
 
     def _send_plot(self) -> None:
+        """The end's extras at the last epoch: the training plot, and the evaluation's scores."""
         plot_file, last = self.sources.plot, self._known
-        if plot_file is None or not last or not plot_file.is_file():
+        if not last:
             return
+        scored = dashboard_eval.entry(self.sources.evaluation, self.client.target.project, self.client.target.run, last)
         try:
-            self.client.log_image(plot_file, last, "loss and mAP per epoch")
+            if plot_file is not None and plot_file.is_file():
+                self.client.log_image(plot_file, last, "loss and mAP per epoch")
+            if scored is not None:
+                self.client.log([scored])
         except (Unreachable, Refused) as error:
-            logger.warning("dashboard: the training plot did not reach %s (%s)", self.address, error)
+            logger.warning("dashboard: the plot or the evaluation did not reach %s (%s)", self.address, error)
 
     def _unreachable(self, why: str) -> None:
         if self._down is None:
@@ -452,6 +459,7 @@ def open_for(
         record=lambda fields: state.update(dashboard=fields),
         prepare=(lambda: create_space(found.where, hf_token, settings.workdir, settings.env)) if found.space else None,
         plot=settings.run_dir / PLOT_FILE,
+        evaluation=settings.run_dir / EVAL_FILE,
         gpus=GpuSampler(None if settings.gpus.cpu else shutil.which("nvidia-smi")),
     )
     dashboard = Dashboard(client, sources, address)

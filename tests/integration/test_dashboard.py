@@ -154,6 +154,9 @@ def test_a_run_killed_and_resumed_on_a_new_volume_is_one_trackio_run_with_every_
     assert shown["step"] == 5 and shown["training/plot"]["_type"] == "trackio.image"
     media = trackio_server.root / "media" / project / run / "5" / "training-5.png"
     assert media.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the card's plot, where the dashboard looks
+    scored = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))["files"]["weights/best.pt"]
+    (evaluated,) = [row for row in trackio_server.logs(project, run) if "eval/weights/best.pt/mAP50-95" in row]
+    assert evaluated["step"] == 5 and evaluated["eval/weights/best.pt/mAP50-95"] == pytest.approx(scored["map50_95"])
     kept = {row["epoch"]: row for row in plot.read_rows(_hub_metrics(hub_ctx, repo, tmp_path))}
     for row in logged:  # the metrics of the epochs the run kept
         assert row["metrics/mAP50-95"] == pytest.approx(kept[row["step"]]["metrics/mAP50-95"])

@@ -235,3 +235,47 @@ def test_a_space_still_being_created_at_the_end_is_said(tmp_path: Path, caplog: 
     board.finish(timeout=0.05)
     creating.set()
     assert "https://hub/spaces/acme/dash was still being prepared at the end: no epoch was sent" in caplog.text
+
+
+def test_the_end_logs_the_evaluation_once_at_the_last_epoch(tmp_path: Path) -> None:
+    evaluation = tmp_path / "eval.json"
+    per_class = {"cone": {"ap50_95": 0.25, "ap50": 0.5, "instances": 3}, "ball": {"ap50_95": 0.75, "ap50": 0.9}}
+    best = {"map50_95": 0.5, "map50": 0.7, "precision": 0.6, "recall": 0.4, "ms_per_image": 2.5, "per_class": per_class}
+    onnx = {"map50_95": 0.498, "map50": float("nan"), "device": "cpu"}  # a value that is no number is left out
+    files = {"weights/best.pt": best, "weights/best.onnx": onnx}
+    evaluation.write_text(json.dumps({"split": "test", "files": files}))
+    client = StandIn()
+    rows(tmp_path / "metrics.jsonl", (1, 0.9), (2, 0.8))
+    sources = Sources(
+        metrics=tmp_path / "metrics.jsonl",
+        kept=lambda: None,
+        price=lambda: None,
+        config=dict,
+        record=lambda fields: None,
+        evaluation=evaluation,
+    )
+    board = Dashboard(client, sources, "http://h:1/?project=p", poll=0.01)
+    board.start()
+    client.wait(2)
+    assert board.finish() == 0
+    (scored,) = [entry for entry in client.sent if entry.get("log_id") == "run-1/eval-2"]
+    assert scored["step"] == 2  # at the last epoch, beside the plot
+    assert scored["metrics"] == {
+        "eval/weights/best.pt/mAP50-95": 0.5,
+        "eval/weights/best.pt/mAP50": 0.7,
+        "eval/weights/best.pt/precision": 0.6,
+        "eval/weights/best.pt/recall": 0.4,
+        "eval/weights/best.pt/ms_per_image": 2.5,
+        "eval/weights/best.pt/AP50-95/cone": 0.25,
+        "eval/weights/best.pt/AP50-95/ball": 0.75,
+        "eval/weights/best.onnx/mAP50-95": 0.498,
+    }
+
+
+def test_no_evaluation_or_an_unreadable_one_logs_nothing_at_the_end(tmp_path: Path) -> None:
+    from entrypoint.report import dashboard_eval
+
+    assert dashboard_eval.entry(None, "p", "r", 3) is None
+    assert dashboard_eval.entry(tmp_path / "absent.json", "p", "r", 3) is None
+    (tmp_path / "torn.json").write_text('{"split": "te')
+    assert dashboard_eval.entry(tmp_path / "torn.json", "p", "r", 3) is None
