@@ -31,9 +31,21 @@ def start(*argv: str) -> Iterator[subprocess.Popen[bytes]]:
         process.wait(10)
 
 
+def asleep(pid: int) -> bool:
+    """In the kernel's sleep (state S): done loading, no CPU spent from now on."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+
+
 @pytest.fixture
 def idle() -> Iterator[subprocess.Popen[bytes]]:
-    yield from start("/bin/sleep", "600")
+    # Popen returns at exec; the dynamic loader's CPU comes after it. Counted between the watch's first reading
+    # and its first sample (a tick, a loaded machine stretching the load), it would be "progress" of an idle child.
+    for process in start("/bin/sleep", "600"):
+        deadline = time.monotonic() + 60
+        while not asleep(process.pid):
+            assert time.monotonic() < deadline, "sleep never went to sleep"
+            time.sleep(0.01)
+        yield process
 
 
 @pytest.fixture
