@@ -12,7 +12,7 @@ from tests.container import images
 from tests.container.images import docker
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
-UID = "1000"
+UID = images.NONROOT_UID
 
 
 @pytest.fixture(scope="module")
