@@ -282,9 +282,12 @@ def test_a_holder_quiet_a_whole_lease_period_is_taken_over_and_stops_with_71(run
     older = run.start("m1", **slow, **held_after(run.tmp_path, 2))  # still training when it runs again
     wait_for(lambda: run.bucket_epoch() >= 2, "epoch 2 in the bucket", older)
     os.killpg(older.pid, signal.SIGSTOP)  # a machine cut off, a stall: no heartbeat
+    frozen = {m.attempt for m in run.manifests()}
     try:
         newer = run.start("m2", **slow)
-        wait_for(lambda: len({m.attempt for m in run.manifests()}) == 2, "the second container's boundary", newer)
+        # The newer's first boundary; its clean-up deletes the frozen one's manifests right after, so a look for
+        # both attempts at once can miss the moment on a loaded machine.
+        wait_for(lambda: bool({m.attempt for m in run.manifests()} - frozen), "the second container's boundary", newer)
     finally:
         os.killpg(older.pid, signal.SIGCONT)
     code, output = finish(older)
