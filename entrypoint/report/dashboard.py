@@ -38,10 +38,9 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 WRITE_TOKEN_HEADER = "x-trackio-write-token"
-# (seconds, connect seconds): a dashboard that hangs costs the worker this, never the run. httpx itself is
-# imported where a dashboard is written to: its import (rich and click with it, for its command line) is a
-# tenth of a CPU-second of every agent's start, and most runs name no dashboard.
-TIMEOUT = (10.0, 3.0)
+# A dashboard that hangs costs the worker this, never the run. httpx is imported where a dashboard is written to:
+# its import (rich and click with it) was a tenth of a CPU-second of every agent's start, dashboard or not.
+TIMEOUT = {"timeout": 10.0, "connect": 3.0}
 POLL_SECONDS = 1.0
 MAX_BACKOFF = 30.0
 FINISH_SECONDS = 1.0  # what the end gives the dashboard, at most
@@ -156,13 +155,9 @@ class Client:
     def call(self, name: str, **kwargs: Any) -> Any:
         import httpx  # here, not at the top: see TIMEOUT
 
+        api, timeout = self.target.api, httpx.Timeout(**TIMEOUT)
         try:
-            response = httpx.post(
-                self.target.api + f"api/{name}",
-                json={"kwargs": kwargs},
-                headers=self.headers,
-                timeout=httpx.Timeout(TIMEOUT[0], connect=TIMEOUT[1]),
-            )
+            response = httpx.post(api + f"api/{name}", json={"kwargs": kwargs}, headers=self.headers, timeout=timeout)
         except (httpx.HTTPError, OSError) as error:
             raise Unreachable(type(error).__name__) from None
         if response.status_code >= 500 or response.status_code in (404, 408, 429):
@@ -195,7 +190,7 @@ class Client:
                 target.api + "api/upload",
                 files={"files": (name, image.read_bytes())},
                 headers=self.headers,
-                timeout=httpx.Timeout(TIMEOUT[0], connect=TIMEOUT[1]),
+                timeout=httpx.Timeout(**TIMEOUT),
             )
             response.raise_for_status()
             uploaded = response.json()["paths"][0]
