@@ -22,6 +22,7 @@ tests that must not overlap on one pytest-xdist worker.
 from __future__ import annotations
 
 import atexit
+import compileall
 import os
 import shutil
 import sys
@@ -38,6 +39,13 @@ _HF_HOME = tempfile.mkdtemp(prefix="trainbox-hf-home-")
 # libreyolo's train options, asked once per session: pytest-xdist's workers inherit the controller's folder.
 _SESSION_CACHE = os.environ.get("TRAINBOX_TEST_SESSION_CACHE") or os.path.join(_HF_HOME, "trainbox")
 os.environ["TRAINBOX_TEST_SESSION_CACHE"] = _SESSION_CACHE
+# The agent's byte code, compiled once per session: with PYTHONDONTWRITEBYTECODE (the image's setting, and CI's
+# where it runs) Python writes none, so every agent and every `python -m entrypoint.<x>` child compiled each of
+# its modules from source again: a few tenths of a CPU-second per process. Written beside the sources (ignored
+# by git); a module edited since is compiled anew when imported, as ever.
+if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or the only process): once
+    for _code in (Path(__file__).parents[1] / "entrypoint", Path(__file__).parent / "fakes"):
+        compileall.compile_dir(_code, quiet=1)
 _HUB = HubServer().start()  # serving from the start, so a stray client fails fast instead of hanging
 atexit.register(shutil.rmtree, _HF_HOME, True)
 atexit.register(_HUB.stop)

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from .. import libreyolo, procs
 from ..evaluation.record import EVAL_FILE
 from ..log import logger
@@ -40,7 +38,9 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 WRITE_TOKEN_HEADER = "x-trackio-write-token"
-TIMEOUT = httpx.Timeout(10.0, connect=3.0)  # a dashboard that hangs costs the worker this, never the run
+# A dashboard that hangs costs the worker this, never the run. httpx is imported where a dashboard is written to:
+# its import (rich and click with it) was a tenth of a CPU-second of every agent's start, dashboard or not.
+TIMEOUT = {"timeout": 10.0, "connect": 3.0}
 POLL_SECONDS = 1.0
 MAX_BACKOFF = 30.0
 FINISH_SECONDS = 1.0  # what the end gives the dashboard, at most
@@ -153,10 +153,11 @@ class Client:
             self.headers["authorization"] = f"Bearer {hf_token}"
 
     def call(self, name: str, **kwargs: Any) -> Any:
+        import httpx  # here, not at the top: see TIMEOUT
+
+        api, timeout = self.target.api, httpx.Timeout(**TIMEOUT)
         try:
-            response = httpx.post(
-                self.target.api + f"api/{name}", json={"kwargs": kwargs}, headers=self.headers, timeout=TIMEOUT
-            )
+            response = httpx.post(api + f"api/{name}", json={"kwargs": kwargs}, headers=self.headers, timeout=timeout)
         except (httpx.HTTPError, OSError) as error:
             raise Unreachable(type(error).__name__) from None
         if response.status_code >= 500 or response.status_code in (404, 408, 429):
@@ -182,12 +183,14 @@ class Client:
         """``image`` into the run's media at ``step``, and logged there as trackio's image (``/api/upload``, then
         ``bulk_upload_media``: the server keeps it under the name sent, where the logged ``file_path`` points)."""
         target, name = self.target, f"{image.stem}-{step}{image.suffix}"
+        import httpx  # here, not at the top: see TIMEOUT
+
         try:
             response = httpx.post(
                 target.api + "api/upload",
                 files={"files": (name, image.read_bytes())},
                 headers=self.headers,
-                timeout=TIMEOUT,
+                timeout=httpx.Timeout(**TIMEOUT),
             )
             response.raise_for_status()
             uploaded = response.json()["paths"][0]
