@@ -272,19 +272,26 @@ class RunLease:
 
         def run() -> None:
             while not clock.wait(self._stop, self.period / 8):
-                try:
-                    if self.quiet() < self.period / 2:
-                        self.check()  # a take-over is noticed between boundaries too (long epochs)
-                    else:
-                        self.renew(in_bucket=in_bucket())
-                except TakenOverError as error:
-                    on_lost(error)
+                if not self.tick(in_bucket(), on_lost):
                     return
-                except Exception as error:  # tried again at the next tick
-                    logger.warning("lease: renewing the lease failed (%s); trying again", describe(error))
 
         self._thread = threading.Thread(target=run, name="sync-lease", daemon=True)
         self._thread.start()
+
+    def tick(self, in_bucket: bool, on_lost: Callable[[TakenOverError], None]) -> bool:
+        """One turn of the heartbeat (every eighth of a period): renew when quiet for half a period, else check;
+        False once the run is lost (``on_lost`` told). The thread calls it; so does the protocol's simulation."""
+        try:
+            if self.quiet() < self.period / 2:
+                self.check()  # a take-over is noticed between boundaries too (long epochs)
+            else:
+                self.renew(in_bucket=in_bucket)
+        except TakenOverError as error:
+            on_lost(error)
+            return False
+        except Exception as error:  # tried again at the next tick
+            logger.warning("lease: renewing the lease failed (%s); trying again", describe(error))
+        return True
 
     def release(self, deadline: float | None = None) -> None:
         """At the end: the lease let go, so the next container takes the run at once. Best effort: a lease not
