@@ -54,6 +54,8 @@ class Server:
     bucket: dict[str, bytes] = field(default_factory=dict)
     commits: list[Commit] = field(default_factory=list)
     journal: list[tuple[float, str, str]] = field(default_factory=list)  # (true time, who, what)
+    freezes: list[tuple[str, str, int, float]] = field(default_factory=list)  # who, call, nth, seconds
+    calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.commits.append(Commit("0" * 40, {".gitattributes": b"*.pt filter=lfs\n"}, self.scheduler.now, "init"))
@@ -95,10 +97,17 @@ class SimApi:
         self.server = server
 
     def _call(self, call: str) -> str:
-        """The call's way there: a yield point, then the fault it meets (raised, or returned to apply)."""
+        """The call's way there: a yield point, then the fault it meets (raised, or returned to apply). A freeze
+        scripted for this call (``Server.freezes``: who, call, nth) holds the caller here, its call not applied."""
         server = self.server
         server.scheduler.pause(server.faults.latency())
-        return server.faults.before(call)
+        who = server.who()
+        server.calls[(who, call)] = server.calls.get((who, call), 0) + 1
+        for name, what, nth, seconds in server.freezes:
+            if (name, what, nth) == (who, call, server.calls[(who, call)]):
+                server.journal.append((server.scheduler.now, who, f"frozen in {call} for {seconds:.0f} s"))
+                server.scheduler.pause(seconds)
+        return server.faults.before(call, who)
 
     def _after(self, outcome: str, call: str) -> None:
         self.server.scheduler.pause(self.server.faults.latency())
@@ -142,11 +151,12 @@ class SimApi:
 
     # -- the bucket ------------------------------------------------------------------------------
     def list_bucket_tree(self, bucket_id: str, *, prefix: str, recursive: bool = True) -> Any:
-        outcome = self._call("list")
+        call = "list_all" if recursive else "list"
+        outcome = self._call(call)
         base = prefix.rstrip("/") + "/"
         keys = sorted(k for k in self.server.bucket if k.startswith(base))
         if not keys or outcome == "missing":  # the Hub's 404 on a prefix it does not know (or, a fault, one it does)
-            self._after("ok", "list")
+            self._after("ok", call)
             raise http_error(404, f"tree {prefix}")
         items: dict[str, Any] = {}
         for key in keys:
@@ -158,7 +168,7 @@ class SimApi:
                 items[folder] = SimpleNamespace(path=folder, size=None, type="directory")
         found = [items[k] for k in sorted(items)]
         cut = self.server.faults.cut(len(found)) if outcome == "cut" else None
-        self._after("ok", "list")
+        self._after("ok", call)
         return _pages(found, cut)
 
     def batch_bucket_files(self, bucket_id: str, *, add: Any = None, delete: Any = None) -> None:

@@ -4,6 +4,7 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
 - nothing durable lost: the Hub's newest whole state of a run has at least the epochs a container said were there;
 - every snapshot (``epoch_N.pt``) a container said was there stays in a whole state;
 - after one period at most one writer: no manifest lands from an attempt a whole period after another took the lease;
+- a holder is taken over only after a whole period of silence (no write of it landed; less a call's latency);
 - never a start from less than the Hub holds (a start from scratch while the Hub holds a state);
 - never two containers that trained both ending 0;
 - each epoch trained at most twice.
@@ -12,12 +13,14 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .hub import Server
 
 LEASE = ".trainbox/lease.json"
+_ATTEMPT = re.compile(r"/(\d{13}-[0-9a-f]{6})[-/]")
 
 
 class Violation(AssertionError):
@@ -41,6 +44,24 @@ def whole_states(bucket: dict[str, bytes]) -> dict[str, list[tuple[int, dict[str
     return found
 
 
+# A watcher's period of silence runs from when it saw the last heartbeat: up to one Hub call (there and back,
+# faults.Faults.slow each way) after the write landed.
+SLACK = 5.0
+
+
+def _attempt_of(what: str) -> str | None:
+    """The attempt a bucket write of the journal belongs to (its key names it)."""
+    match = _ATTEMPT.search(what) if what.startswith("put ") else None
+    return match.group(1) if match else None
+
+
+def _released(files: dict[str, bytes]) -> bool:
+    try:
+        return bool(json.loads(files[LEASE]).get("released"))
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return True
+
+
 def lease_holder(files: dict[str, bytes]) -> str | None:
     try:
         return str(json.loads(files[LEASE])["holder"])
@@ -58,6 +79,7 @@ class Oracle:
     trainers: set[str] = field(default_factory=set)  # the containers that trained an epoch
     log: list[str] = field(default_factory=list)
     seed: int = 0
+    judge_starts: bool = True  # off: a history shows another invariant alone
     _seen: int = -1
 
     def fail(self, why: str) -> None:
@@ -69,9 +91,10 @@ class Oracle:
         self.snapshots.setdefault(run_id, set()).update(snapshots)
 
     def start(self, who: str, run_id: str, epochs: int) -> None:
-        held = max((e for e, _ in whole_states(self.server.bucket).get(run_id, [])), default=0)
-        held = max([held, *(max((e for e, _ in s), default=0) for s in whole_states(self.server.bucket).values())])
-        if epochs < held:
+        """A container resumes from ``epochs``: never fewer than a whole state the Hub holds (of any run id: one
+        run's containers never mint a second one while the first has a state)."""
+        held = max((e for s in whole_states(self.server.bucket).values() for e, _ in s), default=0)
+        if self.judge_starts and epochs < held:
             self.fail(f"{who} starts run {run_id} from {epochs} epochs while the Hub holds a state of {held}")
 
     def train(self, who: str, run_id: str, epoch: int) -> None:
@@ -98,12 +121,23 @@ class Oracle:
 
     def _one_writer(self) -> None:
         takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
-        previous = None
+        writes: dict[str, list[float]] = defaultdict(list)  # attempt → when its writes landed (true time)
+        for at, _, what in self.server.journal:
+            attempt = _attempt_of(what)
+            if attempt is not None:
+                writes[attempt].append(at)
+        previous, released = None, True
         for commit in self.server.commits:
             holder = lease_holder(commit.files)
             if holder is not None and holder != previous:
                 takes.append((commit.at, holder))
-            previous = holder
+                last = max((w for w in writes.get(previous or "", []) if w <= commit.at), default=-1e9)
+                quiet = commit.at - last
+                if previous is not None and not released and quiet < self.period - SLACK:
+                    self.fail(f"{holder} took the run from {previous}, whose last write landed {quiet:.0f} s before")
+            if holder is not None:
+                writes[holder].append(commit.at)
+            previous, released = holder, _released(commit.files)
         for at, _, what in self.server.journal:
             if not what.startswith("put ") or "/manifests/" not in what:
                 continue

@@ -48,6 +48,10 @@ class Options:
     limit: float = 4 * 3600.0  # true seconds
     script: dict[str, list[str]] = field(default_factory=dict)
     disruptions: int = 1  # kills and freezes, at most
+    kills: list[tuple[float, str]] = field(default_factory=list)  # (time, container): killed then
+    freezes: list[tuple[str, str, int, float]] = field(default_factory=list)  # container frozen in its nth call
+    skews: dict[str, float] = field(default_factory=dict)  # a container's clock, set
+    starts: list[float] = field(default_factory=list)  # when the containers start (else drawn)
 
 
 def draw(seed: int) -> Options:
@@ -107,6 +111,8 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
         faults.kinds = dict(options.kinds)
     faults.since = scheduler.now
     server = Server(scheduler, faults)
+    server.freezes = list(options.freezes)
+    kills = sorted(options.kills)
     api = SimApi(server)
     oracle = Oracle(server, c.PERIOD, seed=seed)
     root = Path(tempfile.mkdtemp(prefix="protocol-sim-", dir=_SCRATCH))
@@ -137,7 +143,7 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
         volume = root / name
         volume.mkdir()
         run_id = "".join(rng.choice("0123456789abcdef") for _ in range(12))
-        skew = rng.uniform(-options.skew, options.skew)
+        skew = options.skews.get(name, rng.uniform(-options.skew, options.skew))
         say(f"{name} launched (clock {skew:+.0f} s)")
         return scheduler.spawn(name, lambda: c.container(api, volume, report, run_id), skew=skew, at=at)
 
@@ -148,6 +154,13 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
             _, content = person.pop(0)
             server.commit({LEASE: content}, "a person edits the lease")
             say(f"a person {'rewrites' if content else 'deletes'} the lease")
+        while kills and kills[0][0] <= scheduler.now - faults.since:
+            _, name = kills.pop(0)
+            for victim in scheduler.actors:
+                if victim.name == name and not victim.done:
+                    say(f"{name} killed")
+                    scheduler.kill(victim)
+                    relaunches.append(scheduler.now + options.relaunch_after)
         if disruptions >= options.disruptions:
             return
         roll = rng.random()
@@ -170,7 +183,8 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
     try:
         with _seam(scheduler, api, rng), rules() if rules is not None else ExitStack():
             for n in range(options.containers):
-                launch(scheduler.now + (rng.uniform(0, options.stagger) if n else 0.0))
+                drawn = rng.uniform(0, options.stagger) if n else 0.0
+                launch(scheduler.now + (options.starts[n] if n < len(options.starts) else drawn))
             end = scheduler.now + options.limit
             while True:
                 scheduler.run(end, chaos=chaos)
