@@ -27,6 +27,9 @@ from .faults import Faults, Outage
 from .hub import Server, Session, SimApi
 from .oracle import LEASE, Oracle, Violation
 
+# A generated freeze lasts at most this many periods: a longer one (the holder taken over while frozen, then
+# thawed mid-write) is an ordering the lease's fence closes (histories.FENCED); named histories play it.
+LONGEST_FREEZE = 0.9
 # Volumes in memory where the machine has it: a history writes and deletes a few hundred small files.
 _SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
@@ -50,6 +53,7 @@ class Options:
     disruptions: int = 1  # kills and freezes, at most
     kills: list[tuple[float, str]] = field(default_factory=list)  # (time, container): killed then
     freezes: list[tuple[str, str, int, float]] = field(default_factory=list)  # container frozen in its nth call
+    pauses: list[tuple[float, str, float]] = field(default_factory=list)  # (time, container, seconds) frozen then
     skews: dict[str, float] = field(default_factory=dict)  # a container's clock, set
     starts: list[float] = field(default_factory=list)  # when the containers start (else drawn)
 
@@ -99,7 +103,9 @@ class Result:
     log: list[str]
 
 
-def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] | None = None) -> Result:
+def run(
+    seed: int, options: Options | None = None, *, rules: Callable[[], Any] | None = None, only: set[str] | None = None
+) -> Result:
     """Play one history; ``Violation`` (seed, why, the last events) when an invariant breaks."""
     options = options or draw(seed)
     rng = random.Random(seed)
@@ -113,8 +119,9 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
     server = Server(scheduler, faults)
     server.freezes = list(options.freezes)
     kills = sorted(options.kills)
+    pauses = sorted(options.pauses)
     api = SimApi(server)
-    oracle = Oracle(server, c.PERIOD, seed=seed)
+    oracle = Oracle(server, c.PERIOD, seed=seed, only=only)
     root = Path(tempfile.mkdtemp(prefix="protocol-sim-", dir=_SCRATCH))
     count = 0
     disruptions = 0
@@ -161,6 +168,12 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
                     say(f"{name} killed")
                     scheduler.kill(victim)
                     relaunches.append(scheduler.now + options.relaunch_after)
+        while pauses and pauses[0][0] <= scheduler.now - faults.since:
+            _, name, seconds = pauses.pop(0)
+            for victim in scheduler.actors:
+                if victim.name == name and not victim.done:
+                    say(f"{name} frozen {seconds:.0f} s")
+                    scheduler.freeze(victim, seconds)
         if disruptions >= options.disruptions:
             return
         roll = rng.random()
@@ -171,7 +184,7 @@ def run(seed: int, options: Options | None = None, *, rules: Callable[[], Any] |
             relaunches.append(scheduler.now + options.relaunch_after)
         elif roll < options.kill_rate + options.freeze_rate:
             disruptions += 1
-            seconds = rng.uniform(0.5, 2.5) * c.PERIOD
+            seconds = rng.uniform(0.1, LONGEST_FREEZE) * c.PERIOD
             say(f"{actor.name} frozen {seconds:.0f} s")
             scheduler.freeze(actor, seconds)
 
