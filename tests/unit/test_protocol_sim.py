@@ -5,6 +5,8 @@ bench/protocol_sim.py runs the long lane (100 000 histories)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.protocol_sim.histories import ALONE, FENCED, ORDERINGS, SWITCHED_OFF
@@ -12,7 +14,8 @@ from tests.protocol_sim.world import Violation, run
 
 pytestmark = pytest.mark.protocol
 
-FAST_LANE = 2000
+# The mutation run (bench/mutation.py) plays fewer per mutant.
+FAST_LANE = int(os.environ.get("PROTOCOL_SIM_HISTORIES", "2000"))
 SHARDS = 8  # the fast lane in slices, so pytest-xdist spreads it over its workers
 
 

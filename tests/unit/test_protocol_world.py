@@ -8,6 +8,8 @@ import pytest
 
 from tests.protocol_world import NAMED, OLD, Rules, Violation, run_history
 
+pytestmark = pytest.mark.protocol
+
 FAST_LANE = 1500
 
 
