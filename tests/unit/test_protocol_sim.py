@@ -9,8 +9,9 @@ import os
 
 import pytest
 
+from tests.protocol_sim.container import PERIOD
 from tests.protocol_sim.histories import ALONE, FENCED, ORDERINGS, SWITCHED_OFF
-from tests.protocol_sim.world import Violation, run
+from tests.protocol_sim.world import Options, Violation, run
 
 pytestmark = pytest.mark.protocol
 
@@ -61,3 +62,12 @@ def test_a_violation_names_its_seed_and_replays_the_last_events() -> None:
         run(7, SWITCHED_OFF["nothing-durable-lost"][1], rules=SWITCHED_OFF["nothing-durable-lost"][2])
     text = str(raised.value)
     assert text.startswith("seed 7: ") and "replay (last events):" in text and " launched " in text
+
+
+def test_a_container_started_after_the_holder_ended_takes_the_run_at_once() -> None:
+    # c1 trains the run to its end and releases the lease; c2, started after, finds it released: no period's wait.
+    result = run(1, Options(containers=2, starts=[0.0, 600.0], skews={"c1": 0.0, "c2": 0.0}))
+    started = [line.split() for line in result.log if " c2 (" in line and " starts run " in line]
+    assert result.exits["c1"] == 0 and started, "\n".join(result.log)
+    at = float(started[0][1])  # "t=  612.3 c2 (<attempt>) starts run …"
+    assert at - 600.0 < PERIOD / 4, f"c2 started {at - 600.0:.0f} s after its launch: it waited for a released lease"
