@@ -71,3 +71,14 @@ def test_a_container_started_after_the_holder_ended_takes_the_run_at_once() -> N
     assert result.exits["c1"] == 0 and started, "\n".join(result.log)
     at = float(started[0][1])  # "t=  612.3 c2 (<attempt>) starts run …"
     assert at - 600.0 < PERIOD / 4, f"c2 started {at - 600.0:.0f} s after its launch: it waited for a released lease"
+
+
+def test_a_relaunch_after_a_kill_waits_one_lease_period_at_most() -> None:
+    # Ordering 3: c1 killed at 300 s, c2 relaunched at 310 s watches c1's heartbeat for one period, takes the run,
+    # waits a quarter period before its first write (what it carries forward is read then) and resumes at epoch 6.
+    # MAX_COST's count of the spend before the wait is the cost wing's: not simulated here.
+    result = run(1, ORDERINGS["3-relaunch-waits-one-period"])
+    started = [line.split() for line in result.log if " c2 (" in line and " starts run " in line]
+    assert started and started[0][-1] == "6", "\n".join(result.log)
+    waited = float(started[0][1]) - 310.0
+    assert PERIOD <= waited <= PERIOD + PERIOD / 4 + 30.0, f"the relaunch started {waited:.0f} s after its launch"
