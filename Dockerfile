@@ -64,12 +64,12 @@ RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install opencv-python-headless \
 # its build requirements and dependencies, plus libreyolo's extras for this variant. `pip check` reports
 # conflicts without failing: a base's own packages may already disagree with one another (the container tests
 # require it clean on the stand-in base).
-# TRAINBOX_RUNTIMES (parquet, onnx, comma separated) bakes in what the agent otherwise fetches on first use into
+# TRAINBOX_RUNTIMES (parquet, onnx, trackio, comma separated) bakes in what the agent otherwise fetches on first use into
 # the volume (entrypoint/runtimes/fetch.py): for hosts that cannot reach PyPI. The pins are pyproject.toml's extras.
 COPY pyproject.toml /opt/trainbox/
 ARG LIBREYOLO_EXTRAS=""
 ARG TRAINBOX_RUNTIMES=""
-RUN python3 -c 'import sys, tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); extras = p["project"]["optional-dependencies"]; names = [n.strip() for n in sys.argv[1].split(",") if n.strip()]; bad = [n for n in names if n not in ("parquet", "onnx")]; sys.exit(f"TRAINBOX_RUNTIMES: unknown {bad}: use parquet, onnx") if bad else print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"] + [r for n in names for r in extras[n]]))' "$TRAINBOX_RUNTIMES" > /opt/trainbox/requirements.txt \
+RUN python3 -c 'import sys, tomllib; p = tomllib.load(open("/opt/trainbox/pyproject.toml", "rb")); extras = p["project"]["optional-dependencies"]; names = [n.strip() for n in sys.argv[1].split(",") if n.strip()]; bad = [n for n in names if n not in ("parquet", "onnx", "trackio")]; sys.exit(f"TRAINBOX_RUNTIMES: unknown {bad}: use parquet, onnx, trackio") if bad else print("\n".join(p["build-system"]["requires"] + p["project"]["dependencies"] + [r for n in names for r in extras[n]]))' "$TRAINBOX_RUNTIMES" > /opt/trainbox/requirements.txt \
  && if [ -n "$LIBREYOLO_EXTRAS" ]; then echo "libreyolo[$LIBREYOLO_EXTRAS]" >> /opt/trainbox/requirements.txt; fi \
  && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -r /opt/trainbox/requirements.txt \
  && python3 -m pip list --format=freeze | grep -iE '^(torch|torchvision)==' | sort > /tmp/torch.txt \

@@ -120,6 +120,7 @@ def fetch(as_json: bool) -> None:
     """The dataset stage alone: download, extract safely, check with libreyolo doctor (cached by revision)."""
     loaded = load_settings()  # before huggingface_hub is imported
     from . import dataset
+    from .evaluation import split
 
     prepared = dataset.prepare(loaded)
     found: dict[str, object] = {
@@ -127,6 +128,7 @@ def fetch(as_json: bool) -> None:
         "revision": prepared.revision,
         "data_yaml": str(prepared.data_yaml),
         "root": str(prepared.root),
+        "scored_on": split.choose(prepared.data_yaml).words,  # a test split that cannot be scored: refused here too
     }
     if as_json:
         found["seconds"] = dict(prepared.timings)
@@ -268,6 +270,33 @@ def status(
         interval=interval,
     )
     sys.exit(code)
+
+
+@cli.command("eval")
+@click.option("--repo", required=True, metavar="ORG/NAME", help="The model repo whose files are scored.")
+@click.option("--dataset", metavar="ORG/NAME", help="Score on this dataset (default: the one the run trained on).")
+@click.option("--split", type=click.Choice(["test", "val"]), help="The split (default: test, else val).")
+@click.option("--device", default="auto", show_default=True, help="Where libreyolo val runs: cpu, 0, auto.")
+@click.option("--json", "as_json", is_flag=True, help="Print eval.json's format.")
+def eval_command(repo: str, dataset: str | None, split: str | None, device: str, as_json: bool) -> None:
+    """Score a model repo's files on the dataset's held-out split, as the box did (docs/evaluation.md)."""
+    from .parsing import repo_id
+
+    repo_id("--repo", repo, None)
+    if dataset is not None and not dataset.startswith(("/", ".")):
+        repo_id("--dataset", dataset, None)
+    environ = dict(os.environ)
+    from huggingface_hub import get_token
+
+    from .evaluation import command, record
+    from .hub import Hub
+
+    hub = Hub(token=environ.get("HF_TOKEN") or get_token())
+    evaluation, sizes = command.evaluate_repo(hub, repo, environ, dataset=dataset, split=split, device=device)
+    if as_json:
+        click.echo(json.dumps(evaluation, indent=2))
+    else:
+        click.echo("\n".join(record.table(evaluation, sizes)))
 
 
 _HARD_END: list[bool] = []  # set by the commands that upload beside the main thread

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from .libreyolo import EXPORT_FORMATS, LAST_CHECKPOINT
+from .report import dashboard
 from .run_args import RunArgs
 from .runtimes import fetch
 from .settings import DatasetKind, ExitAction, Settings
@@ -57,6 +58,7 @@ def report(settings: Settings, env: dict[str, str]) -> list[str]:
     if fetched := fetch.not_importable(needed):  # not in this image: the start fetches them
         lines.append(f"fetch      {', '.join(fetched)} at the start (pip, into {fetch.root(settings.workdir)})")
     lines.append(f"release    {_release(settings)}")
+    lines.append(f"dashboard  {dashboard.where(settings) or 'none (TRACKIO is unset)'}")
     return lines
 
 

@@ -161,6 +161,27 @@ class DatasetFormError(DatasetError):
     reason = "dataset_form"
 
 
+class EvalSplitMissingError(DatasetError):
+    """``trainbox eval --split`` names a split the dataset does not have."""
+
+    exit_code = 24
+    reason = "eval_split_missing"
+
+
+class HeldOutUnlabelledError(DatasetError):
+    """The dataset's test split holds images and not one label: scoring it would say nothing."""
+
+    exit_code = 25
+    reason = "test_split_unlabelled"
+
+
+class HeldOutClassesError(DatasetError):
+    """The split to score names other classes than the model was trained on."""
+
+    exit_code = 26
+    reason = "test_split_classes"
+
+
 class ParquetRuntimeError(DatasetError):
     """A parquet dataset, and pyarrow (fetched on first use, not in the image) could not be installed."""
 
@@ -289,6 +310,14 @@ class StoreUnreadableError(AgentError):
 
     exit_code = 73
     reason = "store_unreadable"
+
+
+class LeaseRefusedError(TakenOverError):
+    """The repo refused this run's lease: a token that may not commit to OUTPUT_REPO (401/403), or a rate limit
+    longer than a start may wait out. The run is never written unleased: this one ends, having written nothing."""
+
+    exit_code = 74
+    reason = "lease_refused"
 
 
 class DeadlineError(StopRequested):

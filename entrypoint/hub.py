@@ -60,6 +60,11 @@ class RateLimitedError(Exception):
         self.retry_after = retry_after
 
 
+class ParentMovedError(Exception):
+    """A commit sent with ``parent_commit`` was refused (412): the repo moved since its writer read it. Nothing
+    landed; the writer reads again (the run's lease first) and never overwrites what came since."""
+
+
 class CardRefusedError(Exception):
     """The Hub refused README.md's metadata (its YAML validation): the commit carrying it did not land.
     Not an exit: the card is the only file in its commit, so nothing else waits on it."""
@@ -245,8 +250,10 @@ class Hub:
         sleep: Callable[[float], None] = time.sleep,
         deadline: float | None = None,
         commit_id: str | None = None,
+        parent: str | None = None,
     ) -> str:
-        """Commit ``(path_in_repo, local_file)`` pairs as one commit; return its sha.
+        """Commit ``(path_in_repo, local_file)`` pairs as one commit; return its sha. ``parent``: the commit it
+        must follow (``parent_commit``): ``ParentMovedError`` when the repo moved since.
 
         ``commit_id`` marks the commit (a new one when None); ``landed`` finds it later, so a
         caller whose earlier attempt failed without an answer can tell whether it landed."""
@@ -262,7 +269,12 @@ class Hub:
             xetahead.take(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             xetchild.preupload(operations, repo_id, endpoint=api.endpoint, token=self.token, deadline=deadline)
             info = api.create_commit(
-                repo_id, operations, commit_message=message, commit_description=description, repo_type="model"
+                repo_id,
+                operations,
+                commit_message=message,
+                commit_description=description,
+                repo_type="model",
+                parent_commit=parent,
             )
             return info.oid
 
@@ -277,6 +289,8 @@ class Hub:
             )
         except HfHubHTTPError as error:
             status = status_of(error)
+            if status == 412:
+                raise ParentMovedError(f"{repo_id} moved since {parent} (HTTP 412): nothing committed") from None
             if status == 429:
                 wait = retry_after_of(error)
                 raise RateLimitedError(

@@ -148,6 +148,24 @@ def bucket(name: str, value: str, _unset: object) -> str | None:
     return value
 
 
+def trackio_target(name: str, value: str, _unset: object) -> str:
+    """A Space id (org/name) or a self-hosted trackio server's http(s) URL; its write token is never in it."""
+    text = value.strip().rstrip("/")
+    if text.startswith(("https://", "http://")):
+        if "write_token" in text or "?" in text:
+            raise ConfigError(
+                f"{name} carries a query (a write token would be printed with it)",
+                f"set {name} to the server's address alone and its token in TRACKIO_WRITE_TOKEN",
+            )
+        return text
+    if not REPO_ID.match(text):
+        raise ConfigError(
+            f"{name}={value!r} is neither a Space id nor a URL",
+            f"use org/name (a Space) or http(s)://host:port (a trackio server), e.g. {name}=acme/dashboard",
+        )
+    return text
+
+
 def workdir(_name: str, value: str, _unset: object) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else Path.cwd() / path

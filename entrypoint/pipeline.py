@@ -1,8 +1,8 @@
 """``trainbox run``: docs/how-a-run-works.md's steps in order, one shutdown path, and an honest final state.
 
 Settings (read before the job starts), preflight, dataset, training with the sync beside it, the end. ``Job``
-holds the stage order and the one shutdown path; the training stage is training/loop.py's ``TrainingLoop``, the
-end release/wrapup.py's ``WrapUp``.
+holds the stage order and the one shutdown path; the training stage is job/loop.py's ``TrainingLoop``, the
+end job/wrapup.py's ``WrapUp``.
 SIGTERM (preemption), SIGINT, MAX_RUNTIME and MAX_COST (SIGALRM) and the stall guard all end the job the
 same way: stop the training child (SIGINT, then SIGKILL after a grace period), flush the
 uploads, write the terminal trainbox.json, release the machine, exit with the matching code.
@@ -24,6 +24,8 @@ from .errors import (
     PreemptedError,
     UserInterruptError,
 )
+from .evaluation import end as evaluation
+from .evaluation import split as evaluation_split
 from .export import run as export_run
 from .foreign import Area, Where
 from .foreign import agent_error as classify
@@ -31,12 +33,13 @@ from .gpu.nodes import NodesAgreement
 from .gpu.report import GpuReport
 from .host import check as host_check
 from .hub import Hub
+from .job.loop import TrainingLoop
+from .job.wrapup import WrapUp
 from .libreyolo import check_export_gpu
 from .log import logger
 from .release.clock import ShutdownClock
 from .release.end import check_access
-from .release.wrapup import WrapUp
-from .report import notify, progress
+from .report import dashboard, notify, progress
 from .report.attempt import Attempt
 from .settings import Settings
 from .state import STATE_FILE, Phase, RunState, read_state
@@ -47,7 +50,6 @@ from .sync.lease import RunLease
 from .sync.uploader import Uploader
 from .training import resume
 from .training.launch import Launch
-from .training.loop import TrainingLoop
 from .training.process import TrainingProcess
 
 
@@ -71,6 +73,7 @@ class Job:
         self.bucket: RunFolder | None = None  # the run's folder in its Storage Bucket (sync/bucket.py)
         self.lease: RunLease | None = None  # this container's hold on the run: one writer at a time (sync/lease.py)
         self.hub: Hub | None = None
+        self.dashboard: dashboard.Dashboard | None = None  # TRACKIO: the run's trackio dashboard, beside training
         self.already_complete = False
         self.stop_cause: AgentError | None = None
         self._finishing = False
@@ -152,7 +155,9 @@ class Job:
                     point.total_epochs,
                 )
                 self.already_complete = True
-                self.state.update(**export_run.carried(self.state.previous, self.settings))
+                self.state.update(
+                    **export_run.carried(self.state.previous, self.settings), **evaluation.carried(self.state.previous)
+                )
             else:
                 self.attempt.arm_run_budget()  # MAX_COST is the run's: the earlier attempts' spend counts
                 data = self._dataset()
@@ -201,6 +206,11 @@ class Job:
         self.state.set_phase(Phase.RESUME)
         point = self._find_resume_point()
         self._start_uploader(point)
+        # an epoch goes to the dashboard once a store holds its checkpoint (no store: the volume is the run's)
+        kept = (lambda: self.uploader.kept_epochs) if self.uploader is not None else (lambda: None)
+        self.dashboard = dashboard.open_for(
+            self.settings, self.state, kept=kept, price=lambda: self.attempt.price.per_hour
+        )
         return point
 
     def _dataset(self) -> dataset.PreparedDataset:
@@ -212,6 +222,9 @@ class Job:
         self.state.update(
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
+        # A test split that cannot be scored is refused now, not found out after the training (exit 25, 26).
+        held_out = evaluation_split.choose(data.data_yaml)
+        logger.info("dataset: the model will be scored on its %s", held_out.words)
         self.progress.estimate(data.data_yaml)  # what the epochs should cost, until the first one is measured
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})
@@ -273,7 +286,11 @@ class Job:
         # nothing), on what the volume and the repo recorded; and again once the bucket's record is adopted too.
         if self.settings.dataset_revision_given:
             dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
-        self.bucket, self.new_run, self.lease = job_sync.open_run(self.settings, self.state, self.hub, self.scratch())
+        # MAX_COST counts the earlier attempts' spend from before any wait for the lease (a relaunch after a kill -9
+        # may watch the old holder a whole period, billing): the history the volume and the stores hold, then.
+        self.bucket, self.new_run, self.lease = job_sync.open_run(
+            self.settings, self.state, self.hub, self.scratch(), before_lease=self.attempt.arm_run_budget
+        )
         self._data_settings = dataset_pin.pinned(self.settings, self.state.identity.dataset_revision)
         # the bucket's trainbox.json is the newest: its attempts count
         resume.check_crash_loop(self.state.history.attempts)
@@ -287,7 +304,7 @@ class Job:
         self.progress.publish(self.hub, self.settings.output_repo)
 
     def _wrap_up(self) -> WrapUp:
-        """The job's end, with what the stages left (release/wrapup.py)."""
+        """The job's end, with what the stages left (job/wrapup.py)."""
         return WrapUp(
             settings=self.settings,
             state=self.state,
@@ -302,6 +319,7 @@ class Job:
             already_complete=self.already_complete,
             gpu_indices=self._gpu_indices,
             hub_copy=self.hub_copy,
+            dashboard=self.dashboard,
         )
 
 

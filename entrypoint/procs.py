@@ -32,9 +32,9 @@ from typing import IO, TypeVar
 
 from .log import logger, redact
 
-# Provider API keys, and NOTIFY (a Slack or Discord webhook URL carries its channel's key): the agent's
-# own, never handed to a child process.
-SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY", "NOTIFY")
+# Provider API keys, NOTIFY (a Slack or Discord webhook URL carries its channel's key) and the trackio
+# server's write token: the agent's own, never handed to a child process.
+SECRET_PROVIDER_VARS = ("CONTAINER_API_KEY", "RUNPOD_API_KEY", "VAST_API_KEY", "NOTIFY", "TRACKIO_WRITE_TOKEN")
 
 
 # How long a SIGKILLed process may take to be reaped before it is given up on.

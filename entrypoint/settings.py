@@ -125,6 +125,9 @@ class Settings:
     host_min_disk_mbps: float = DEFAULT_HOST_MIN_DISK_MBPS
     notify: tuple[Secret, ...] = ()  # NOTIFY: apprise URLs (secrets: a webhook URL carries its channel's key)
     notify_on: NotifyOn = NotifyOn.START_END
+    trackio: str | None = None  # TRACKIO: a Space id or a trackio server's URL (report/dashboard.py)
+    trackio_project: str | None = None  # TRACKIO_PROJECT (None: OUTPUT_REPO's name, else RUN_NAME)
+    trackio_write_token: Secret | None = None  # TRACKIO_WRITE_TOKEN: a self-hosted server's
     stop_flat_spend: float | None = None  # dollars of training without STOP_MIN_GAIN in mAP50-95 end the run
     stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
     dataset_bbox: BoxFormat = BoxFormat.XYWH  # DATASET_BBOX: a parquet dataset's box format
@@ -165,7 +168,7 @@ class Settings:
         }
 
     def secrets(self) -> list[str]:
-        values = [self.hf_token, self.provider.api_key]
+        values = [self.hf_token, self.provider.api_key, self.trackio_write_token]
         return [secret.reveal() for secret in values if secret is not None]
 
 
@@ -242,6 +245,9 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         host_min_disk_mbps=Vars.HOST_MIN_DISK_MBPS.read(env),
         notify=Vars.NOTIFY.read(env),
         notify_on=Vars.NOTIFY_ON.read(env),
+        trackio=Vars.TRACKIO.read(env),
+        trackio_project=Vars.TRACKIO_PROJECT.read(env),
+        trackio_write_token=Vars.TRACKIO_WRITE_TOKEN.read(env),
         stop_flat_spend=Vars.STOP_FLAT_SPEND.read(env),
         stop_min_gain=Vars.STOP_MIN_GAIN.read(env),
         export=_export(env, output_repo, Vars.GPUS.read(env)),
@@ -255,6 +261,11 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         raise ConfigError(
             "ON_EXIT/ON_FAILURE=destroy without OUTPUT_REPO would delete the weights with the machine",
             "set OUTPUT_REPO=org/name, or use ON_EXIT=stop",
+        )
+    if settings.trackio is not None and settings.trackio.startswith("http") and settings.trackio_write_token is None:
+        raise ConfigError(
+            f"TRACKIO={settings.trackio} is a trackio server, and TRACKIO_WRITE_TOKEN is not set",
+            "set TRACKIO_WRITE_TOKEN to the server's write token (trackio show prints it)",
         )
     if settings.topology.multi and settings.output_repo is None:
         raise ConfigError(

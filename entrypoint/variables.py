@@ -61,7 +61,9 @@ class Vars:
         "Hugging Face token that may write OUTPUT_REPO (secret: never printed or uploaded)", parse.secret, None
     )
     DATASET_REPO = Variable[tuple[DatasetKind, str | None]](
-        "org/name of an HF dataset repo holding the dataset as one tar, or a local folder / .tar (unset: the demo)",
+        "org/name of an HF dataset repo (one .tar/.tar.gz/.zip at its root, or parquet files), or a local folder,"
+        " .tar or .zip; inside: YOLO with a data.yaml (Roboflow/Ultralytics exports too) or COCO JSON"
+        " (docs/datasets.md; unset: the demo)",
         parse.dataset_source,
         (DatasetKind.DEMO, None),
     )
@@ -193,8 +195,17 @@ class Vars:
         NotifyOn.START_END,
         "start,end",
     )
+    TRACKIO = Variable(
+        "a trackio dashboard for the run: a Space id org/name (created private) or a trackio server's URL",
+        parse.trackio_target,
+        None,
+    )
+    TRACKIO_PROJECT = Variable("the trackio project (default: OUTPUT_REPO's name, else RUN_NAME)", parse.text, None)
+    TRACKIO_WRITE_TOKEN = Variable(
+        "a self-hosted trackio server's write token (secret: never printed, logged or uploaded)", parse.secret, None
+    )
     EXPORT = Variable[tuple[str, ...] | None](
-        "formats made from best.pt at the end of a finished run, checked against it and published beside it:"
+        "formats made from best.pt at the end of a finished run, scored like it and published beside it:"
         " onnx, openvino, tensorrt (GPU only), torchscript, comma separated, or off (default: onnx with"
         " OUTPUT_REPO, else off)",
         libreyolo.parse_export,

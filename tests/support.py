@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from entrypoint.dataset.demo import _image
@@ -126,3 +131,39 @@ def process_alive(pid: int) -> bool:
         return False
     fields = stat.rsplit(")", 1)[-1].split()
     return bool(fields) and fields[0] != "Z"
+
+
+@cache
+def code_digest() -> str:
+    """The code a shared run is made by: the agent, the tests' helpers and fakes, the installed libreyolo."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    sources = [*(root / "entrypoint").rglob("*.py"), *(root / "tests" / "fakes").glob("*.py"), Path(__file__)]
+    for path in sorted(sources):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    from importlib.metadata import version
+
+    digest.update(version("libreyolo").encode())
+    return digest.hexdigest()[:16]
+
+
+def shared_run(name: str, inputs: object, make: Callable[[Path], dict]) -> tuple[Path, dict]:
+    """``make(folder)`` once per test session, whichever pytest-xdist workers ask: a real training the tests only
+    read (or copy) is trained once, not once per worker that runs one of them. The folder sits in the session's
+    cache (tests/conftest.py: TRAINBOX_TEST_SESSION_CACHE), named by ``name`` and a hash of ``inputs`` and of the
+    code that makes it; the first worker to ask makes it under a lock, the others wait and read it. Returns the
+    folder and what ``make`` returned (JSON)."""
+    key = hashlib.sha256(json.dumps([inputs, code_digest()], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    folder = Path(os.environ["TRAINBOX_TEST_SESSION_CACHE"]) / "runs" / f"{name}-{key}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    record = folder / "made.json"
+    with open(f"{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this worker dies
+        if not record.is_file():
+            if folder.exists():  # a make that did not finish (its worker timed out): made again
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir()
+            record.write_text(json.dumps(make(folder)))
+        return folder, json.loads(record.read_text())

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ClassIdError, DatasetFormError, NoLabelsError, NoValidationError, UnreadableImagesError
+from ..errors import (
+    ClassIdError,
+    DatasetFormError,
+    HeldOutClassesError,
+    NoLabelsError,
+    NoValidationError,
+    UnreadableImagesError,
+)
 from ..log import logger
 from ..parsing import BoxFormat
 from .boxes import BoxTally, to_cxcywh_normalised
@@ -108,7 +115,24 @@ def convert(splits: Sequence[CocoSplit], root: Path, out: Path) -> dict[str, Any
     if written == 0:
         raise NoLabelsError(f"{source} hold no annotations: the model would learn nothing", COCO_FIX)
     logger.info("dataset: COCO %s converted (%d boxes, classes %s)", source, written, ", ".join(names))
-    return {"train": "images/train", "val": "images/val", "names": dict(enumerate(names))}
+    fields: dict[str, Any] = {"train": "images/train", "val": "images/val", "names": dict(enumerate(names))}
+    test = by_name.get("test")
+    if test is not None and test is not val:  # held out: what the trained model is scored on
+        _held_out(test, names, root, out)
+        fields["test"] = "images/test"
+    return fields
+
+
+def _held_out(test: CocoSplit, names: list[str], root: Path, out: Path) -> None:
+    """The test split converted with training's classes; other class names are refused (exit 26)."""
+    document = _load(test.json, root)
+    theirs, label_of = _classes({"test": document}, root, test.json)
+    if theirs != names:
+        raise HeldOutClassesError(
+            f"{test.json.relative_to(root)} names the classes {', '.join(theirs)}; training's are {', '.join(names)}",
+            "give the test split the training split's categories, or remove it",
+        )
+    _write_split(test, document, label_of, BoxTally(), root, out, "test")
 
 
 def _load(path: Path, root: Path) -> dict[str, Any]:

@@ -143,16 +143,18 @@ def _prepare_parquet(
     """The repo's parquet files converted into images and labels (``parquet``), one file at a time."""
     repo, sha = identity["repo"], identity["revision"]
     files = dataset_files(hub, repo, sha)
-    train, validation = parquet.chosen_splits(list(files), repo)
+    train, validation, test = parquet.chosen_splits_with_test(list(files), repo)
     parquet_child.fetch_pyarrow(settings)  # before a byte of the dataset is downloaded
-    largest = max(files[path] for path in train + validation)
-    total = sum(files[path] for path in train + validation)
+    largest = max(files[path] for path in train + validation + test)
+    total = sum(files[path] for path in train + validation + test)
     # Two files on disk at a time (one converted, the next downloading); the images take what the files took.
     need = DiskNeed(2 * largest, total, checkpoint_estimate(settings.run_args))
     free = check_disk(settings.workdir, need)
     scratch = entry.parent.parent / ".downloads" / f"{entry.name}.files"
     readme = _readme(hub, repo, sha, files)
-    logger.info("dataset: converting %s (%d parquet files, %.2f GB)", description, len(train + validation), total / GB)
+    logger.info(
+        "dataset: converting %s (%d parquet files, %.2f GB)", description, len(train + validation + test), total / GB
+    )
 
     def download(path: str, local: Path) -> None:
         remote = dataset_file(hub, repo, path, sha)
@@ -164,7 +166,15 @@ def _prepare_parquet(
         cap = free - need.archive - need.checkpoints
         try:
             report = parquet_child.convert_in_child(
-                train, validation, download, scratch, folder, bbox=settings.dataset_bbox, readme=readme, max_bytes=cap
+                train,
+                validation,
+                download,
+                scratch,
+                folder,
+                bbox=settings.dataset_bbox,
+                readme=readme,
+                max_bytes=cap,
+                test=test,
             )
         except BaseException as error:
             if not isinstance(error, extract.STOP_REQUESTS):  # a stop keeps the files for the next start

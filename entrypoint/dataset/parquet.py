@@ -3,7 +3,8 @@
 ``data/<split>-00000-of-0000N.parquet``: an ``image`` column (a struct with the file's ``bytes``), an
 ``objects`` column with ``bbox`` (COCO pixels unless ``DATASET_BBOX`` says otherwise) and ``category``
 (a ClassLabel: its names are in the file's ``huggingface`` schema metadata, else in the README's
-``dataset_info``). Splits by name: train; for validation, validation, else val, else valid, else test.
+``dataset_info``). Splits by name: train; for validation, validation, else val, else valid, else test;
+test is held out beside a validation split (what the trained model is scored on).
 
 One file at a time is downloaded (the next one while the current is converted) and read row group by
 row group, a few rows at a time, in a child process (``parquet_child``): memory stays flat whatever the
@@ -65,6 +66,12 @@ def splits_of(files: Sequence[str]) -> dict[str, list[str]]:
 
 def chosen_splits(files: Sequence[str], repo: str) -> tuple[list[str], list[str]]:
     """(train files, validation files), or a refusal naming what the repo holds."""
+    train, validation, _ = chosen_splits_with_test(files, repo)
+    return train, validation
+
+
+def chosen_splits_with_test(files: Sequence[str], repo: str) -> tuple[list[str], list[str], list[str]]:
+    """(train, validation, held-out test) files: test is held out when the repo has a validation split too."""
     splits = splits_of(files)
     if "train" not in splits:
         raise NoArchiveError(
@@ -77,7 +84,8 @@ def chosen_splits(files: Sequence[str], repo: str) -> tuple[list[str], list[str]
             f"dataset {repo} has only a train split: no validation images",
             "push a validation (or test) split too: dataset.train_test_split(test_size=0.1)",
         )
-    return splits["train"], validation
+    test = splits.get("test", [])
+    return splits["train"], validation, [] if validation is test else test
 
 
 def convert(
@@ -90,11 +98,13 @@ def convert(
     bbox: BoxFormat,
     readme: str | None,
     max_bytes: int | None,
+    test: Sequence[str] = (),
 ) -> ExtractReport:
     """The files into ``folder`` (images, labels, data.yaml); each downloaded into ``scratch`` and deleted.
     In this process; the agent has ``parquet_child.convert_in_child`` do the reading in a child."""
     folder.mkdir(parents=True)
     jobs = [("train", path) for path in train] + [("val", path) for path in validation]
+    jobs += [("test", path) for path in test]
     converter = _Converter(folder, bbox, readme, max_bytes)
     scratch.mkdir(parents=True, exist_ok=True)
     try:
@@ -142,7 +152,7 @@ class _Converter:
         self.labels = 0
         self.sources: list[str] = []
         self.writers = Writers(WRITERS)
-        self.counts = {"train": 0, "val": 0}
+        self.counts = {"train": 0, "val": 0, "test": 0}
         self.unreadable: list[str] = []
         self.closed = False
         self.made: set[Path] = set()  # folders made so far: a mkdir per file costs more than the write
@@ -245,7 +255,9 @@ class _Converter:
         if self.counts["val"] == 0:
             raise NoValidationError(f"the validation files of {source} hold no images", FORM_FIX)
         names = self.names or []
-        config = {"path": ".", "train": "images/train", "val": "images/val", "names": dict(enumerate(names))}
+        config: dict[str, Any] = {"path": ".", "train": "images/train", "val": "images/val"}
+        config |= {"test": "images/test"} if self.counts["test"] else {}
+        config["names"] = dict(enumerate(names))
         (self.folder / "data.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.report.data_yamls.append("data.yaml")
         logger.info(

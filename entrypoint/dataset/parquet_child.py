@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -52,9 +53,11 @@ def convert_in_child(
     bbox: BoxFormat,
     readme: str | None,
     max_bytes: int | None,
+    test: Sequence[str] = (),
 ) -> ExtractReport:
     """``parquet.convert``, the reading done by a child process."""
     jobs = [("train", path) for path in train] + [("val", path) for path in validation]
+    jobs += [("test", path) for path in test]
     scratch.mkdir(parents=True, exist_ok=True)
     config = {"folder": str(folder), "bbox": bbox.value, "readme": readme, "max_bytes": max_bytes}
     env = {key: value for key, value in runtimes.child_env(procs.scrubbed_env()).items() if key != "HF_TOKEN"}

@@ -1,5 +1,7 @@
-"""The end of a finished run: each EXPORT format made from ``best.pt``, checked, then moved beside it in the run
-folder, so the final publish carries it to OUTPUT_REPO; and ``config.json`` at the run folder's root.
+"""The end of a finished run: each EXPORT format made from ``best.pt``, run once in its own runtime, then moved beside
+it in the run folder, so the final publish carries it to OUTPUT_REPO; and ``config.json`` at the run folder's root.
+Before it is published it is scored on the held-out split, and kept only if it scores like the ``.pt`` (the
+``judge`` the wrap-up passes in: evaluation/end.py).
 
 ``libreyolo export`` and the check (export/verify.py) are child processes with a time limit: the agent never
 imports torch or initialises CUDA. An export that fails, times out or does not pass its check is never
@@ -26,13 +28,17 @@ from ..log import logger
 from ..runtimes import fetch as runtimes
 from ..settings import Settings
 from ..state import RunState
-from . import compare, verify
+from . import verify
 
 # libreyolo's ONNX export of a YOLOv9-s takes seconds on a CPU (docs/benchmarks.md); a TensorRT engine build
 # takes minutes on a large model. Past these the format is given up, the run goes on.
 EXPORT_TIMEOUT = 15 * 60.0
 CHECK_TIMEOUT = 5 * 60.0
 _POLL = 0.2
+
+
+# The evaluation's judgement of a made file (format, its path here, its path in the repo): (passed, in words).
+Judge = Callable[[str, Path, str], tuple[bool, str]]
 
 
 class ExportFailed(Exception):
@@ -76,9 +82,10 @@ def export_all(
     stopping: Callable[[], bool],
     data_yaml: Path | None,
     names: tuple[str, ...] | None = None,
+    judge: Judge | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each of ``names`` (every EXPORT format by default), in order; each one's record (also in trainbox.json's
-    ``exports``)."""
+    ``exports``). ``judge`` scores a made file before it is published (evaluation/end.py): ``(passed, words)``."""
     best = settings.run_dir / libreyolo.BEST_CHECKPOINT
     records: dict[str, dict[str, Any]] = {}
     for name in settings.export if names is None else names:
@@ -92,7 +99,7 @@ def export_all(
         elif data_yaml is None or not data_yaml.is_file():
             record = {"status": "failed", "why": "no dataset on this volume to check the export on"}
         else:
-            record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping)
+            record = _one(settings, EXPORT_FORMATS[name], best, data_yaml, device, stopping, judge)
         if record["status"] != "published" and not (said and record["why"] == said):
             logger.warning("export %s: not published: %s", name, record["why"])
         records[name] = record
@@ -156,7 +163,13 @@ def _unfetched(settings: Settings, name: str) -> str | None:
 
 
 def _one(
-    settings: Settings, fmt: ExportFormat, best: Path, data_yaml: Path, device: str, stopping: Callable[[], bool]
+    settings: Settings,
+    fmt: ExportFormat,
+    best: Path,
+    data_yaml: Path,
+    device: str,
+    stopping: Callable[[], bool],
+    judge: Judge | None,
 ) -> dict[str, Any]:
     scratch = settings.agent_dir / "export" / fmt.name
     shutil.rmtree(scratch, ignore_errors=True)
@@ -166,11 +179,16 @@ def _one(
     try:
         made = _export(settings, fmt, best, scratch, device, stopping)
         exported_at = time.monotonic() - started
-        checked = _check(settings, fmt, best, made, data_yaml, device, stopping)
-        verdict = compare.compare(checked["reference"], checked["candidate"])
-        if not verdict.passed:
-            raise ExportFailed(f"its detections differ from best.pt's: {verdict.describe()}")
-        published = _publish(settings.run_dir, made, _published_name(fmt, best, checked))
+        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is scored
+        # next, on the held-out split, and taken back unless it scores like best.pt (evaluation/end.py).
+        checked = _check(settings, fmt, best, made, data_yaml, device, stopping) if fmt.name == "tensorrt" else {}
+        name = _published_name(fmt, best, checked)
+        ran = "made; not scored (no evaluation)"
+        if judge is not None:  # scored before it is published: a file that fails never reaches the stores
+            passed, ran = judge(fmt.name, made, f"{libreyolo.WEIGHTS_DIR}/{name}")
+            if not passed:
+                raise ExportFailed(ran)
+        published = _publish(settings.run_dir, made, name)
     except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
         why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
         status = "skipped" if isinstance(error, ExportStopped) else "failed"
@@ -178,13 +196,13 @@ def _one(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     relative = published.relative_to(settings.run_dir).as_posix()
-    logger.info("export %s: %s in %.1f s, checked: %s", fmt.name, relative, exported_at, verdict.describe())
+    logger.info("export %s: %s in %.1f s, %s", fmt.name, relative, exported_at, ran)
     record: dict[str, Any] = {
         "status": "published",
         "file": relative,
         "runtime": fmt.runtime,
         "seconds": round(exported_at, 1),
-        "check": verdict.describe(),
+        "check": ran,
     }
     return record | {key: checked[key] for key in ("arch", "tensorrt") if key in checked}
 

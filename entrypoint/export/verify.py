@@ -1,4 +1,5 @@
-"""The export check's child process: run ``best.pt`` and its export on a few validation images, print both sides'
+"""The export check's child process: run ``best.pt`` and its export on a few validation images (the export loads and
+runs in its runtime; whether it scores like the ``.pt`` is the evaluation's judgement), print both sides'
 detections as one JSON line (``RESULT`` first). Run by the agent as ``python -m entrypoint.export.verify``: torch,
 CUDA and the format's runtime live in this child only. For a TensorRT engine it also says which GPU architecture
 and TensorRT version built it (the engine runs on those only)."""
@@ -13,9 +14,8 @@ from typing import Any
 
 import yaml
 
-from .compare import CONF_FLOOR
-
 RESULT = "TRAINBOX_EXPORT_CHECK "
+CONF_FLOOR = 0.0  # every box NMS keeps: what the runtime gives, shown, not judged (the evaluation judges)
 IMAGES = 3
 _SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 

@@ -1,6 +1,6 @@
-"""Release: end the bill at the end of the job, through the provider's API, and say what it cost.
+"""Release: the bill and its end: the price and the spend, the deadlines, the exit action through the provider's API.
 
 ``end`` chooses and carries out the exit action, ``providers`` speaks each provider's instance API,
-``cost`` holds the price, the spend and MAX_COST, ``clock`` the deadlines from a stop to the exit; ``wrapup``
-is the job's end, whatever ended it: its record, the deliverables, the final upload, then the release.
+``cost`` holds the price, the spend and MAX_COST, ``clock`` the deadlines from a stop to the exit. It builds on
+the foundations alone, so every stage may ask it; the job's end that calls it is ``job/wrapup.py``.
 """

@@ -44,6 +44,7 @@ class Attempt:
         self._counted = 0.0  # this process's seconds already in an earlier entry of ``attempts`` (a heal)
         self._recorded = (0.0, 0.0)  # the last spend record (monotonic) and the longest gap between two
         self.earlier: cost.RunSpend | None = None  # what the run's earlier attempts spent (MAX_COST)
+        self._said_spend: str | None = None
 
     def begin(self) -> None:
         """Step 1: the settings were read before the job began; trainbox.json records what they chose, in a
@@ -94,8 +95,9 @@ class Attempt:
         self.earlier = earlier = cost.earlier_spend(self.state.history.attempts)
         max_cost = self.settings.max_cost
         self.state.update(cost={"run": earlier.as_dict(max_cost)})
-        if earlier.attempts:
-            logger.info("cost: %s", earlier.line(max_cost))
+        if earlier.attempts and earlier.line(max_cost) != self._said_spend:  # armed before the lease, then again
+            self._said_spend = earlier.line(max_cost)
+            logger.info("cost: %s", self._said_spend)
         if max_cost is None:
             return
         if earlier.dollars >= max_cost:

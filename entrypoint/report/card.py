@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..libreyolo import BEST_CHECKPOINT
 from ..training.stoprule import REASON as STOP_RULE
-from . import card_exports
+from . import card_eval, card_exports
 from .receipt import Receipt
 
 if TYPE_CHECKING:
@@ -69,6 +69,8 @@ class CardInfo:
     storage: dict[str, Any] | None = None  # trainbox.json's "storage": where the working state lives
     cost_outlook: str | None = None  # all the epochs' dollars: estimated before the first epoch, then measured
     exports: dict[str, Any] | None = None  # trainbox.json's "exports": EXPORT's files, or why not
+    dashboard: str | None = None  # TRACKIO: the run's live trackio dashboard
+    evaluation: dict[str, Any] | None = None  # eval.json (report/card_eval.gather): the held-out split's scores
 
 
 def metadata(info: CardInfo) -> ModelCardData:
@@ -83,7 +85,9 @@ def metadata(info: CardInfo) -> ModelCardData:
         license=info.license,
         base_model=info.base_model,
     )
-    mAP50, mAP50_95 = _metric(info.best, "mAP50"), _metric(info.best, "mAP50-95")
+    mAP50, mAP50_95, split = _metric(info.best, "mAP50"), _metric(info.best, "mAP50-95"), "val"
+    if (scored := card_eval.headline(info.evaluation)) is not None:  # best.pt on the held-out split
+        mAP50_95, mAP50, split = scored
     # Results name the dataset by its Hub id: a local dataset has none the Hub could link, so no model-index.
     if info.dataset_repo and (mAP50 is not None or mAP50_95 is not None):
         data.model_name = info.repo_id.split("/", 1)[1] if info.repo_id else info.run_name
@@ -96,7 +100,7 @@ def metadata(info: CardInfo) -> ModelCardData:
                 task_name="Object Detection",
                 dataset_type=info.dataset_repo,
                 dataset_name=info.dataset_repo,
-                dataset_split="val",
+                dataset_split=split,
                 dataset_revision=info.dataset.get("revision"),
             )
             for name, value in (("mAP50", mAP50), ("mAP50-95", mAP50_95))
@@ -136,11 +140,13 @@ def render(info: CardInfo, existing: str | None = None) -> str:
 def page(info: CardInfo) -> str:
     """The human part: state, metrics, plot, how to load, arguments, cost, versions, GPUs."""
     lines = [_state_line(info), ""]
+    lines += [f"Live metrics, every epoch: [the trackio dashboard]({info.dashboard}).", ""] if info.dashboard else []
     lines += _metrics_table(info)
     if info.plot:
         lines += [f"![Loss and mAP per epoch]({PLOT_FILE})", ""]
     lines += _load_snippet(info)
     lines += card_exports.section(info.exports or {}, info.repo_id, info.run_name)
+    lines += card_eval.section(info.evaluation)
     lines += ["### Training arguments", "", "```bash", " ".join(_quote(arg) for arg in info.argv) or "(not started)"]
     lines += ["```", "", f"`RUN_ARGS`: `{info.run_args or '(empty)'}`", ""]
     lines += [*(f"- {note}" for note in info.notes), ""] if info.notes else []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..training import extend
-from . import card, estimate, receipt
+from . import card, dashboard, estimate, receipt
 
 
 def card_info(
@@ -20,6 +20,7 @@ def card_info(
     total: int | None,
     license: str | None = None,
     base_model: str | None = None,
+    evaluation: dict[str, Any] | None = None,
 ) -> card.CardInfo:
     validated = [row for row in rows if isinstance(row.get("metrics/mAP50"), int | float)]
     dataset = dict(snapshot.get("dataset") or {})
@@ -64,6 +65,8 @@ def card_info(
         storage=snapshot.get("storage"),
         cost_outlook=cost_outlook(snapshot, rows, total),
         exports=snapshot.get("exports"),
+        dashboard=dashboard.recorded_url(snapshot),
+        evaluation=evaluation,
     )
 
 

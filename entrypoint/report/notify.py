@@ -29,7 +29,7 @@ from ..log import logger, redact
 from ..settings import Provider, Settings
 from ..state import Phase, RunState, now_iso
 from ..variables import NotifyOn
-from . import status
+from . import card_eval, status
 
 if TYPE_CHECKING:
     from ..parsing import Secret
@@ -233,6 +233,7 @@ def end_message(settings: Settings, snapshot: dict[str, Any]) -> tuple[str, str,
         f"epochs: {done if done is not None else 0}/{total or '?'}",
         f"best: {status.best_text(snapshot)}",
     ]
+    lines += [f"best.pt scored: {scored}"] if (scored := card_eval.scored_text(snapshot)) else []
     cost = status.cost_text(snapshot, time.time())
     if cost:
         lines.append(f"cost: {cost}")

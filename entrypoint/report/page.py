@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..log import logger
-from . import card, plot, provenance, receipt
+from . import card, card_eval, plot, provenance, receipt
 from .card_facts import card_info
 from .epochs import seconds_per_epoch
 
@@ -110,6 +110,7 @@ class CardPage:
             total=total,
             license=self._license,
             base_model=self._base_model,
+            evaluation=card_eval.gather(self.run_dir),
         )
         text = card.render(info, self._card_base)
         self._card_base = text

@@ -16,7 +16,7 @@ from typing import Any
 from ..release import cost
 from ..settings import DatasetKind, Settings
 from ..training.planned import planned
-from . import estimate
+from . import dashboard, estimate
 
 # COCO train2017: 118,287 images in 18 GB (cocodataset.org/#download, "2017 Train images [118K/18GB]"): roughly the
 # images a tar of a given size holds, where nobody counted them.
@@ -61,6 +61,9 @@ def report(settings: Settings | None, options: Options) -> tuple[dict[str, Any],
         fields["estimate"] = found.as_dict() if isinstance(found, estimate.Estimate) else {"missing": found}
         lines += found.lines() if isinstance(found, estimate.Estimate) else [f"cost: {found}"]
         lines += disk_lines
+        if (board := dashboard.where(settings)) is not None:
+            fields["dashboard"] = board
+            lines.append(f"dashboard: {board}")
     if options.storage_price is None or disk_gb is None:
         lines.append("add --storage-price ($/GB-month) to see when stopping beats destroying")
         return fields, lines

@@ -36,7 +36,19 @@ LOOK_BOUND = 25.0
 # trainbox.json is a few KB (its attempts' history included); anything far larger is not one to render.
 STATE_MAX_BYTES = 4 * 1024 * 1024
 # Fields of trainbox.json the views read as objects: a remote file holding another type there is read as without.
-_OBJECTS = ("progress", "metrics", "storage", "settings", "gpus", "cost", "exit", "release", "timeline", "phases")
+_OBJECTS = (
+    "progress",
+    "metrics",
+    "storage",
+    "settings",
+    "gpus",
+    "cost",
+    "exit",
+    "release",
+    "timeline",
+    "phases",
+    "evaluation",
+)
 _TEXTS = ("run_name", "run_id", "phase", "updated_at", "started_at")
 
 

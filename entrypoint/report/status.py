@@ -22,7 +22,7 @@ import click
 from .. import libreyolo
 from ..errors import EXIT_INTERRUPTED, ConfigError, RemoteUnreachableError
 from ..state import STATE_FILE, TERMINAL_PHASES, read_state
-from . import plot, receipt
+from . import card_eval, dashboard, plot, receipt
 from .card_facts import best_row
 from .epochs import seconds_per_epoch, watch_view
 
@@ -127,11 +127,14 @@ def render_remote(data: dict[str, Any], now: float, repo_id: str | None = None) 
     heard = _guarded(lambda: _age(data.get("updated_at"), now))
     lines.append(f"phase     {phase}{f' · last heard {heard} ago' if heard else ''}")
     lines.append(f"epoch     {_guarded(lambda: epoch_line(data))}")
+    lines += [f"scored    {scored}"] if (scored := _guarded(lambda: card_eval.scored_text(data))) else []
     spend = _guarded(lambda: cost_text(data, now))
     if spend:
         lines.append(f"cost      {spend}")
     lines.append(f"GPU       {_guarded(lambda: gpu_text(data.get('gpus')))}")
     lines.append(f"working   {_guarded(lambda: working_state(data, now))}")
+    if board := dashboard.recorded_url(data):
+        lines.append(f"dashboard {board}")
     try:
         lines += _end_lines(data)
     except (TypeError, ValueError, AttributeError, KeyError):

@@ -1,5 +1,6 @@
 """Optional runtimes kept out of the image and fetched on first use: pyarrow (parquet datasets), onnx and
-onnxruntime (EXPORT=onnx). Together 290 MB installed that most runs never import (docs/image.md).
+onnxruntime (EXPORT=onnx), trackio (TRACKIO naming a Space to create). Together 305 MB installed that most runs
+never import (docs/image.md).
 
 Each runtime is a fixed set of wheels pinned to exact versions (those the tests pass with), installed by the
 image's own pip (``--no-deps --only-binary=:all:``; pip reads its PIP_* settings from the environment, so an
@@ -56,7 +57,21 @@ ONNX = Runtime(
     ("onnx", "onnxruntime"),
     ("onnx==1.23.2", "onnxruntime==1.32.0", "protobuf==7.36.2", "ml_dtypes==0.7.0", "flatbuffers==25.12.19"),
 )
-RUNTIMES = {runtime.name: runtime for runtime in (PARQUET, ONNX)}
+# TRACKIO naming a Space that does not exist yet: trackio's deploy creates it (report/dashboard.py)
+TRACKIO = Runtime(
+    "trackio",
+    ("trackio",),
+    (
+        "trackio==0.43.0",
+        "gradio_client==2.7.2",
+        "orjson==3.13.0",
+        "python-multipart==0.0.34",
+        "starlette==1.10.0",
+        "uvicorn==0.55.0",
+        "watchfiles==1.3.0",
+    ),
+)
+RUNTIMES = {runtime.name: runtime for runtime in (PARQUET, ONNX, TRACKIO)}
 
 # What a runtime's fetch failed with, once per process: the agent does not ask the index again in the same start.
 _failed: dict[str, str] = {}

@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 import secrets
 import tempfile
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub.errors import BucketNotFoundError, EntryNotFoundError, HfHubHTTPError
@@ -33,7 +34,7 @@ from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import status_of
 from ..xet import ahead as xetahead
-from . import clock
+from . import clock, protocol
 from .protocol import Manifest as Manifest
 
 MANIFESTS = "manifests"
@@ -60,6 +61,11 @@ class BucketUnavailable(Exception):
         return f"{self}; checkpoints go to the model repo as commits instead ({self.fix})"
 
 
+class ListingContradicted(Exception):
+    """A listing answered empty (a 404 included) for a folder in which a key is known to exist: a failed read,
+    never an empty folder (sync/protocol.py's ``listing_read``)."""
+
+
 def default_bucket_id(output_repo: str) -> str:
     """The bucket derived from OUTPUT_REPO: same namespace, ``<name>-checkpoints``."""
     return f"{output_repo}-checkpoints"
@@ -76,10 +82,25 @@ def new_attempt(after: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Bucket:
-    """One Storage Bucket and the few calls the agent makes on it, each under the one retry policy."""
+    """One Storage Bucket and the few calls the agent makes on it, each under the one retry policy. It keeps
+    the keys its answers showed there (``_seen``; those it deleted forgotten), so that a listing contradicting
+    them is a failed read, never an empty folder."""
 
     hub: Hub
     bucket_id: str
+    _seen: set[str] = field(default_factory=set, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def saw(self, keys: Sequence[str] = (), gone: Sequence[str] = ()) -> None:
+        """``keys`` are in the bucket, ``gone`` no longer (a delete of this agent's)."""
+        with self._lock:
+            self._seen.update(keys)
+            self._seen.difference_update(gone)
+
+    def known_under(self, prefix: str) -> list[str]:
+        """The keys under ``prefix`` this agent saw in the bucket."""
+        with self._lock:
+            return [key for key in self._seen if key.startswith(f"{prefix.rstrip('/')}/")]
 
     def open(self, *, write: bool) -> None:
         """Prove the bucket can be used: created (private) if missing and writable (``write``), else
@@ -138,6 +159,7 @@ class Bucket:
             (str(source) if isinstance(source, Path) else source, key) for source, key in add
         ]
         staged = [source for source, _ in add if isinstance(source, Path)]
+        self.saw(gone=list(delete))  # forgotten even when the batch fails: some deletes may have been applied
         try:
             with_retries(
                 lambda: self.hub.api.batch_bucket_files(self.bucket_id, add=adds or None, delete=list(delete) or None),
@@ -152,11 +174,13 @@ class Bucket:
                     "give the token write access to buckets, or set CHECKPOINT_BUCKET=off",
                 ) from None
             raise
+        self.saw([key for _, key in add])
         # A bucket takes this folder's working state: none of its copies is sent to the repo ahead of a commit.
         xetahead.bucket_took(staged)
 
     def listing(self, prefix: str, *, recursive: bool = True, deadline: float | None = None) -> dict[str, int | None]:
-        """``key → size`` under ``prefix`` (``None`` for a folder, when not ``recursive``); empty when absent."""
+        """``key → size`` under ``prefix`` (``None`` for a folder, when not ``recursive``); empty when absent.
+        ``ListingContradicted`` when it answers empty (or 404) for a folder where a key is known to exist."""
 
         def read() -> dict[str, int | None]:
             found: dict[str, int | None] = {}
@@ -165,11 +189,18 @@ class Bucket:
             return found
 
         try:
-            return with_retries(
+            found = with_retries(
                 read, f"listing the bucket {self.bucket_id}", deadline=deadline, attempts=BUCKET_ATTEMPTS
             )
         except EntryNotFoundError:
-            return {}
+            found = {}
+        known = self.known_under(prefix)
+        if protocol.listing_read(found, known) is protocol.Read.FAILED:
+            raise ListingContradicted(
+                f"listing {self.bucket_id}/{prefix} answered nothing, but {known[0]} is known to be there"
+            )
+        self.saw([key for key, size in found.items() if size is not None])
+        return found
 
     def sizes(self, keys: Sequence[str], *, deadline: float | None = None) -> dict[str, int]:
         """``key → size`` of those of ``keys`` the bucket holds."""
@@ -182,7 +213,9 @@ class Bucket:
             deadline=deadline,
             attempts=BUCKET_ATTEMPTS,
         )
-        return {item.path: int(item.size) for item in found if item.path in wanted}
+        present = {item.path: int(item.size) for item in found if item.path in wanted}
+        self.saw(list(present))
+        return present
 
     def download(self, wanted: dict[str, Path], *, deadline: float | None = None) -> None:
         """``key → local path``, in one Xet download; ``EntryNotFoundError`` when a key is missing."""
@@ -207,6 +240,7 @@ class RunFolder:
     bucket: Bucket
     run_name: str
     run_id: str
+    holder: str | None = None  # the attempt the run's lease named at this one's take: whose chain a reader trusts
 
     @property
     def prefix(self) -> str:
@@ -264,9 +298,12 @@ class RunFolder:
 
     def whole_manifests(self, *, deadline: float | None = None) -> list[Manifest]:
         """This run's whole boundaries among its newest manifests: the most epochs first, then the newest."""
-        manifests = self.read_manifests(self.manifest_keys(deadline=deadline)[:_READ_MANIFESTS], deadline=deadline)
+        keys = self.manifest_keys(deadline=deadline)
+        if self.holder is not None:  # never a later attempt's: it wrote without the lease
+            keys = [key for key in keys if (self.attempt_of(key) or "") <= self.holder]
+        manifests = self.read_manifests(keys[:_READ_MANIFESTS], deadline=deadline)
         sizes = self.bucket.sizes(sorted(set().union(*(m.keys() for m in manifests))), deadline=deadline)
-        whole = [m for m in manifests if m.whole(sizes)]
+        whole = protocol.trusted([m for m in manifests if m.whole(sizes)], self.holder)
         for torn in (m for m in manifests if not m.whole(sizes)):
             logger.info("bucket: %s names files the bucket lacks (a boundary cut short); not using it", torn.key)
         return sorted(whole, key=lambda m: (m.epoch, m.key), reverse=True)

@@ -56,7 +56,7 @@ class BucketStore:
         manifests = self.folder.read_manifests(keys, deadline=deadline)
         self._known.update({manifest.key: manifest for manifest in manifests})
         sizes = {key: size for key, size in listing.items() if size is not None}
-        whole = protocol.newest_whole(manifests, sizes, self.folder.run_id)
+        whole = protocol.newest_whole(manifests, sizes, self.folder.run_id, self.folder.holder)
         self._base = dict(whole[0].files) if whole else {}
         if whole:
             carried = sorted(rel for rel in whole[0].files if protocol.is_snapshot(rel))

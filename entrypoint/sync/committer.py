@@ -45,6 +45,7 @@ class Shared(Protocol):
     lease: RunLease | None
     taken_over: TakenOverError | None
     owes_run_id: bool
+    kept_epochs: int
     card_refused: str | None
     on_commit: Callable[[str, list[str]], None] | None
     on_card: Callable[[str | None], None] | None
@@ -144,6 +145,9 @@ class Committers:
             self._refuse_card(lane, [item for item in batch if item.relative == CARD_FILE], str(error))
             self._settle(lane, [item for item in batch if item.relative != CARD_FILE], committed=False)
             return True
+        except TakenOverError:  # a late commit refused (412) and the lease another's: nothing more written
+            self._settle(lane, batch, committed=False)
+            raise
         except Exception as error:  # kept pending: the next try carries it, with anything newer
             self._settle(lane, batch, committed=False)
             plain = isinstance(error, (AgentError, RateLimitedError))
@@ -207,6 +211,8 @@ class Committers:
         lane.last_error = None
         if measured and batch:
             lane.latencies.append(clock.monotonic() - min(item.seen_at for item in batch))
+        resumable = (item.epochs or 0 for item in batch if places.working_state_only(item.relative))
+        self.up.kept_epochs = max([self.up.kept_epochs, *resumable])  # a start elsewhere resumes from here
         names = sorted(item.relative for item in batch)
         label = sha[:8] if lane is self.up.repo else sha.rsplit("/", 1)[-1]
         logger.info("sync: %s → %s@%s", ", ".join(names[:4]) + (" …" if len(names) > 4 else ""), lane.name, label)

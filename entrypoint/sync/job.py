@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError, StopRequested, SyncError, TakenOverError
+from ..errors import AgentError, LeaseRefusedError, StopRequested, SyncError, TakenOverError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
 from ..hub import Hub, with_retries
@@ -17,6 +18,7 @@ from ..log import logger
 from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
+from . import volume_lock
 from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
 from .bucket_store import BucketStore
 from .lease import RunLease
@@ -28,13 +30,19 @@ RUN_ID_TIMEOUT = 60.0
 
 
 def open_run(
-    settings: Settings, state: RunState, hub: Hub | None, scratch: Path
+    settings: Settings,
+    state: RunState,
+    hub: Hub | None,
+    scratch: Path,
+    before_lease: Callable[[], None] | None = None,
 ) -> tuple[RunFolder | None, bool, RunLease | None]:
     """The run's identity, its lease and its bucket folder: the run id (the volume's, else the repo's, adopted
     with its history, else a new one: then True, and the caller puts it on the repo before training; a node
     other than 0 takes node 0's), the run's lease taken by node 0 (``LeaseHeldError``, exit 72, when another
     container holds it: nothing written), the folder (written by node 0, read by the others), and the bucket's
-    trainbox.json adopted, the newest of all: the guards count its attempts too."""
+    trainbox.json adopted, the newest of all: the guards count its attempts too. ``before_lease``: called once the
+    history the volume, the repo and the bucket hold is adopted, before any wait for the lease (MAX_COST counts
+    the earlier attempts' spend from there)."""
     if not settings.topology.leader and hub is not None and settings.output_repo is not None:
         state.identity.follow_run_id(remote_state(hub, settings.output_repo, scratch))
     new_run = state.identity.ensure_run_id()
@@ -43,8 +51,21 @@ def open_run(
     lease = None
     if settings.topology.leader and hub is not None and settings.output_repo is not None:
         bucket = Bucket(hub, settings.checkpoint_bucket) if settings.checkpoint_bucket is not None else None
-        lease = RunLease(hub, settings.output_repo, settings.run_name, settings.lease_period, bucket)
-        held = lease.acquire(run_id)
+        if bucket is not None and not new_run:  # only read: the spend an attempt killed on another volume recorded
+            state.history.adopt(bucket_state(RunFolder(bucket, settings.run_name, run_id), scratch, quiet=True))
+        if before_lease is not None:
+            before_lease()
+        lock = volume_lock.lock_path(settings.workdir, settings.run_name)
+        lease = RunLease(
+            hub,
+            settings.output_repo,
+            settings.run_name,
+            settings.lease_period,
+            bucket,
+            machine=volume_lock.volume_id(settings.workdir),
+            volume_locked=lambda: volume_lock.is_held(lock),
+        )
+        held = lease.acquire(run_id, run_known=not new_run)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
             state.identity.follow_run_id({"run_id": held})
@@ -52,7 +73,11 @@ def open_run(
         state.update(lease=lease.describe())
     if new_run:
         logger.info("resume: a new run: its id is %s", run_id)
-    folder, where = open_bucket(settings, hub, run_id, write=settings.topology.leader)
+    folder, where = open_bucket(
+        settings, hub, run_id, write=settings.topology.leader, bucket=lease.bucket if lease is not None else None
+    )
+    if folder is not None and lease is not None and lease.took_from is not None:
+        folder = replace(folder, holder=lease.took_from)  # read: the manifests of the holder's chain alone
     if settings.topology.leader:
         state.update(storage=where)
     if folder is not None:
@@ -73,13 +98,15 @@ def _storage_changed(state: RunState, change: dict[str, Any], tell: Callable[[st
 
 
 def open_bucket(
-    settings: Settings, hub: Hub | None, run_id: str, *, write: bool
+    settings: Settings, hub: Hub | None, run_id: str, *, write: bool, bucket: Bucket | None = None
 ) -> tuple[RunFolder | None, dict[str, Any]]:
     """The run's folder in its bucket (``write``: created if missing and proven writable, on the node
     that writes), or None (off, or unavailable: said in one line, recorded in trainbox.json)."""
     if hub is None or settings.output_repo is None or settings.checkpoint_bucket is None:
         return None, {"mode": "repo"}
-    folder = RunFolder(Bucket(hub, settings.checkpoint_bucket), settings.run_name, run_id)
+    # The lease's bucket when there is one: what its watch saw there is known to the resume's reads.
+    bucket = bucket if bucket is not None else Bucket(hub, settings.checkpoint_bucket)
+    folder = RunFolder(bucket, settings.run_name, run_id)
     try:
         folder.bucket.open(write=write)
     except BucketUnavailable as error:
@@ -157,8 +184,6 @@ def start(
         ) from None
     if lease is not None:  # the heartbeat when no write came for half a lease period (long epochs)
         lease.may_commit = lambda: uploader.repo.budget.hold() <= 0 and not uploader.repo.denied_at
-        if lease.retry_after:  # the Hub rate-limited the lease's commit: the repo's commits wait as long
-            uploader.repo.budget.drain(lease.retry_after)
         lease.keep(lambda: uploader.bucket is not None and uploader.fallback is None, uploader.committers.lost_run)
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
@@ -269,8 +294,14 @@ def hub_holds_everything(
         names = sorted(path.name for path in weights.glob("*.pt")) if weights.is_dir() else []
         newest = newest_local(settings.run_dir)
         epochs = f" (epoch {newest[1].completed_epochs})" if newest is not None else ""
+        why = (
+            "the run's lease was refused"
+            if isinstance(uploader.taken_over, LeaseRefusedError)
+            else "another container holds this run now"
+        )
         logger.warning(
-            "another container holds this run now; this volume's checkpoints%s are kept, not destroyed: %s",
+            "%s; this volume's checkpoints%s are kept, not destroyed: %s",
+            why,
             epochs,
             ", ".join(names[:6]) or "none",
         )

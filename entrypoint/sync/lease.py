@@ -24,10 +24,10 @@ from dataclasses import replace
 from typing import Any
 
 from huggingface_hub import CommitOperationAdd, hf_hub_url
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-from ..errors import LeaseHeldError, StopRequested, StoreUnreadableError, TakenOverError
+from ..errors import LeaseHeldError, LeaseRefusedError, StopRequested, StoreUnreadableError, TakenOverError
 from ..hub import Hub, with_retries
 from ..log import logger
 from ..retry import RETRY_STATUS, describe, retry_after_of, status_of
@@ -43,8 +43,21 @@ class RunLease:
     """This container's side of the run's lease: take it (``acquire``), keep it (``landed``, ``check``, the
     heartbeat thread), let it go at the end (``release``)."""
 
-    def __init__(self, hub: Hub, repo_id: str, run_name: str, period: float, bucket: Bucket | None) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        repo_id: str,
+        run_name: str,
+        period: float,
+        bucket: Bucket | None,
+        *,
+        machine: str | None = None,
+        volume_locked: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.hub, self.repo_id, self.run_name, self.period, self.bucket = hub, repo_id, run_name, period, bucket
+        # This volume's id, written into the lease; ``volume_locked``: this process holds the volume's lock, so
+        # an earlier holder on this same volume is gone (the kernel dropped its lock with it).
+        self.machine, self.volume_locked = machine, volume_locked
         self.attempt: str | None = None
         self.run_id: str | None = None
         self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
@@ -55,8 +68,9 @@ class RunLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: TakenOverError | None = None
-        self.unleased = False  # taken while the repo refused commits (429): committed by the next renewal
-        self.retry_after = 0.0  # seconds of quiet the Hub asked for when the lease was taken (429)
+        self.took_from: str | None = None  # the attempt the lease named when this one took it (its chain is read)
+        self.retry_after = 0.0  # seconds of quiet the Hub asked for while the lease was taken (429), waited out
+        self._limited = 0.0  # seconds waited out on the lease's rate limits at this start
         self.may_commit: Callable[[], bool] = lambda: True  # False while the repo rate-limits this run's commits
 
     # -- reading --------------------------------------------------------------------------------
@@ -80,40 +94,47 @@ class RunLease:
         data = with_retries(fetch, f"reading the run's lease in {self.repo_id}", deadline=deadline)
         return (protocol.Lease.parse(data) if data is not None else None), head, at
 
-    def _beat(self, lease: protocol.Lease | None, head: str, head_at: float | None) -> protocol.Beat | None:
-        """The holder's heartbeat: the repo's head, and its manifests and heartbeats in the bucket (None: the
-        bucket could not be read now)."""
-        if lease is None or self.bucket is None:
+    def _beat(
+        self, lease: protocol.Lease | None, head: str, head_at: float | None, run_id: str
+    ) -> protocol.Beat | None:
+        """The holder's heartbeat: the repo's head, and its manifests and heartbeats in the bucket (without a
+        lease: any attempt's); None: the bucket could not be read now."""
+        if self.bucket is None:
             return protocol.Beat(head, head_at)
-        folder = RunFolder(self.bucket, self.run_name, lease.run_id)
+        folder = RunFolder(self.bucket, self.run_name, lease.run_id if lease is not None else run_id)
         try:
             found = [
                 key
                 for part in (HEARTBEAT, "manifests")
                 for key in self.bucket.listing(f"{folder.prefix}/{part}", recursive=False)
-                if f"/{lease.holder}-" in key
+                if lease is None or f"/{lease.holder}-" in key
             ]
         except StopRequested:
             raise
+        except BucketNotFoundError:  # no bucket yet: nothing of the run is in it
+            return protocol.Beat(head, head_at)
         except Exception as error:
             logger.info("lease: cannot read %s now (%s); looking again", folder.label, describe(error))
             return None
         # Without any write of the holder in the bucket, the repo's head time tells when it last wrote.
-        return protocol.Beat(f"{head}|{','.join(sorted(found))}", None if found else head_at)
+        return protocol.Beat(f"{head}|{','.join(sorted(found))}", None if found else head_at, writes=bool(found))
 
     # -- taking ---------------------------------------------------------------------------------
-    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = clock.sleep) -> str:
+    def acquire(self, run_id: str, *, sleep: Callable[[float], None] = clock.sleep, run_known: bool = True) -> str:
         """Take the run's lease; return the run id it names (another container's, on a new run both started).
         ``LeaseHeldError`` when a live container holds it; ``StoreUnreadableError`` when its heartbeat could
-        not be read for three periods."""
+        not be read for three periods. ``run_known``: the repo knew the run before this start (without a lease,
+        its bucket is watched first: the file may have been deleted by hand)."""
         watch: protocol.Watch | None = None
         began, said = clock.monotonic(), -_SAID_EVERY
         while True:
             lease, head, head_at = self.read()
             if self.attempt is None:
                 self.attempt = new_attempt(after=lease.holder if lease is not None else None)
-            live = lease is not None and not lease.released and lease.holder != self.attempt
-            beat = self._beat(lease, head, head_at) if live else protocol.Beat(head, head_at)
+            live = (lease is None and run_known) or (
+                lease is not None and not lease.released and lease.holder != self.attempt
+            )
+            beat = self._beat(lease, head, head_at, run_id) if live else protocol.Beat(head, head_at)
             if beat is None:
                 if clock.monotonic() - began > 3 * self.period:
                     raise StoreUnreadableError(
@@ -122,7 +143,19 @@ class RunLease:
                     )
                 sleep(min(10.0, self.period / 12))
                 continue
-            verdict, watch = protocol.judge_lease(lease, self.attempt, beat, clock.time(), watch)
+            # A lease absent while the bucket holds the run's writes is no free take (deleted by hand, lost).
+            state_held = lease is None and beat.writes
+            gone = lease is not None and self._same_volume(lease)
+            verdict, watch = protocol.judge_lease(
+                lease,
+                self.attempt,
+                beat,
+                clock.monotonic(),
+                watch,
+                state_held=state_held,
+                holder_gone=gone,
+                period=self.period,
+            )
             if verdict is protocol.Verdict.HELD:
                 assert lease is not None
                 raise LeaseHeldError(
@@ -131,14 +164,14 @@ class RunLease:
                     "do not start it again while that one runs; it is not a failure of this run",
                 )
             if verdict is protocol.Verdict.WATCH:
-                assert lease is not None and watch is not None
+                assert watch is not None
                 if clock.monotonic() - said >= _SAID_EVERY:
                     said = clock.monotonic()
                     logger.info(
-                        "lease: attempt %s holds run %s; watching its heartbeat (taken over if quiet %.0f s more)",
-                        lease.holder,
+                        "lease: %s run %s; watching its heartbeat (taken over if quiet %.0f s more)",
+                        f"attempt {lease.holder} holds" if lease is not None else "no lease names a holder of",
                         self.run_name,
-                        max(0.0, lease.period - (clock.time() - watch.since)),
+                        max(0.0, (lease.period if lease else self.period) - (clock.monotonic() - watch.since)),
                     )
                 sleep(min(10.0, self.period / 12))
                 continue
@@ -149,41 +182,69 @@ class RunLease:
                 watch = None
                 continue
             self.run_id = held_id
+            self.took_from = lease.holder if lease is not None and verdict is protocol.Verdict.TAKE else None
             self.landed()
             self._checked_at = clock.monotonic()
-            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released:
+            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released and not gone:
                 # The holder taken over may have read its lease just before: it writes for at most a quarter
                 # period more. This one writes (and reads what it carries forward) only after that.
                 self._writes_from = self._checked_at + self.period / 4
             return held_id
 
+    def _same_volume(self, lease: protocol.Lease) -> bool:
+        """The lease names this volume and this process holds its lock: its holder is provably gone."""
+        return self.machine is not None and lease.machine == self.machine and self.volume_locked()
+
     def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
-        """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412) or the answer was
-        lost (the next read says whether it landed)."""
+        """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412), the answer was
+        lost (the next read says whether it landed), or a rate limit was waited out (look again). A token that
+        may not commit, or a rate limit longer than a start waits: ``LeaseRefusedError`` (never unleased)."""
         assert self.attempt is not None
-        data = protocol.Lease(run_id, self.attempt, clock.time(), self.period).to_bytes()
+        lease = protocol.Lease(run_id, self.attempt, clock.time(), self.period, machine=self.machine)
         if previous is not None and not previous.released:
-            logger.warning(
-                "lease: attempt %s of run %s was quiet a whole lease period (%.0f s): taking the run over",
-                previous.holder,
-                self.run_name,
-                previous.period,
+            why = (
+                "ran on this volume, whose lock it no longer holds"
+                if self._same_volume(previous)
+                else f"was quiet a whole lease period ({previous.period:.0f} s)"
             )
+            logger.warning("lease: attempt %s of run %s %s: taking the run over", previous.holder, self.run_name, why)
         try:
-            self._commit(data, head, "Take the run's lease")
+            self._commit(lease.to_bytes(), head, "Take the run's lease")
         except HfHubHTTPError as error:
-            if status_of(error) == 412:
-                logger.info("lease: the repo moved while the lease was taken; reading it again")
-                return False
-            if status_of(error) not in (401, 403, 429):
-                raise
-            # The repo takes no commit now (a rate limit, a token that may not commit): the run goes on unleased
-            # (said) as it always could, and the heartbeat commits the lease once the repo takes commits again.
-            logger.warning("lease: %s refused the run's lease (HTTP %s): taken later", self.repo_id, status_of(error))
-            if status_of(error) == 429:  # the Hub asked for quiet: the run's other commits keep it too
-                self.retry_after = retry_after_of(error) or 60.0
-            self.unleased = True
+            return self._refused(error)
         return True
+
+    def _refused(self, error: HfHubHTTPError) -> bool:
+        status, reset = status_of(error), retry_after_of(error)
+        answer = protocol.lease_refused(status, reset, self._limited)
+        if answer is protocol.LeaseAnswer.LOOK_AGAIN:
+            logger.info("lease: the repo moved while the lease was taken; reading it again")
+            return False
+        if answer is protocol.LeaseAnswer.WAIT:
+            wait = reset if reset is not None else 60.0
+            logger.warning(
+                "lease: %s rate-limits commits (HTTP 429): the run's lease is taken after the reset, in %.0f s;"
+                " nothing is written before",
+                self.repo_id,
+                wait,
+            )
+            self._limited += wait
+            self.retry_after = max(self.retry_after, wait)
+            clock.sleep(wait)
+            return False
+        if status in (401, 403):
+            raise LeaseRefusedError(
+                f"HF_TOKEN may not commit the run's lease to {self.repo_id} (HTTP {status}): a run is never written"
+                " without its lease; nothing written",
+                "give HF_TOKEN write access to OUTPUT_REPO",
+            ) from None
+        if status == 429:
+            raise LeaseRefusedError(
+                f"{self.repo_id} rate-limits commits for {reset or 0:.0f} s more: the run's lease cannot be taken"
+                " before; nothing written",
+                "start it again after the Hub's rate limit resets (a retryable exit)",
+            ) from None
+        raise error
 
     def _commit(self, data: bytes, parent: str, message: str) -> None:
         api = self.hub.api
@@ -208,7 +269,7 @@ class RunLease:
         with self._lock:
             return clock.monotonic() - self._beat_at
 
-    def check(self, deadline: float | None = None) -> None:
+    def check(self, deadline: float | None = None, *, force: bool = False) -> None:
         """Before a write: this attempt still holds the run, else ``TakenOverError``. The lease is read again
         when the last read is a quarter period old (a read error: the write waits); a taker waits a whole
         period of silence, so a take-over is seen long before this attempt's writes could matter."""
@@ -221,20 +282,27 @@ class RunLease:
             clock.sleep(wait)
         with self._lock:
             fresh = clock.monotonic() - self._checked_at < self.period / 4
-        if fresh or self.unleased:
+        if fresh and not force:  # ``force``: a commit refused (412), the repo moved
             return
         try:
             lease, _, _ = self.read(deadline)
         except HfHubHTTPError as error:
-            if status_of(error) in (401, 403):  # a token that may not read the repo: the write says so itself
-                return
+            if status_of(error) in (401, 403):  # never a licence to write: this attempt stops
+                self.lost = LeaseRefusedError(
+                    f"HF_TOKEN may no longer read the run's lease in {self.repo_id} (HTTP {status_of(error)}):"
+                    " this one stops writing and training; this volume's epochs are kept",
+                    "give HF_TOKEN write access to OUTPUT_REPO",
+                )
+                raise self.lost from None
             raise
         assert self.attempt is not None
-        if not protocol.may_write(lease, self.attempt, None):
-            holder = lease.holder if lease is not None else "?"
+        if not protocol.may_write(lease, self.attempt, None, leased=True):
             self.lost = TakenOverError(
-                f"another container (attempt {holder}) took this run over after this one (attempt {self.attempt})"
-                " was quiet a whole lease period; this one stops writing and training",
+                f"another container (attempt {lease.holder}) took this run over after this one (attempt"
+                f" {self.attempt}) was quiet a whole lease period; this one stops writing and training"
+                if lease is not None
+                else f"the run's lease is gone from {self.repo_id} (deleted or rewritten by hand): this one (attempt"
+                f" {self.attempt}) cannot prove it holds the run, and stops writing and training",
                 "leave the other one running; this volume's epochs are kept",
             )
             raise self.lost
@@ -245,7 +313,7 @@ class RunLease:
         """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
         assert self.attempt is not None and self.run_id is not None
         self.check()
-        if in_bucket and self.bucket is not None and not self.unleased:
+        if in_bucket and self.bucket is not None:
             folder = RunFolder(self.bucket, self.run_name, self.run_id)
             self._beats += 1
             key = f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats:06d}"
@@ -255,15 +323,21 @@ class RunLease:
             if not self.may_commit():
                 return
             lease, head, _ = self.read()
-            if not self.unleased and (lease is None or lease.holder != self.attempt):
+            if lease is None or lease.holder != self.attempt:
                 self.check()
                 return
-            renewed = protocol.Lease(self.run_id, self.attempt, clock.time(), self.period)
+            renewed = protocol.Lease(self.run_id, self.attempt, clock.time(), self.period, machine=self.machine)
             try:
                 self._commit(renewed.to_bytes(), head, "Renew the run's lease")
-                self.unleased = False
             except HfHubHTTPError as error:
-                if status_of(error) not in (401, 403, 412, 429):  # 412: the repo moved (a commit of ours); else later
+                if status_of(error) in (401, 403):  # never a licence to write on: this attempt stops
+                    self.lost = LeaseRefusedError(
+                        f"HF_TOKEN may no longer commit the run's lease to {self.repo_id} (HTTP {status_of(error)}):"
+                        " this one stops writing and training; this volume's epochs are kept",
+                        "give HF_TOKEN write access to OUTPUT_REPO",
+                    )
+                    raise self.lost from None
+                if status_of(error) not in (412, 429):  # 412: the repo moved (a commit of ours); 429: later
                     raise
         self.landed()
 
@@ -297,7 +371,7 @@ class RunLease:
         """At the end: the lease let go, so the next container takes the run at once. Best effort: a lease not
         released expires after one period."""
         self._stop.set()
-        if self.lost is not None or self.attempt is None or self.unleased or not self.may_commit():
+        if self.lost is not None or self.attempt is None or not self.may_commit():
             return
         try:
             lease, head, _ = self.read(deadline)

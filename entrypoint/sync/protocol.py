@@ -13,10 +13,14 @@ The rules:
 - **Carry forward**: an attempt's manifests keep naming, by key, every file of the run that the newest whole
   manifest at its start named and its own volume does not hold (the ``epoch_N.pt`` snapshots of earlier
   attempts): never uploaded again, never deleted.
+- **A listing contradicted is a failed read** (``listing_read``): an empty answer (a 404 included) for a folder
+  in which a key is known to exist is never an empty folder.
 - **Delete only on complete knowledge**: a key goes only when a complete listing shows the holder's own newest
   manifest whole, no manifest there references the key that is not known and older, and no state there has
   more epochs than that manifest. A failed or partial listing deletes nothing.
-- **One writer, by lease** (``judge_lease``, ``may_write``): see lease.py for where the lease lives.
+- **One writer, by lease** (``judge_lease``, ``may_write``, ``lease_refused``): see lease.py for where the lease
+  lives. No decision on another machine's timestamp alone; an absent lease while the stores hold a state is
+  watched like a live one; a refused lease commit (429, 401, 403) is never a licence to write.
 - **Fallback by time and count**: the repo takes the working state only when the bucket has failed for at
   least ``fallback_seconds`` and ``FALLBACK_BOUNDARIES`` boundaries, or refused the token; then only
   ``last.pt`` and the small files, never the ``epoch_N.pt`` snapshots.
@@ -159,6 +163,14 @@ class BucketRead(Enum):
     WITHOUT = "without"  # still unreadable, but nothing of the run can be in it: go on with the volume and repo
 
 
+def listing_read(sizes: Mapping[str, object], known: Iterable[str]) -> Read:
+    """How a listing of a folder came back, judged against what is known of it: an empty answer (a 404
+    included) for a folder in which a key is known to exist (a manifest read there, a file a manifest names, a
+    listing that showed it) contradicts what is known: a failed read, never an empty folder. Nothing is deleted
+    on it, and nothing dropped from a manifest."""
+    return Read.FAILED if not sizes and any(True for _ in known) else Read.COMPLETE
+
+
 def bucket_read(read: Read, waited: float, run_known: bool, deadline: float = RESUME_READ_DEADLINE) -> BucketRead:
     """After a read of the bucket at resume: a failed or partial one is never taken for an empty bucket.
     ``run_known``: the repo knew the run before this start (its run id, an earlier holder's lease): its
@@ -170,11 +182,25 @@ def bucket_read(read: Read, waited: float, run_known: bool, deadline: float = RE
     return BucketRead.REFUSE if run_known else BucketRead.WITHOUT
 
 
-def newest_whole(manifests: Iterable[Manifest], sizes: Mapping[str, int], run_id: str) -> list[Manifest]:
+def newest_whole(
+    manifests: Iterable[Manifest], sizes: Mapping[str, int], run_id: str, holder: str | None = None
+) -> list[Manifest]:
     """This run's whole manifests, the most epochs first: what a resume may take (never a torn one, never
-    another run's)."""
-    whole = [m for m in manifests if m.run_id == run_id and m.whole(sizes)]
+    another run's), of the lease holder's chain only (``trusted``)."""
+    whole = trusted([m for m in manifests if m.run_id == run_id and m.whole(sizes)], holder)
     return sorted(whole, key=lambda m: m.order, reverse=True)
+
+
+def trusted(manifests: Iterable[Manifest], holder: str | None) -> list[Manifest]:
+    """The manifests of the lease holder's attempt chain (``holder``: the attempt the lease named when this one
+    took it; None: no lease, all of them): the holder's own when it wrote any, else those of the attempts before
+    it. Never a later attempt's (it wrote without the lease), never an older one's beside the holder's (written
+    late, by a holder taken over while frozen)."""
+    found = list(manifests)
+    if holder is None:
+        return found
+    chain = [m for m in found if m.attempt <= holder]
+    return [m for m in chain if m.attempt == holder] or chain
 
 
 # -- what a manifest names ----------------------------------------------------------------------
@@ -230,6 +256,9 @@ class Lease:
     taken_at: float
     period: float = LEASE_PERIOD
     released: bool = False
+    # Where the holder runs: its volume's id (and host), so a container started again on that volume (whose
+    # lock the kernel dropped with the holder) knows the holder is gone without waiting a period.
+    machine: str | None = None
 
     def to_bytes(self) -> bytes:
         body = {
@@ -240,6 +269,8 @@ class Lease:
             "period": self.period,
             "released": self.released,
         }
+        if self.machine is not None:
+            body["machine"] = self.machine
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -254,6 +285,7 @@ class Lease:
                 taken_at=float(body["taken_at"]),
                 period=float(body.get("period") or LEASE_PERIOD),
                 released=bool(body.get("released", False)),
+                machine=str(body["machine"]) if body.get("machine") else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -267,6 +299,7 @@ class Beat:
 
     token: str
     at: float | None = None
+    writes: bool = False  # the bucket shows writes of the run (a state the stores hold)
 
 
 @dataclass(frozen=True)
@@ -285,33 +318,74 @@ class Verdict(Enum):
 
 
 def judge_lease(
-    lease: Lease | None, me: str, beat: Beat, now: float, watch: Watch | None
+    lease: Lease | None,
+    me: str,
+    beat: Beat,
+    now: float,
+    watch: Watch | None,
+    *,
+    state_held: bool = False,
+    holder_gone: bool = False,
+    period: float = LEASE_PERIOD,
 ) -> tuple[Verdict, Watch | None]:
-    """Whether this attempt may take the run. Clocks may be ``2 × CLOCK_SKEW`` apart, so another machine's
-    times only ever prove a lease *expired* (a heartbeat older than a period plus that); a fresh-looking one is
-    watched on this machine's clock alone: if the heartbeat moves within one period, the holder lives (HELD);
-    if not, it has expired (TAKE)."""
-    if lease is None or lease.released:
+    """Whether this attempt may take the run. No decision rests on another machine's clock: a live-looking
+    lease is watched on this machine's clock alone (``now``): if the heartbeat moves within one period, the
+    holder lives (HELD); if not, it has expired (TAKE). A lease absent or unreadable while the stores hold a
+    state of the run (``state_held``: a person deleted or rewrote the file, a read that lost it) is no free
+    take either: the stores are watched the same way first. ``holder_gone``: the lease names this machine's
+    volume and this process holds that volume's lock, so the holder is provably gone (the kernel dropped its
+    lock with it): taken at once. ``period``: the silence waited without a lease to read it from."""
+    if lease is None and not state_held:
         return Verdict.TAKE, None
-    if lease.holder == me:
+    if lease is not None and lease.released:
+        return Verdict.TAKE, None
+    if lease is not None and lease.holder == me:
         return Verdict.MINE, None
-    if beat.at is not None and now - beat.at > lease.period + 2 * CLOCK_SKEW:
+    if lease is not None and holder_gone:
         return Verdict.TAKE, None
+    period = lease.period if lease is not None else period
     if watch is None:
         return Verdict.WATCH, Watch(now, beat.token)
     if beat.token != watch.token:
         return Verdict.HELD, watch
-    if now - watch.since >= lease.period:
+    if now - watch.since >= period:
         return Verdict.TAKE, watch
     return Verdict.WATCH, watch
 
 
-def may_write(lease: Lease | None, me: str, newest_attempt: str | None) -> bool:
-    """At a boundary, before writing anything: this attempt still holds the run (the repo's lease names it, or
-    names nobody, and the bucket shows no newer attempt). A lease it released is no longer its own."""
+def may_write(lease: Lease | None, me: str, newest_attempt: str | None, *, leased: bool = False) -> bool:
+    """At a boundary, before writing anything: this attempt still holds the run (the repo's lease names it, and
+    the bucket shows no newer attempt). A lease it released is no longer its own; with ``leased`` (this attempt
+    committed its lease), an absent lease is not its own either (deleted by hand, or another's take)."""
+    if lease is None and leased:
+        return False
     if lease is not None and (lease.holder != me or lease.released):
         return False
     return newest_attempt is None or newest_attempt <= me
+
+
+class LeaseAnswer(Enum):
+    """What to do when the repo refuses a lease commit."""
+
+    LOOK_AGAIN = "look-again"  # 412: the repo moved; read the lease again and judge again
+    WAIT = "wait"  # 429: wait out the Hub's reset, then take again; never a licence to write
+    END = "end"  # 401/403, or a rate limit longer than an attempt may wait: end, writing nothing
+
+
+# The longest a Hub's rate limit on the lease is waited out before the start ends (a retryable exit): a
+# commit quota resets within the hour; waiting longer bills a machine that cannot write.
+LEASE_RATE_LIMIT_WAIT = 600.0
+
+
+def lease_refused(status: int | None, reset: float | None, waited: float) -> LeaseAnswer:
+    """A lease commit answered ``status``: 412 is a compare-and-swap lost; 429 is waited out (``reset``: what
+    the Hub's RateLimit or Retry-After said, ``waited``: already waited) within ``LEASE_RATE_LIMIT_WAIT``; 401
+    and 403 are a token that may not write the run. None of them lets the attempt write unleased."""
+    if status == 412:
+        return LeaseAnswer.LOOK_AGAIN
+    if status == 429 and waited + (reset if reset is not None else 60.0) <= LEASE_RATE_LIMIT_WAIT:
+        return LeaseAnswer.WAIT
+    return LeaseAnswer.END
 
 
 # -- fallback ---------------------------------------------------------------------------------------

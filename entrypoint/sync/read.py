@@ -226,14 +226,21 @@ def restore_history(source: Source, run_dir: Path, scratch: Path, names: Sequenc
 
 
 def bucket_sources(
-    folder: RunFolder, *, say_others: bool = True, run_known: bool | None = None, read_for: float = 0.0
+    folder: RunFolder,
+    *,
+    say_others: bool = True,
+    run_known: bool | None = None,
+    read_for: float = 0.0,
+    began: float | None = None,
+    quiet: bool = False,
 ) -> list[BucketSource]:
     """This run's whole boundaries in its bucket, the most epochs first. A bucket that cannot be read is not
     an empty bucket (sync/protocol.py): with ``run_known`` set, its read is tried again for ``read_for``
     seconds; then, when the repo knows the run (True), ``StoreUnreadableError`` (exit 73: a fresh start would
     lose the epochs only the bucket holds); else (False, or None: a reader that only looks) none.
-    Another run's folder under the same RUN_NAME is said in one line (``say_others``) and left alone."""
-    began = clock.monotonic()
+    Another run's folder under the same RUN_NAME is said in one line (``say_others``) and left alone.
+    ``began``: when the resume's first read of the bucket began (its deadline counts from there)."""
+    began = clock.monotonic() if began is None else began
     while True:
         try:
             manifests = folder.whole_manifests()
@@ -241,20 +248,10 @@ def bucket_sources(
         except StopRequested:
             raise
         except Exception as error:
-            waited = clock.monotonic() - began
-            decision = protocol.bucket_read(protocol.Read.FAILED, waited, bool(run_known), read_for)
-            if run_known is not None and decision is protocol.BucketRead.RETRY:
-                logger.warning("resume: cannot read %s (%s); reading it again", folder.label, describe(error))
-                clock.sleep(min(5.0, max(0.5, read_for / 10)))
-                continue
-            if run_known is not None and decision is protocol.BucketRead.REFUSE:
-                raise StoreUnreadableError(
-                    f"cannot read {folder.label} for {waited:.0f} s ({describe(error)}), and the run's newest epochs"
-                    " may be there alone: not starting over, nothing written",
-                    "start it again once the bucket answers (a retryable exit)",
-                ) from None
-            logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
-            return []
+            if quiet:  # a look ahead (the bucket not opened yet): a failed read is no news
+                return []
+            if not _read_again(folder, error, began, run_known, read_for):
+                return []
     if not manifests and say_others:
         try:
             others = folder.other_runs()
@@ -273,6 +270,26 @@ def bucket_sources(
     return [BucketSource(folder, manifest) for manifest in manifests]
 
 
+def _read_again(folder: RunFolder, error: Exception, began: float, run_known: bool | None, read_for: float) -> bool:
+    """A read of the bucket at resume failed (a listing, a manifest, an object's download): True after a pause
+    while the deadline allows (``run_known`` set); ``StoreUnreadableError`` once it passed and the repo knows the
+    run; False (go on without the bucket) for a new run or a reader that only looks."""
+    waited = clock.monotonic() - began
+    decision = protocol.bucket_read(protocol.Read.FAILED, waited, bool(run_known), read_for)
+    if run_known is not None and decision is protocol.BucketRead.RETRY:
+        logger.warning("resume: cannot read %s (%s); reading it again", folder.label, describe(error))
+        clock.sleep(min(5.0, max(0.5, read_for / 10)))
+        return True
+    if run_known is not None and decision is protocol.BucketRead.REFUSE:
+        raise StoreUnreadableError(
+            f"cannot read {folder.label} for {waited:.0f} s ({describe(error)}), and the run's newest epochs"
+            " may be there alone: not starting over, nothing written",
+            "start it again once the bucket answers (a retryable exit)",
+        ) from None
+    logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
+    return False
+
+
 def _newest_in_bucket(
     folder: RunFolder,
     scratch: Path,
@@ -283,9 +300,10 @@ def _newest_in_bucket(
     run_known: bool | None,
     read_for: float,
 ) -> tuple[Copy, BucketSource] | None:
-    for _ in range(_READS):
+    began, moved = clock.monotonic(), 0
+    while moved < _READS:
         try:
-            for source in bucket_sources(folder, run_known=run_known, read_for=read_for):
+            for source in bucket_sources(folder, run_known=run_known, read_for=read_for, began=began):
                 last = libreyolo.LAST_CHECKPOINT
                 if last in source.manifest.files and (source.epochs_hint(last) or 0) > better_than:
                     wanted = [] if source.same_as(last, local_last) else [last]
@@ -295,12 +313,13 @@ def _newest_in_bucket(
                     return Copy(found[0], found[1], "bucket"), source
             return None
         except EntryNotFoundError:
+            moved += 1
             logger.info("resume: %s moved on while it was read (a writer tidied up); reading it again", folder.label)
         except (StopRequested, StoreUnreadableError):
             raise
-        except Exception as error:  # the bucket is one of three places: never a reason not to resume
-            logger.warning("resume: cannot read %s (%s); using the volume and the repo", folder.label, describe(error))
-            return None
+        except Exception as error:  # a download that fails is a failed read too: to the listing's deadline
+            if not _read_again(folder, error, began, run_known, read_for):
+                return None
     return None
 
 
@@ -404,12 +423,14 @@ def remote_state(hub: Hub, repo_id: str, scratch: Path, names: set[str] | None =
     return _state_of(hub.download(repo_id, STATE_FILE, scratch), repo_id)
 
 
-def bucket_state(folder: RunFolder, scratch: Path, *, max_bytes: int | None = None) -> dict[str, Any] | None:
+def bucket_state(
+    folder: RunFolder, scratch: Path, *, max_bytes: int | None = None, quiet: bool = False
+) -> dict[str, Any] | None:
     """trainbox.json of this run's newest whole boundary in its bucket (None: none there, or unreadable; or,
     with ``max_bytes``, larger than that by its manifest: not downloaded)."""
     for _ in range(_READS):
         try:
-            for source in bucket_sources(folder, say_others=False):
+            for source in bucket_sources(folder, say_others=False, quiet=quiet):
                 entry = source.manifest.files.get(STATE_FILE)
                 size = entry.get("size") if isinstance(entry, dict) else None
                 if entry is not None and max_bytes is not None and (not isinstance(size, int) or size > max_bytes):
@@ -424,7 +445,8 @@ def bucket_state(folder: RunFolder, scratch: Path, *, max_bytes: int | None = No
         except StopRequested:
             raise
         except Exception as error:
-            logger.warning("cannot read %s from %s (%s)", STATE_FILE, folder.label, describe(error))
+            say = logger.debug if quiet else logger.warning  # quiet: a look ahead, the bucket not opened yet
+            say("cannot read %s from %s (%s)", STATE_FILE, folder.label, describe(error))
             return None
     return None
 

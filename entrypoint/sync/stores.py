@@ -8,10 +8,10 @@ a SIGTERM has seconds, not minutes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from ..hub import Hub
+from ..hub import Hub, ParentMovedError
 from .staging import StagedFile
 
 
@@ -47,11 +47,16 @@ class Store(Protocol):
 
 
 class RepoStore:
-    """The model repo (OUTPUT_REPO): each unit is one commit."""
+    """The model repo (OUTPUT_REPO): each unit is one commit, with ``parent_commit`` the head this writer last
+    knew (its own last commit, else the head read just before): a commit that lands late (a writer frozen while
+    it was in flight) after another's is refused (412), never laid over it. On a 412 ``moved`` is called (the
+    run's lease read again: ``TakenOverError`` when another holds it), then the head is read again."""
 
-    def __init__(self, hub: Hub, repo_id: str) -> None:
+    def __init__(self, hub: Hub, repo_id: str, moved: Callable[[float | None], None] | None = None) -> None:
         self.hub = hub
         self.repo_id = repo_id
+        self.moved = moved
+        self._parent: str | None = None  # the head as this writer last knew it
 
     @property
     def name(self) -> str:
@@ -59,10 +64,22 @@ class RepoStore:
 
     def commit(self, files: Sequence[StagedFile], message: str, *, deadline: float | None, commit_id: str) -> str:
         pairs = [(item.relative, item.path) for item in files]
-        return self.hub.commit(self.repo_id, pairs, message, deadline=deadline, commit_id=commit_id)
+        parent = self._parent or self.hub.head(self.repo_id, deadline=deadline)
+        self._parent = None  # known again only from this commit's answer
+        try:
+            sha = self.hub.commit(self.repo_id, pairs, message, deadline=deadline, commit_id=commit_id, parent=parent)
+        except ParentMovedError:
+            if self.moved is not None:
+                self.moved(deadline)  # the lease another's: TakenOverError, nothing more written
+            parent = self.hub.head(self.repo_id, deadline=deadline)  # a commit of this writer's moved it
+            sha = self.hub.commit(self.repo_id, pairs, message, deadline=deadline, commit_id=commit_id, parent=parent)
+        self._parent = sha
+        return sha
 
     def landed(self, commit_id: str, *, deadline: float | None) -> str | None:
-        return self.hub.landed(self.repo_id, commit_id, deadline=deadline)
+        sha = self.hub.landed(self.repo_id, commit_id, deadline=deadline)
+        self._parent = sha if sha is not None else self._parent
+        return sha
 
     def head(self) -> str | None:
         return self.hub.head(self.repo_id)

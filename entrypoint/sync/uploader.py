@@ -79,7 +79,8 @@ class Uploader:
             before_snapshot=before_snapshot,
             superseded=superseded,
         )
-        self.repo = Lane(RepoStore(hub, repo_id), work_dir, takes=places.everything, budget=budget)
+        moved = (lambda deadline: lease.check(deadline, force=True)) if lease is not None else None
+        self.repo = Lane(RepoStore(hub, repo_id, moved), work_dir, takes=places.everything, budget=budget)
         self.bucket = (
             Lane(bucket, work_dir / "bucket", takes=places.everything, budget=places.unlimited_budget())
             if bucket is not None
@@ -91,6 +92,7 @@ class Uploader:
         self.taken_over: TakenOverError | None = None
         self.final_publish: dict[str, Any] | None = None  # bucket mode: whether the end's repo commit made it
         self.bucket_complete = False  # the last flush left every file in the bucket
+        self.kept_epochs = 0  # the most completed epochs of a checkpoint a store holds (the dashboard logs up to it)
         self.owes_run_id = False  # a new run's id missed the repo at the start: retried beside training, any budget
         self.on_commit = on_commit
         self.on_card = on_card  # told why the Hub refused the card, or None once a card landed

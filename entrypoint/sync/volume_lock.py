@@ -13,15 +13,40 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LeaseHeldError
 from ..log import logger
 
+_HELD: set[Path] = set()  # the locks this process holds now
+
 
 def lock_path(workdir: Path, run_name: str) -> Path:
     return workdir / ".trainbox" / f"{run_name}.lock"
+
+
+def is_held(path: Path) -> bool:
+    """This process holds the lock at ``path``: no other agent on this volume runs the run (the kernel drops a
+    lock with its process, so an earlier holder on this volume is gone)."""
+    return path in _HELD
+
+
+def volume_id(workdir: Path) -> str | None:
+    """This volume's id (made once, kept on the volume): the run's lease names it, so a container started again
+    on the same volume knows its earlier holder. None when the volume cannot keep one."""
+    path = workdir / ".trainbox" / "volume-id"
+    try:
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = path.with_name(f".volume-id.{os.getpid()}")
+            scratch.write_text(secrets.token_hex(8) + "\n")
+            os.replace(scratch, path)
+        found = path.read_text().strip()
+    except OSError:
+        return None
+    return found or None
 
 
 @contextlib.contextmanager
@@ -53,8 +78,10 @@ def held(path: Path, run_name: str) -> Iterator[None]:
             with contextlib.suppress(OSError):  # who holds it, for the refused one's line
                 os.ftruncate(descriptor, 0)
                 os.pwrite(descriptor, f"{os.getpid()} {os.uname().nodename}\n".encode(), 0)
+            _HELD.add(path)
         yield
     finally:
+        _HELD.discard(path)
         os.close(descriptor)  # closing drops the lock; the file stays (removing it would race a newcomer)
 
 

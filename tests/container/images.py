@@ -150,6 +150,7 @@ def wheelhouse(image: str) -> Path:
 
 
 WHEELHOUSE_MOUNT = "/wheelhouse"
+NONROOT_UID = "1000"  # the user of the non-root variant (--build-arg TRAINBOX_UID) the tests build
 
 
 def wheelhouse_env() -> dict[str, str]:
@@ -167,6 +168,10 @@ def main() -> None:
         print(base, flush=True)
         image = project_image(base, Path(tempfile.gettempdir()) / "trainbox-image-build.log")
         print(image, flush=True)
+        # the non-root variant test_nonroot.py runs (its own last layer): built here, beside the lint and the types,
+        # not on the container tests' worker
+        log = Path(tempfile.gettempdir()) / "trainbox-image-build-nonroot.log"
+        print(project_image(base, log, TRAINBOX_UID=NONROOT_UID), flush=True)
         print(wheelhouse(image), flush=True)
     except (Unavailable, BuildError) as error:
         raise SystemExit(f"no images built: {error}") from None

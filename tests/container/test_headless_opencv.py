@@ -96,7 +96,7 @@ def test_trains_validates_and_exports_with_the_headless_build(trainbox_image: st
         [
             "cd /data",
             "libreyolo train data=/data/data.yaml model=LibreYOLO9t.pt pretrained=false imgsz=64 workers=0 "
-            "eval_interval=1 epochs=2 device=cpu project=/out name=tiny exist_ok=true",
+            "eval_interval=1 epochs=1 device=cpu project=/out name=tiny exist_ok=true",  # trained and validated once
             "libreyolo val --model /out/tiny/weights/best.pt --data /data/data.yaml --imgsz 64 --device cpu",
             "cd /out",
             "libreyolo export --model /out/tiny/weights/best.pt --format torchscript --imgsz 64",

@@ -40,7 +40,16 @@ most 120 s), so a test decides when training goes on (e.g. once the boundary is 
 ``is_best``, ``best_metric``, ``best_epoch``) and ``time``: ``FAKE_EPOCH_SECONDS``, the epoch's seconds.
 
 ``--help-json`` fails as libreyolo 1.6.0's does with typer 0.29.2.
-``export`` fails as libreyolo does without the format's package; ``FAKE_EXPORT_MODE=hang``: it never ends.
+``export`` fails as libreyolo does without the format's package; ``FAKE_EXPORT_MODE=hang``: it never ends;
+``FAKE_EXPORT_MODE=ok``: writes ``best.<format's suffix>`` in its folder and prints libreyolo's JSON naming it.
+
+``val --model M --data D --split S --project P --name N --save-json --json`` answers as ``libreyolo val`` does:
+``P/N/predictions.json`` (COCO results: ``image_id`` the image's index in the split, ``category_id`` the class,
+``bbox`` x, y, width, height in pixels), the ``Speed: <ms>ms/image`` log line and the JSON result (``metrics``:
+``mAP50``, ``mAP50_95``, ...; ``device``). The stand-in model has learnt the validation split by heart: image i of
+any split gets the boxes of validation image i's labels, so a test split labelled otherwise scores visibly lower.
+An exported model (not ``.pt``) loses the last ``FAKE_EXPORT_DRIFT`` share (0-1, default 0) of each image's boxes.
+``FAKE_VAL_MODE=hang``: ``val`` never ends.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
 
@@ -266,12 +275,91 @@ def export(mode: str) -> int:
     return 1
 
 
+_SUFFIX = {"onnx": ".onnx", "openvino": "_openvino_model", "torchscript": ".torchscript", "tensorrt": ".engine"}
+_IMAGES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tiff", ".tif", ".gif")
+
+
+def _options(argv: list[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for index, arg in enumerate(argv):
+        if arg.startswith("--"):
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            found[arg[2:]] = "" if following.startswith("--") else following
+    return found
+
+
+def exported(fmt: str) -> int:
+    name = "best" + _SUFFIX.get(fmt, "." + fmt)
+    Path(name).write_bytes(b"stand-in export\n")
+    print(json.dumps({"output_path": name, "format": fmt}), flush=True)
+    return 0
+
+
+def _split_images(config: dict[str, object], split: str, root: Path) -> list[Path]:
+    entry = config.get(split)
+    where = Path(str(entry))
+    where = where if where.is_absolute() else root / where
+    return sorted({path for path in where.iterdir() if path.suffix.lower() in _IMAGES}) if where.is_dir() else []
+
+
+def _rows(image: Path) -> list[str]:
+    parts = list(image.parts)
+    parts[len(parts) - 1 - parts[::-1].index("images")] = "labels"
+    label = Path(*parts).with_suffix(".txt")
+    return [line for line in label.read_text().splitlines() if line.split()] if label.is_file() else []
+
+
+def val(argv: list[str]) -> int:
+    import yaml
+    from PIL import Image
+
+    if os.environ.get("FAKE_VAL_MODE") == "hang":
+        time.sleep(3600)
+    opts = _options(argv)
+    data = Path(opts["data"])
+    config = yaml.safe_load(data.read_text())
+    root = Path(str(config.get("path") or data.parent))
+    root = root if root.is_absolute() else data.parent / root
+    split = opts.get("split") or "val"
+    images = _split_images(config, split, root)
+    learnt = _split_images(config, "val", root)
+    drift = 0.0 if opts["model"].endswith(".pt") else float(os.environ.get("FAKE_EXPORT_DRIFT", "0"))
+    results: list[dict[str, object]] = []
+    same = total = 0
+    for index, image in enumerate(images):
+        truth = _rows(image)
+        guess = _rows(learnt[index]) if index < len(learnt) else []
+        guess = guess[: round(len(guess) * (1 - drift))]
+        total += len(truth)
+        same += sum(1 for row in guess if row in truth)
+        with Image.open(image) as opened:
+            width, height = opened.size
+        for row in guess:
+            cls, cx, cy, w, h = row.split()[:5]
+            box = [(float(cx) - float(w) / 2) * width, (float(cy) - float(h) / 2) * height]
+            box += [float(w) * width, float(h) * height]
+            results.append({"image_id": index, "category_id": int(cls), "bbox": box, "score": 0.9})
+    out = Path(opts.get("project") or "runs/val") / (opts.get("name") or "exp")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "predictions.json").write_text(json.dumps(results))
+    score = round(same / total, 4) if total else 0.0
+    print(f"INFO     |   Images processed: {len(images)}", file=sys.stderr)
+    print("INFO     |   Speed: 12.5ms/image", file=sys.stderr, flush=True)
+    metrics = {"mAP50": score, "mAP50_95": score, "precision": score, "recall": score}
+    answer = {"model": opts["model"], "model_family": "yolo9", "data": str(data), "split": split, "device": "cpu"}
+    print(json.dumps(answer | {"eval_backend": None, "metrics": metrics, "schema_version": 1}), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if "--help-json" in argv:  # as libreyolo 1.6.0 with typer 0.29.2: the agent reads the source instead
         print("AttributeError: 'TyperOption' object has no attribute 'type'", file=sys.stderr)
         return 1
     if argv and argv[0] == "export":
-        return export(os.environ.get("FAKE_EXPORT_MODE", "fail"))
+        mode = os.environ.get("FAKE_EXPORT_MODE", "fail")
+        return exported(_options(argv).get("format", "onnx")) if mode == "ok" else export(mode)
+    if argv and argv[0] == "val":
+        return val(argv[1:])
     if not argv or argv[0] != "train":
         time.sleep(float(os.environ.get("FAKE_DOCTOR_SECONDS", "0")))
         print(json.dumps({"findings": [], "summary": {}}))

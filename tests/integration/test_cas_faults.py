@@ -19,11 +19,11 @@ from tests.hubfixtures import HubContext
 from tests.integration.test_dataset_hub import (
     FAST_ARGS,
     big_dataset,
+    dataset_env,
     doctor,  # noqa: F401  (autouse: the stand-in's doctor checks the data)
     publish,
 )
 from tests.integration.test_sync_faults import WAIT, boundary
-from tests.support import trainbox_env
 
 pytestmark = [pytest.mark.transfer("xet"), pytest.mark.slow]
 
@@ -45,7 +45,7 @@ def _prepare(hub_ctx: HubContext, tmp_path: Path, repo: str) -> Path:
     from entrypoint import settings
     from entrypoint.dataset import fetch as dataset_hub
 
-    env = trainbox_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)
+    env = dataset_env(tmp_path / "work", DATASET_REPO=repo, RUN_ARGS=FAST_ARGS)  # the stand-in's doctor
     prepared = dataset_hub.prepare(settings.from_env(env))
     return prepared.root / "cones"
 

@@ -24,6 +24,7 @@ def epochs_of(text: str) -> list[int]:
     return [json.loads(line)["epoch"] for line in text.splitlines() if line.strip()]
 
 
+@pytest.mark.contract  # libreyolo's own resume with a new total: what the extension relies on
 def test_libreyolo_resumes_a_finished_run_to_a_new_total(tmp_path: Path) -> None:
     """What the extension relies on: `resume=true epochs=5` on a finished 3-epoch run trains epochs 4 and 5 into the
     same folder (libreyolo 1.6.0: explicit arguments override the saved ones), every epoch recorded once."""

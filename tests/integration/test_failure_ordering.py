@@ -36,7 +36,7 @@ import pytest
 
 from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
-from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, PreemptedError, SyncError
+from entrypoint.errors import AccessError, ConfigError, DiskSpaceError, LeaseRefusedError, PreemptedError, SyncError
 from entrypoint.release.clock import PREEMPT_BUDGET
 from entrypoint.state import Phase
 from entrypoint.sync.bucket import Manifest
@@ -57,6 +57,9 @@ AGENT_TIMEOUT = 120
 # SIGTERM → exit: the agent's budget plus the start-up of a loaded machine's Python; a step that
 # ignores the deadline (a 30 s retry, a 60 s publish, a 5 s join) overshoots it by far.
 EXIT_BOUND = PREEMPT_BUDGET + 4.0
+# A rate limit from the run's start spares the lease's take (the first commit): a lease refused that long ends
+# the start (74; tests/integration/test_protocol_orderings.py), and these test what comes after.
+LEASE_TAKE = 1
 
 
 @dataclass
@@ -255,7 +258,7 @@ def test_sigterm_at_any_moment(agent: Agent, moment: str) -> None:
 def test_sigterm_during_a_long_final_upload_exits_in_time(agent: Agent) -> None:
     hub = agent.hub_ctx.hub
     # The Hub holds commits for 100 s: the final upload (600 s allowed) waits for it...
-    hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+    hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=100)
     process = agent.start(agent.env(RUN_ARGS="epochs=2"))
     wait_for(lambda: local_phase(agent) == Phase.DONE, "the final upload", process)
     before = epochs_on_volume(agent.run_dir)
@@ -324,7 +327,7 @@ def test_an_old_volume_never_overwrites_a_newer_hub(agent: Agent) -> None:
 
 
 # -- the token, the Hub, the release ---------------------------------------------------------
-def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, vast: FakeVast) -> None:
+def test_a_revoked_token_mid_run_is_an_honest_74_and_no_destroy(agent: Agent, vast: FakeVast) -> None:
     env = agent.env(vast, FAKE_EPOCH_SECONDS="1.0", RUN_ARGS="epochs=3", ON_EXIT="destroy", ON_FAILURE="destroy")
     process = agent.start(env)
     wait_for(lambda: "weights/epoch_1.pt" in agent.hub_files(), "epoch 1 on the Hub", process)
@@ -332,9 +335,11 @@ def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, va
     output, _ = process.communicate(timeout=AGENT_TIMEOUT)
     code = process.returncode
 
-    assert code == SyncError.exit_code, output[-3000:]
+    # The run's lease can no longer be read (401): never a licence to write on, the attempt stops, naming the token.
+    assert code == LeaseRefusedError.exit_code, output[-3000:]
+    assert "give HF_TOKEN write access to OUTPUT_REPO" in output
     state = agent.state()
-    assert state["exit"]["code"] == SyncError.exit_code and state["exit"]["job"]["code"] == 0
+    assert state["exit"]["code"] == LeaseRefusedError.exit_code
     # The Hub lacks the last epochs: the disk is kept (stopped), never destroyed.
     assert [action.method for action in vast.actions()] == ["PUT"]
     assert state["release"]["action"] == "stop" and state["release"]["downgraded_from"] == "destroy"
@@ -342,8 +347,8 @@ def test_a_revoked_token_mid_run_is_an_honest_70_and_no_destroy(agent: Agent, va
 
 
 def test_a_failure_before_the_upload_never_destroys_the_only_copy(agent: Agent, vast: FakeVast) -> None:
-    # An earlier attempt trained 2 epochs while the Hub refused every commit: they are on this disk only.
-    refusing = agent.hub_ctx.hub.inject("403", method="POST", path=r"/commit/")
+    # An earlier attempt trained 2 epochs while the Hub refused every commit after its lease: on this disk only.
+    refusing = agent.hub_ctx.hub.inject("403", method="POST", path=r"/commit/", skip=LEASE_TAKE)
     code, output = agent.run(agent.env(RUN_ARGS="epochs=2"))
     assert code == SyncError.exit_code, output[-3000:]
     refusing.remove()
@@ -396,7 +401,7 @@ def test_a_torn_checkpoint_holds_nothing_to_keep_and_the_disk_is_destroyed(agent
 
 def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, vast: FakeVast) -> None:
     hub = agent.hub_ctx.hub
-    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    limited = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=3600)
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy"))
 
     assert code == SyncError.exit_code, output[-3000:]
@@ -410,7 +415,7 @@ def test_an_hour_long_rate_limit_ends_the_final_upload_honestly(agent: Agent, va
 def test_with_every_epoch_in_the_bucket_a_failed_final_publish_still_destroys(agent: Agent, vast: FakeVast) -> None:
     """Destroy when bucket + repo hold every epoch; the repo's final publish is reported, not required."""
     hub = agent.hub_ctx.hub
-    limited = hub.inject("429", method="POST", path=r"/commit/", retry_after=3600)
+    limited = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=3600)
     code, output = agent.run(agent.env(vast, RUN_ARGS="epochs=2", ON_EXIT="destroy", CHECKPOINT_BUCKET=""))
 
     assert code == SyncError.exit_code, output[-3000:]  # the model repo lacks the final publish: said so
@@ -676,7 +681,7 @@ def hold_phase(agent: Agent, vast: FakeVast, phase: str) -> tuple[dict[str, str]
         fault = hub.inject("slow", method="POST", path=r"/commit/", rate=10, times=1)
         return {}, lambda: fault.fired >= 1
     if phase == "finishing":  # the final upload waits out a rate limit
-        fault = hub.inject("429", method="POST", path=r"/commit/", retry_after=100)
+        fault = hub.inject("429", method="POST", path=r"/commit/", skip=LEASE_TAKE, retry_after=100)
         return {}, lambda: local_phase(agent) == Phase.DONE and fault.fired >= 1
     assert phase == "release"  # the provider answers 503, come back in a minute
     refusal = vast.fail(503, method="PUT", times=3, retry_after=60)

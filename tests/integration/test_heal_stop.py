@@ -16,7 +16,8 @@ import pytest
 from entrypoint import pipeline, settings
 from entrypoint.dataset import PreparedDataset
 from entrypoint.errors import PreemptedError
-from entrypoint.training import loop, resume
+from entrypoint.job import loop
+from entrypoint.training import resume
 from tests.fakes import libreyolo as fake_libreyolo
 
 pytestmark = pytest.mark.slow  # real trainer children (the stand-in)

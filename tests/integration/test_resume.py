@@ -61,6 +61,7 @@ def kill_hard(process: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.transfer("xet")  # no Hub here
+@pytest.mark.contract  # libreyolo's own resume from the real checkpoint a SIGKILL left
 def test_kill_9_then_restart_on_the_same_disk_with_the_real_libreyolo(tmp_path: Path) -> None:
     """libreyolo's own resume from the checkpoint the agent chose: every epoch once, the count right."""
     dataset = make_dataset(tmp_path / "cones", train=16, val=4).parent

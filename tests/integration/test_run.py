@@ -1,7 +1,8 @@
 """`trainbox run` end to end: real libreyolo trainings on tiny generated data, on the CPU.
 
-The contract lane's core: one real two-epoch run (a module fixture, trained once) is read by the tests of what
-the agent reads from libreyolo's run folder, and resumed (on a copy) by the test of what it passes to resume.
+The contract lane's core: one real two-epoch run (trained once per session, whichever workers ask) is read by the
+tests of what the agent reads from libreyolo's run folder, and resumed (on a copy) by the test of what it passes to
+resume.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from entrypoint import errors, libreyolo, settings
 from entrypoint.run_args import parse
 from entrypoint.sync.checkpoint import inspect
 from entrypoint.training import oom
-from tests.support import ONE_TORCH_THREAD, TINY_RUN_ARGS, Result, make_dataset, run_trainbox, trainbox_env
+from tests.support import (
+    ONE_TORCH_THREAD,
+    TINY_RUN_ARGS,
+    Result,
+    make_dataset,
+    run_trainbox,
+    shared_run,
+    trainbox_env,
+)
 
 pytestmark = pytest.mark.slow  # every test here runs the agent; the contract ones train real models
 
@@ -48,14 +57,21 @@ class TrainedRun:
 
 
 @pytest.fixture(scope="module")
-def two_epochs(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
-    """Two real epochs on a local dataset, trained once for the tests that only read the result."""
-    tmp_path = tmp_path_factory.mktemp("two-epochs")
-    data = make_dataset(tmp_path / "cones", relative_path=False)
-    workdir = tmp_path / "work"
+def two_epochs() -> TrainedRun:
+    """Two real epochs on a local dataset, trained once per session (whichever workers run the tests that only
+    read the result, or copy it: tests/support.py, ``shared_run``)."""
     run_args = f"{TINY_RUN_ARGS} epochs=2 save_period=1"  # save_period: the epoch_N.pt files the sync names
-    env = trainbox_env(workdir, DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=run_args, **ONE_TORCH_THREAD)
-    return TrainedRun(workdir, env, run_trainbox("run", env=env))
+
+    def train(folder: Path) -> dict:
+        data = make_dataset(folder / "cones", relative_path=False)
+        settings = dict(DATASET_REPO=str(data.parent), GPUS="cpu", RUN_ARGS=run_args, **ONE_TORCH_THREAD)
+        result = run_trainbox("run", env=trainbox_env(folder / "work", **settings))
+        return {"settings": settings, "result": [result.returncode, result.stdout, result.stderr]}
+
+    folder, made = shared_run("two-epochs", run_args, train)
+    # the environment of this worker (its test Hub), with the run's own settings
+    env = trainbox_env(folder / "work", **made["settings"])
+    return TrainedRun(folder / "work", env, Result(*made["result"]))
 
 
 @pytest.mark.contract

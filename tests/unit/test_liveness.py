@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.training import liveness
+from tests.support import process_alive
 
 AGENT_FILES = frozenset({"console.log", "trainbox.json"})
 
@@ -31,9 +32,21 @@ def start(*argv: str) -> Iterator[subprocess.Popen[bytes]]:
         process.wait(10)
 
 
+def asleep(pid: int) -> bool:
+    """In the kernel's sleep (state S): done loading, no CPU spent from now on."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+
+
 @pytest.fixture
 def idle() -> Iterator[subprocess.Popen[bytes]]:
-    yield from start("/bin/sleep", "600")
+    # Popen returns at exec; the dynamic loader's CPU comes after it. Counted between the watch's first reading
+    # and its first sample (a tick, a loaded machine stretching the load), it would be "progress" of an idle child.
+    for process in start("/bin/sleep", "600"):
+        deadline = time.monotonic() + 60
+        while not asleep(process.pid):
+            assert time.monotonic() < deadline, "sleep never went to sleep"
+            time.sleep(0.01)
+        yield process
 
 
 @pytest.fixture
@@ -109,14 +122,18 @@ def test_idle_or_missing_gpus_are_no_progress(
 def test_a_hung_nvidia_smi_is_bounded_and_not_asked_again(
     tmp_path: Path, idle: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fake_smi(tmp_path, monkeypatch, "exec sleep 600")
-    monkeypatch.setattr(liveness, "GPU_QUERY_TIMEOUT", 0.5)
+    calls = tmp_path / "calls"
+    fake_smi(tmp_path, monkeypatch, f"echo $$ >> {calls}; exec sleep 600")
+    monkeypatch.setattr(liveness, "GPU_QUERY_TIMEOUT", 0.5)  # however long the machine takes, it never answers
     monkeypatch.setattr(liveness, "GPU_SAMPLE_INTERVAL", 0.0)
     watch = liveness.Liveness(idle.pid, run_dir(tmp_path), AGENT_FILES)
     assert watch.sample() is None
     assert "nvidia-smi did not answer" in caplog.text
-    fake_smi(tmp_path, monkeypatch, "echo 99")
+    (hung,) = map(int, calls.read_text().split())
+    assert not process_alive(hung), "the hung query was left running"
+    fake_smi(tmp_path, monkeypatch, f"echo $$ >> {calls}; echo 99")
     assert watch.sample() is None  # given up on: a card off the bus would hang every query
+    assert calls.read_text().split() == [str(hung)], "asked again"
 
 
 def test_nvidia_smi_output() -> None:

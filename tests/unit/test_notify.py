@@ -201,13 +201,13 @@ def test_a_receiver_that_hangs_or_fails_costs_the_wrap_up_at_most_the_bound(
         took = time.monotonic() - started
         assert receiver.wait_for(1)  # it did reach the receiver
     assert took <= notify.SEND_BOUND + 1.0, took
-    if mode == "500":
-        assert took < 2.0, took  # a refusal is known at once: nothing to wait for
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "trainbox"]
     assert len(warnings) == 1 and warnings[0].startswith("NOTIFY: the end message was not delivered: target 1 (json)")
     assert receiver.url.split("//", 1)[1] not in warnings[0]  # never the URL itself
     if mode == "hang":
         assert warnings[0].endswith(f"no answer within {notify.SEND_BOUND:g} s")
+    else:  # a refusal is known from the answer itself: nothing waited out
+        assert warnings[0].endswith("the service answered HTTP 500"), warnings[0]
     failed = state.snapshot()["notify"]["end"]["failed"]
     assert len(failed) == 1 and failed[0].startswith("target 1 (json): ")
 
@@ -223,12 +223,12 @@ def test_after_sigterm_the_end_message_waits_only_for_the_spare_time(tmp_path: P
         clock.preempt()
         started = time.monotonic()
         notifier.ended(clock)
-        sent = time.monotonic() - started
+        # the release's publish goes first: ended() neither waited for the hanging receiver nor settled its message
+        assert "notify" not in state.snapshot(), state.snapshot()["notify"]
         clock.deadline = time.monotonic() + 1.3  # the release took most of the budget: 1 s is left
         notifier.settle(clock)
         settled = time.monotonic() - started
         assert receiver.wait_for(1)
-    assert sent < 0.5, sent  # the release's publish goes first: nothing waited here
     # Within the machine's deadline (1.3 s after ``started``, plus a loaded machine's scheduling slack), far from the
     # 5 s a message may take otherwise, or the receiver's 30 s.
     assert settled < 1.3 + 1.0 < notify.SEND_BOUND, settled

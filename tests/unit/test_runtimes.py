@@ -253,10 +253,10 @@ def test_the_pins_are_the_image_extras_and_the_build_argument_knows_each() -> No
         assert sorted(extras[runtime.name]) == sorted(runtime.wheels), runtime.name
         assert all("==" in pin for pin in runtime.wheels), "exact versions: what was tested is what is fetched"
     named = {re.split(r"[<>=!~\[;\s]", dependency, maxsplit=1)[0].lower() for dependency in project["dependencies"]}
-    assert not named & {"pyarrow", "onnx", "onnxruntime", "matplotlib"}, "kept out of the image"
+    assert not named & {"pyarrow", "onnx", "onnxruntime", "matplotlib", "trackio"}, "kept out of the image"
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert 'n not in ("parquet", "onnx")' in dockerfile, "the Dockerfile's TRAINBOX_RUNTIMES names every runtime"
-    assert set(runtimes.RUNTIMES) == {"parquet", "onnx"}
+    assert 'n not in ("parquet", "onnx", "trackio")' in dockerfile, "the Dockerfile's TRAINBOX_RUNTIMES names each"
+    assert set(runtimes.RUNTIMES) == {"parquet", "onnx", "trackio"}
     assert set(runtimes.ONNX.modules) == libreyolo.FETCHED_ON_FIRST_USE, "EXPORT's check knows what is fetched"
 
 

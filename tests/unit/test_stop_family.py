@@ -53,12 +53,15 @@ NO_STOP_HERE = {
     ("report/progress.py", "Progress.finished"): _WRAP_UP,
     ("report/progress.py", "Progress._finished"): _WRAP_UP,
     ("dataset/writers.py", "Writers._work"): _THREAD,
+    ("report/dashboard.py", "Dashboard._run"): _THREAD,
+    ("report/dashboard.py", "Dashboard._prepare"): "the dashboard thread",
+    ("report/dashboard.py", "Dashboard._send"): "the dashboard thread",
     ("dataset/hub_reads.py", "xet_stream_dataset_file.produce"): _THREAD,
     ("dataset/hub_reads.py", "stream_dataset_file"): "consumed by the dataset-download thread (_Download)",
     ("dataset/fetch.py", "_Download.run"): _THREAD,
     ("dataset/parquet.py", "Prefetch.run"): _THREAD,
     ("cli.py", "end_process"): "the process's last step: the job is finished, a stop is only recorded",
-    ("release/wrapup.py", "WrapUp._deliver"): _WRAP_UP,
+    ("job/wrapup.py", "WrapUp._deliver"): _WRAP_UP,
     ("release/providers.py", "_within.bounded.attempt"): _THREAD,
     ("gpu/probe.py", "*"): _CHILD,
     ("gpu/bench.py", "*"): "imported by the GPU check's child process only",
@@ -261,7 +264,7 @@ def test_a_stop_raised_while_a_failure_is_handled_still_ends_through_the_release
     monkeypatch.setattr(pipeline.resume, "check_crash_loop", broken)
     monkeypatch.setattr(pipeline.logger, "exception", signal_while_logging)
 
-    class Ending:  # the job's end (release/wrapup.py), recorded instead of run
+    class Ending:  # the job's end (job/wrapup.py), recorded instead of run
         def finish(self, outcome: Any) -> int:
             finished.append(outcome)
             return 143

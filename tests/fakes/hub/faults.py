@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from tests.fakes.hub.server import HubServer
 
 
-FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset", "cas-unwritable")
+# "hold": the request waits, unanswered and unapplied, until the fault is removed (a writer's commit in flight
+# while it freezes: it lands, or is refused, only then).
+FAULT_KINDS = ("status", "reset", "reset-body", "slow", "apply-then-reset", "cas-unwritable", "hold")
+HOLD_AT_MOST = 300.0
 
 
 @dataclass
@@ -28,6 +31,10 @@ class Fault:
     skip: int = 0
     seed: int | None = None
     retry_after: int = 0
+    # A status fault's X-Error-Code (e.g. "EntryNotFound": a 404 the client raises as EntryNotFoundError), and
+    # its RateLimit reset in seconds (a 429 answered with the Hub's RateLimit headers instead of Retry-After).
+    code: str | None = None
+    reset: int | None = None
     after_bytes: int | None = None
     rate: int | None = None
     fired: int = 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.fakes.hub.faults import HOLD_AT_MOST
 from tests.fakes.hub.model import CHUNK, MAX_JSON_BODY, HubError, RequestRecord, Token, _Abort
 
 if TYPE_CHECKING:
@@ -254,7 +255,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault.kind == "status":
             headers = {"Retry-After": str(fault.retry_after)} if fault.status == 429 else {}
-            raise HubError(fault.status, f"Injected fault: HTTP {fault.status}", None, headers)
+            if fault.status == 429 and fault.reset is not None:
+                headers = {"RateLimit": f'"api";r=0;t={fault.reset}', "RateLimit-Policy": '"api";q=500;w=300'}
+            raise HubError(fault.status, f"Injected fault: HTTP {fault.status}", fault.code, headers)
+        if fault.kind == "hold":
+            until = time.monotonic() + HOLD_AT_MOST
+            while not fault.lifted and time.monotonic() < until:
+                time.sleep(0.02)
+            return
         if fault.kind == "reset":
             self.drain()  # closing with unread input would turn our FIN into a RST
             raise _Abort()

@@ -9,20 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import libreyolo
 from ..errors import AgentError
+from ..evaluation import end as evaluation
 from ..export import hubconfig
 from ..export import run as exports
 from ..libreyolo import BEST_CHECKPOINT
 from ..log import logger
+from ..release.clock import PUBLISH_TIMEOUT, ShutdownClock
+from ..release.end import end_of_job
 from ..report.nextsteps import summary
 from ..state import Phase
 from ..sync import job as job_sync
-from .clock import PUBLISH_TIMEOUT, ShutdownClock
-from .end import end_of_job
 
 if TYPE_CHECKING:
     from ..hub import Hub
     from ..report.attempt import Attempt
+    from ..report.dashboard import Dashboard
     from ..report.notify import Notifier
     from ..report.progress import Progress
     from ..settings import Settings
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from ..sync.lease import RunLease
     from ..sync.uploader import Uploader
     from ..training.process import TrainingProcess
+
+DASHBOARD_SECONDS = 1.0  # TRACKIO's at the end: what it has not sent by then is said and dropped
 
 
 @dataclass(kw_only=True)
@@ -49,6 +54,7 @@ class WrapUp:
     already_complete: bool
     gpu_indices: tuple[int, ...] | None  # the GPUs trained on (None: the CPU): exports use the first
     hub_copy: tuple[int, int] | None  # size, mtime of the checkpoint resume copied from the Hub
+    dashboard: Dashboard | None = None  # TRACKIO: given a second after the final upload, never more
 
     def finish(self, outcome: AgentError | None) -> int:
         """The job's end: its record, a finished run's deliverables, the final upload, the release; the exit code."""
@@ -70,6 +76,8 @@ class WrapUp:
             # What the Hub holds as the final upload returned, for the end message: the exit confirmed next
             # changes trainbox.json again, which the release publishes, and is not a file the Hub lacks.
             synced = job_sync.report(self.uploader)
+        if self.dashboard is not None:  # after the final upload: the epochs it kept are the last to log
+            self.dashboard.finish(self.clock.remaining(DASHBOARD_SECONDS))  # a second, less under a SIGTERM's bound
         self.state.history.confirm_exit()
         summary(self.settings, phase, outcome, self.clock.elapsed(), self.state.snapshot()["cost"])
         self.notifier.ended(self.clock, synced)
@@ -100,25 +108,51 @@ class WrapUp:
         # Another volume's start has neither best.pt nor the dataset: what the repo holds stays as it is.
         best = self.settings.run_dir / BEST_CHECKPOINT
         on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
-        if self.already_complete and not (todo and on_volume):
+        # A run trained by this start is scored; one found trained, unless an earlier start settled it.
+        unscored = not (self.already_complete and evaluation.settled(snapshot, self.settings.run_dir))
+        if self.already_complete and not ((todo or unscored) and on_volume):
             return
         try:
             made: dict[str, dict[str, Any]] = dict(done)
+            scorer = self._scorer(data_yaml) if data_yaml is not None and (todo or unscored) else None
             if todo:
-                device = "cpu" if self.gpu_indices is None else str(self.gpu_indices[0])
                 made |= exports.export_all(
                     self.settings,
                     self.state,
-                    device=device,
+                    device=self._device(),
                     stopping=lambda: self.clock.preempted,
                     data_yaml=data_yaml,
                     names=todo,
+                    judge=None if scorer is None else scorer.judge,
                 )
+            if scorer is not None:
+                scorer.finish(made)
             if self.settings.output_repo is not None:
                 hubconfig.write(self.settings.run_dir, self.settings.run_args, data_yaml, made)
         except Exception as error:  # an export is a courtesy: never the run's failure
             logger.warning("export: stopped: %s: %s", type(error).__name__, error)
             self.state.update(exports={"error": f"{type(error).__name__}: {error}"})
+
+    def _device(self) -> str:
+        return "cpu" if self.gpu_indices is None else str(self.gpu_indices[0])
+
+    def _scorer(self, data_yaml: Path) -> evaluation.Scorer:
+        """best.pt and each export scored on the held-out split (evaluation/end.py), in a child process."""
+        from ..runtimes import fetch as runtimes
+
+        job = evaluation.Job(
+            executable=libreyolo.executable(self.settings.libreyolo_command),
+            run_dir=self.settings.run_dir,
+            scratch=self.settings.agent_dir / "evaluation",
+            data_yaml=data_yaml,
+            imgsz=self.settings.run_args.get("imgsz"),
+            device=self._device(),
+            env=runtimes.child_env(self.settings.env),
+            revision=(self.state.snapshot().get("dataset") or {}).get("revision"),
+            stopping=lambda: self.clock.preempted,
+            best=BEST_CHECKPOINT,
+        )
+        return evaluation.Scorer(job, lambda found: self.state.update(evaluation=found))
 
     def publish_state(self) -> bool:
         """The release's question: does the Hub hold every completed epoch of this volume?"""

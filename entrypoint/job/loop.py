@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import AgentError, StallError
 from ..libreyolo import STATUS_FILE
 from ..log import logger
-from ..report import notify
+from ..report import dashboard, notify
 from ..report.attempt import spend_entry
 from ..run_args import RunArgs
 from ..state import Phase
 from ..sync import job as job_sync
-from . import extend, monitor, profiling, resume, sizing
-from .launch import attempt_output, log_size
-from .oom import OomTry, end_of_set
-from .process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
+from ..training import extend, monitor, profiling, resume, sizing
+from ..training.launch import attempt_output, log_size
+from ..training.oom import OomTry, end_of_set
+from ..training.process import TrainingProcess, blame_full_disk, error_for_exit, job_command, started
 
 if TYPE_CHECKING:
     from .. import dataset
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..state import RunState
     from ..sync.bucket import RunFolder
     from ..sync.uploader import Uploader
-    from .launch import Launch
+    from ..training.launch import Launch
 
 
 class TrainingJob(Protocol):
@@ -163,6 +163,7 @@ class TrainingLoop:
         command = job_command(self.job.settings, args, data.data_yaml, gpu_indices, extra=feed.args)
         command = self.job.launch.command(command, gpu_indices)
         env = dict(self.job.settings.env) | self.job.nccl_env | self.job.launch.env(gpu_indices) | feed.env
+        env |= dashboard.tracker_env(env, self.job.state.identity.run_id)  # loggers=: one tracker run per run
         log_start = self._log_start = log_size(command.run_dir)
         self.job.launch.clear_peer_report()
         self.job.state.update(training=started(command, args), sizing=feed.record)

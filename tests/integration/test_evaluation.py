@@ -1,0 +1,150 @@
+"""The evaluation end to end, the real agent against the test Hub with the stand-in libreyolo (whose model has
+learnt the validation split by heart): a test split labelled otherwise is truly what is scored, a dataset without
+one says "validation", an export that does not score like best.pt is not published, and `trainbox eval --repo`
+prints the numbers the box wrote."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi
+
+from tests.hubfixtures import HubContext
+from tests.integration.test_export import standin_env
+from tests.support import TINY_RUN_ARGS, make_dataset, run_trainbox, start_trainbox
+
+pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+
+
+def with_test_split(root: Path) -> Path:
+    """make_dataset's set with a test split: the validation images again, every class label moved by one."""
+    data_yaml = make_dataset(root)
+    shutil.copytree(root / "images" / "val", root / "images" / "test")
+    (root / "labels" / "test").mkdir()
+    for label in (root / "labels" / "val").iterdir():
+        rows = [row.split() for row in label.read_text().splitlines() if row.strip()]
+        moved = [" ".join([str((int(row[0]) + 1) % 3), *row[1:]]) for row in rows]
+        (root / "labels" / "test" / label.name).write_text("\n".join(moved) + "\n")
+    data_yaml.write_text(data_yaml.read_text() + "test: images/test\n")
+    return data_yaml
+
+
+def _run(hub_ctx: HubContext, tmp_path: Path, data_yaml: Path, repo: str, **extra: str) -> dict[str, str]:
+    env = standin_env(hub_ctx, tmp_path, tmp_path / "work", repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2", **extra)
+    env["DATASET_REPO"] = str(data_yaml.parent)
+    result = run_trainbox("run", env=env)
+    assert result.returncode == 0, result.output[-3000:]
+    return env | {"_stderr": result.stderr}
+
+
+def test_the_test_split_is_what_is_scored_and_trainbox_eval_prints_the_same(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    repo = hub_ctx.repo_id("held-out")
+    env = _run(hub_ctx, tmp_path, with_test_split(tmp_path / "held-out-data"), repo, EXPORT="off")
+    assert "dataset: the model will be scored on its test split" in env["_stderr"], env["_stderr"][-6000:]
+    (line,) = [row for row in env["_stderr"].splitlines() if "evaluation weights/best.pt:" in row]
+    assert "scored on the test split" in line
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    assert evaluation["split"] == "test"
+    best = evaluation["files"]["weights/best.pt"]
+    # Every box in its place, every class wrong: the validation split would have scored 1.0.
+    assert best["map50_95"] == 0.0 and best["recall"] == 0.0
+    matrix = best["confusion_matrix"]["matrix"]
+    assert sum(matrix[i][i] for i in range(3)) == 0 and sum(matrix[(i + 2) % 3][i] for i in range(3)) > 0
+    state = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
+    assert state["evaluation"]["settled"] and state["evaluation"]["split"] == "test"
+    card_text = hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    assert (
+        "Scored on the test split." in card_text and "![Confusion matrix of best.pt](confusion_matrix.png)" in card_text
+    )
+
+    env.pop("_stderr")
+    shown = run_trainbox("eval", "--repo", repo, "--json", env=env)
+    assert shown.returncode == 0, shown.output[-3000:]
+    again = json.loads(shown.stdout)
+    assert again["split"] == "test" and again["files"]["weights/best.pt"] == best
+    table = run_trainbox("eval", "--repo", repo, env=env)
+    assert "scored on the test split" in table.stdout and "weights/best.pt" in table.stdout
+    val_only = make_dataset(tmp_path / "val-only").parent
+    missing = run_trainbox("eval", "--repo", repo, "--dataset", str(val_only), "--split", "test", env=env)
+    assert missing.returncode == 24, missing.output[-2000:]
+    assert "the dataset has no test split (it has: val) — use --split val" in missing.stderr.splitlines()[-1]
+    renamed = make_dataset(tmp_path / "renamed").parent
+    (renamed / "data.yaml").write_text((renamed / "data.yaml").read_text().replace("blue", "purple"))
+    other = run_trainbox("eval", "--repo", repo, "--dataset", str(renamed), env=env)
+    assert other.returncode == 26, other.output[-2000:]
+    assert "are not the model's (red, green, blue)" in other.stderr.splitlines()[-1]
+
+
+def test_without_a_test_split_the_validation_split_is_scored_and_said_so(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("val-only")
+    env = _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="off")
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    assert evaluation["split"] == "val"
+    assert evaluation["files"]["weights/best.pt"]["map50_95"] == 1.0  # the stand-in knows this split by heart
+    card_text = hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    assert "Scored on the validation split (also used to pick best.pt)." in card_text
+    assert "validation split (also used to pick best.pt)" in env["_stderr"]
+
+
+def test_an_export_that_does_not_score_like_best_pt_is_not_published(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("drift")
+    env = _run(
+        hub_ctx,
+        tmp_path,
+        make_dataset(tmp_path / "data"),
+        repo,
+        EXPORT="onnx",
+        FAKE_EXPORT_MODE="ok",
+        FAKE_EXPORT_DRIFT="0.5",
+    )
+    (warning,) = [line for line in env["_stderr"].splitlines() if " WARNING: " in line and "export" in line]
+    assert "export onnx: not published: mAP50-95" in warning and "against best.pt's 100.00" in warning
+    files = HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
+    assert "weights/best.onnx" not in files
+    state = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
+    assert state["exports"]["onnx"]["status"] == "failed" and "allowed ± 0.50" in state["exports"]["onnx"]["why"]
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    assert set(evaluation["files"]) == {"weights/best.pt"}
+    assert json.loads(hub_ctx.hub.file_bytes(repo, "config.json"))["exports"] == {}
+
+
+def test_an_export_that_scores_like_best_pt_is_published_with_its_score(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("same")
+    _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="onnx", FAKE_EXPORT_MODE="ok")
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    assert set(evaluation["files"]) == {"weights/best.pt", "weights/best.onnx"}
+    state = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
+    assert state["exports"]["onnx"]["status"] == "published"
+    assert "against best.pt's 100.00 on the same split" in state["exports"]["onnx"]["check"]
+
+
+def test_a_sigterm_during_the_evaluation_then_a_restart_scores_without_training(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    repo = hub_ctx.repo_id("preempted")
+    workdir = tmp_path / "work"
+    env = standin_env(
+        hub_ctx, tmp_path, workdir, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1", EXPORT="off", FAKE_VAL_MODE="hang"
+    )
+    process = start_trainbox("run", env=env)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if " val --model " in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    (run_dir,) = (workdir / "runs").iterdir()
+    assert not json.loads((run_dir / "trainbox.json").read_text())["evaluation"]["settled"]
+    assert not (run_dir / "eval.json").exists()
+
+    again = run_trainbox("run", env=env | {"FAKE_VAL_MODE": "ok"})
+    assert again.returncode == 0, again.output[-3000:]
+    assert "already trained 1/1 epochs" in again.stderr and " train model=" not in again.stderr
+    assert json.loads((run_dir / "trainbox.json").read_text())["evaluation"]["settled"]
+    assert json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))["split"] == "val"

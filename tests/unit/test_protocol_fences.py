@@ -1,0 +1,116 @@
+"""The store protocol's fences as decisions (sync/protocol.py), apart from any I/O: a contradicted listing, a lease
+absent while the stores hold a state, another machine's timestamp, a refused lease commit, a holder provably gone.
+tests/integration/test_protocol_orderings.py drives the same fences with the real agent against the test Hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from entrypoint.sync import protocol as p
+from entrypoint.sync import volume_lock
+
+ME, OTHER = "0000000000002-bbbbbb", "0000000000001-aaaaaa"
+LEASE = p.Lease("run", OTHER, taken_at=1000.0, period=120.0)
+
+
+# -- a listing that contradicts what is known (ordering 1) -------------------------------------------------
+def test_an_empty_listing_of_a_folder_where_a_key_is_known_is_a_failed_read() -> None:
+    assert p.listing_read({}, ["run/id/manifests/x-000001.json"]) is p.Read.FAILED
+    assert p.listing_read({}, []) is p.Read.COMPLETE, "a folder nothing is known of may be empty"
+    assert p.listing_read({"run/id/a": 1}, ["run/id/b"]) is p.Read.COMPLETE  # another's tidy may have deleted b
+
+
+def test_a_failed_read_at_resume_is_retried_then_refused_never_taken_for_empty() -> None:
+    assert p.bucket_read(p.Read.FAILED, 10.0, True, 60.0) is p.BucketRead.RETRY
+    assert p.bucket_read(p.Read.FAILED, 60.0, True, 60.0) is p.BucketRead.REFUSE
+
+
+# -- a lease deleted or rewritten by hand (ordering 6) -----------------------------------------------------
+def test_an_absent_lease_while_the_stores_hold_a_state_is_watched_a_period_not_taken() -> None:
+    beat = p.Beat("head|run/id/manifests/x-000003.json", writes=True)
+    verdict, watch = p.judge_lease(None, ME, beat, 0.0, None, state_held=True, period=120.0)
+    assert verdict is p.Verdict.WATCH and watch is not None
+    assert p.judge_lease(None, ME, beat, 119.0, watch, state_held=True, period=120.0)[0] is p.Verdict.WATCH
+    moved = p.Beat("head|run/id/manifests/x-000004.json", writes=True)
+    assert p.judge_lease(None, ME, moved, 60.0, watch, state_held=True, period=120.0)[0] is p.Verdict.HELD
+    assert p.judge_lease(None, ME, beat, 120.0, watch, state_held=True, period=120.0)[0] is p.Verdict.TAKE
+
+
+def test_an_absent_lease_on_a_new_run_is_taken_at_once() -> None:
+    assert p.judge_lease(None, ME, p.Beat("head"), 0.0, None)[0] is p.Verdict.TAKE
+
+
+def test_a_holder_whose_lease_is_gone_may_not_write() -> None:
+    assert not p.may_write(None, ME, None, leased=True)
+    assert not p.may_write(p.Lease("run", OTHER, 0.0), ME, None, leased=True), "rewritten to name another"
+    assert p.may_write(p.Lease("run", ME, 0.0), ME, None, leased=True)
+
+
+# -- another machine's clock (ordering 7) --------------------------------------------------------------
+@pytest.mark.parametrize("skew", [0.0, 10 * 3600.0])
+def test_another_machines_timestamp_alone_never_proves_expiry(skew: float) -> None:
+    """A heartbeat whose writer's clock says it is hours old (a clock fast or slow by far more than
+    CLOCK_SKEW) is watched on this machine's clock like any other: a live holder is never taken over."""
+    old = p.Beat("head|beat-1", at=1000.0 - skew)
+    verdict, watch = p.judge_lease(LEASE, ME, old, 1000.0 + LEASE.period + 3 * p.CLOCK_SKEW, None)
+    assert verdict is p.Verdict.WATCH
+    moved = p.Beat("head|beat-2", at=1000.0 - skew)
+    assert p.judge_lease(LEASE, ME, moved, 1001.0, watch)[0] is p.Verdict.HELD
+
+
+# -- a refused lease commit (orderings 4 and 8) -------------------------------------------------------------
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_token_refused_on_the_lease_ends_the_start(status: int) -> None:
+    assert p.lease_refused(status, None, 0.0) is p.LeaseAnswer.END
+
+
+def test_a_rate_limited_lease_is_waited_out_within_a_bound_then_ends() -> None:
+    assert p.lease_refused(429, 55.0, 0.0) is p.LeaseAnswer.WAIT
+    assert p.lease_refused(429, None, 0.0) is p.LeaseAnswer.WAIT
+    assert p.lease_refused(429, 3600.0, 0.0) is p.LeaseAnswer.END, "an hour's reset: end, retryable"
+    assert p.lease_refused(429, 60.0, p.LEASE_RATE_LIMIT_WAIT - 30.0) is p.LeaseAnswer.END
+    assert p.lease_refused(412, None, 0.0) is p.LeaseAnswer.LOOK_AGAIN
+
+
+# -- a holder provably gone (ordering 3) ----------------------------------------------------------------
+def test_a_lease_naming_this_volume_whose_lock_is_free_is_taken_at_once() -> None:
+    lease = p.Lease("run", OTHER, 0.0, machine="vol-1")
+    assert p.judge_lease(lease, ME, p.Beat("head"), 0.0, None, holder_gone=True)[0] is p.Verdict.TAKE
+    assert p.judge_lease(lease, ME, p.Beat("head"), 0.0, None)[0] is p.Verdict.WATCH
+
+
+def test_the_lease_keeps_its_machine_and_reads_a_lease_without_one() -> None:
+    lease = p.Lease("run", ME, 5.0, machine="vol-1")
+    assert p.Lease.parse(lease.to_bytes()) == lease
+    plain = p.Lease("run", ME, 5.0)
+    assert p.Lease.parse(plain.to_bytes()) == plain
+
+
+# -- a reader trusts the lease holder's chain (ordering 5) ---------------------------------------------------
+def manifest(attempt: str, epoch: int) -> p.Manifest:
+    files = {"weights/last.pt": {"key": f"k/{attempt}/{epoch}", "sha256": "s", "size": 1, "epoch": epoch}}
+    return p.Manifest(f"m/{attempt}-{epoch:06d}.json", "run", "r", attempt, epoch, "c", epoch, 0.0, files)
+
+
+def test_a_reader_trusts_the_holders_chain_never_a_late_or_unleased_write() -> None:
+    late = manifest("0000000000001-aaaaaa", 7)  # a holder taken over while frozen: its batch landed late
+    holder = manifest("0000000000002-bbbbbb", 6)
+    unleased = manifest("0000000000003-cccccc", 9)  # wrote without the lease
+    sizes = {entry["key"]: 1 for m in (late, holder, unleased) for entry in m.files.values()}
+    found = p.newest_whole([late, holder, unleased], sizes, "run", holder.attempt)
+    assert found == [holder]
+    assert p.newest_whole([late], sizes, "run", holder.attempt) == [late], "before the holder wrote: its chain"
+    assert p.newest_whole([late, holder, unleased], sizes, "run")[0] == unleased, "no lease: all of them"
+
+
+def test_a_volume_keeps_its_id_and_its_lock_is_known_held_only_while_held(tmp_path: Path) -> None:
+    first = volume_lock.volume_id(tmp_path / "a")
+    assert first is not None and volume_lock.volume_id(tmp_path / "a") == first
+    assert volume_lock.volume_id(tmp_path / "b") not in (None, first)
+    lock = volume_lock.lock_path(tmp_path / "a", "run")
+    assert not volume_lock.is_held(lock)
+    with volume_lock.held(lock, "run"):
+        assert volume_lock.is_held(lock)
+    assert not volume_lock.is_held(lock), "a holder gone: its lock is no longer this process's"
