@@ -27,8 +27,9 @@ from .faults import Faults, Outage
 from .hub import Server, Session, SimApi
 from .oracle import LEASE, Oracle, Violation
 
-# A generated freeze lasts at most this many periods: a longer one (the holder taken over while frozen, then
-# thawed mid-write) is an ordering the lease's fence closes (histories.FENCED); named histories play it.
+# A generated freeze lasts at most this many periods: a longer one may hold the holder inside a bucket batch
+# while it is taken over, and the batch lands on thaw (ordering 5, histories.FENCED: a bucket has no
+# compare-and-swap); named histories play it.
 LONGEST_FREEZE = 0.9
 # Volumes in memory where the machine has it: a history writes and deletes a few hundred small files.
 _SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
