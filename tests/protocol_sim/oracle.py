@@ -12,6 +12,7 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
@@ -131,8 +132,8 @@ class Oracle:
             holder = lease_holder(commit.files)
             if holder is not None and holder != previous:
                 takes.append((commit.at, holder))
-                last = max((w for w in writes.get(previous or "", []) if w <= commit.at), default=-1e9)
-                quiet = commit.at - last
+                held = sorted(w for w in writes.get(previous or "", []) if w <= commit.at)
+                quiet = _silence(held, commit.at, self.period)
                 silent = self._judges("silence")
                 if silent and previous is not None and not released and quiet < self.period - SLACK:
                     self.fail(f"{holder} took the run from {previous}, whose last write landed {quiet:.0f} s before")
@@ -164,3 +165,13 @@ class Oracle:
         done = sorted(who for who, code in exits.items() if code == 0 and who in self.trainers)
         if self._judges("two-end-0") and len(done) > 1:
             self.fail(f"two containers that trained ended 0: {', '.join(done)} ({exits})")
+
+
+def _silence(held: list[float], take: float, period: float) -> float:
+    """The longest quiet of the holder's writes (``held``, true times) that ends in the last quarter period
+    before the take (``take``): the taker judged on reads before its commit, and a write of the holder inside
+    that quarter period, licensed by a lease read that still named it, is the protocol's (the holder stops
+    within a quarter period of the take, and the taker writes only after it)."""
+    cutoff = take - period / 4
+    points = [max((w for w in held if w <= cutoff), default=-1e9), *(w for w in held if w > cutoff), take]
+    return max(b - a for a, b in itertools.pairwise(points))
