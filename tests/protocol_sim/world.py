@@ -27,9 +27,10 @@ from .faults import Faults, Outage
 from .hub import Server, Session, SimApi
 from .oracle import LEASE, Oracle, Violation
 
-# A generated freeze lasts at most this many periods: a longer one may hold the holder inside a bucket batch
-# while it is taken over, and the batch lands on thaw (ordering 5, histories.FENCED: a bucket has no
-# compare-and-swap); named histories play it.
+# A generated freeze lasts at most this many periods. A longer one plays two orderings no check fences: a
+# holder frozen inside a bucket batch lands it on thaw (ordering 5, histories.FENCED), and a start frozen
+# between its resume read and its training (seed 2860 at 2.5 periods) trains from the state it read, fewer
+# epochs than the taker's, until its first lease check stops it (71, nothing written): "start-from-less".
 LONGEST_FREEZE = 0.9
 # Volumes in memory where the machine has it: a history writes and deletes a few hundred small files.
 _SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
