@@ -13,7 +13,7 @@ took the run over, and this one stops (``TakenOverError``) before it writes agai
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class BucketStore:
         self._present: set[str] = set()  # object keys of ours known to be in the bucket
         self._base: dict[str, dict[str, Any]] | None = None  # the newest whole manifest's files at the start
         self._known: dict[str, Manifest] = {}  # every manifest whose content this attempt knows, by key
+        # Called with the deadline immediately before each batch (the lease's check: TakenOverError, or a read
+        # of the lease when the last is a quarter period old), so no earlier call's freeze licenses the write.
+        self.before_write: Callable[[float | None], None] = lambda deadline: None
 
     @classmethod
     def begin(cls, folder: RunFolder, *, attempt: str | None = None, deadline: float | None = None) -> BucketStore:
@@ -109,6 +112,7 @@ class BucketStore:
         self._sent[commit_id] = manifest
         self._known[manifest.key] = manifest
         # The manifest last: a reader of the bucket sees the objects before the manifest naming them.
+        self.before_write(deadline)
         self.folder.bucket.batch([*add, (manifest.to_bytes(), manifest.key)], deadline=deadline)
         self._took(manifest)
         return manifest.key
@@ -148,6 +152,7 @@ class BucketStore:
             protocol.deletable(listing, self.current, self._known, self.attempt, self.folder.attempt_of, holder=True)
         )
         if garbage:
+            self.before_write(deadline)
             self.folder.bucket.batch(delete=garbage, deadline=deadline)
             self._present -= set(garbage)
             for key in garbage:

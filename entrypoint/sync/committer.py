@@ -72,27 +72,10 @@ class Committers:
     def run(self, lane: Lane) -> None:
         """One lane's committer. No error ends it: it is reported and tried again."""
         while not self.up.stopping.is_set():
-            try:
-                self._drop_discarded()
-                wait = self._time_to_commit(lane)
-                if wait is None or wait > 0:
-                    clock.wait(lane.work, self.up.poll_interval if wait is None else min(wait, self.up.poll_interval))
-                    lane.work.clear()
-                    continue
-                with self.up.changed:
-                    lane.busy = True
-                ok = self._commit_pending(lane)
-            except TakenOverError as error:
-                self.lost_run(error)
-                ok = True
-            except Exception as error:
-                ok = False
-                lane.last_error = f"{type(error).__name__}: {error}"
-                logger.warning("sync: the committer of %s hit %s; trying again", lane.name, lane.last_error)
-            self._after_try(lane, ok)
-            with self.up.changed:
-                lane.busy = False
-                self.up.changed.notify_all()
+            wait = step(self, lane)
+            if wait is not None:
+                clock.wait(lane.work, wait)
+                lane.work.clear()
 
     def _after_try(self, lane: Lane, ok: bool) -> None:
         lane.failures = 0 if ok else lane.failures + 1
@@ -294,6 +277,31 @@ class Committers:
         logger.error("sync: %s", error)
         if self.up.on_taken_over is not None:
             self.up.on_taken_over(error)
+
+
+def step(committers: Committers, lane: Lane) -> float | None:
+    """One turn of the lane's committer: one try when one is due (None), else the seconds to wait first.
+    The thread calls it in a loop; the protocol's simulation calls it from its scheduler."""
+    try:
+        committers._drop_discarded()
+        wait = committers._time_to_commit(lane)
+        if wait is None or wait > 0:
+            return committers.up.poll_interval if wait is None else min(wait, committers.up.poll_interval)
+        with committers.up.changed:
+            lane.busy = True
+        ok = committers._commit_pending(lane)
+    except TakenOverError as error:
+        committers.lost_run(error)
+        ok = True
+    except Exception as error:
+        ok = False
+        lane.last_error = f"{type(error).__name__}: {error}"
+        logger.warning("sync: the committer of %s hit %s; trying again", lane.name, lane.last_error)
+    committers._after_try(lane, ok)
+    with committers.up.changed:
+        lane.busy = False
+        committers.up.changed.notify_all()
+    return None
 
 
 def _tell(hook: Callable[[Any], None] | None, news: Any, what: str) -> None:

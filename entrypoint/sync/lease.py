@@ -145,7 +145,7 @@ class RunLease:
                 continue
             # A lease absent while the bucket holds the run's writes is no free take (deleted by hand, lost).
             state_held = lease is None and beat.writes
-            gone = lease is not None and self._same_volume(lease)
+            gone = lease is not None and _same_volume(self, lease)
             verdict, watch = protocol.judge_lease(
                 lease,
                 self.attempt,
@@ -191,10 +191,6 @@ class RunLease:
                 self._writes_from = self._checked_at + self.period / 4
             return held_id
 
-    def _same_volume(self, lease: protocol.Lease) -> bool:
-        """The lease names this volume and this process holds its lock: its holder is provably gone."""
-        return self.machine is not None and lease.machine == self.machine and self.volume_locked()
-
     def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
         """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412), the answer was
         lost (the next read says whether it landed), or a rate limit was waited out (look again). A token that
@@ -204,7 +200,7 @@ class RunLease:
         if previous is not None and not previous.released:
             why = (
                 "ran on this volume, whose lock it no longer holds"
-                if self._same_volume(previous)
+                if _same_volume(self, previous)
                 else f"was quiet a whole lease period ({previous.period:.0f} s)"
             )
             logger.warning("lease: attempt %s of run %s %s: taking the run over", previous.holder, self.run_name, why)
@@ -281,33 +277,39 @@ class RunLease:
                 raise TimeoutError(f"the run was taken over {self.period / 4 - wait:.0f} s ago: its first write waits")
             clock.sleep(wait)
         with self._lock:
-            fresh = clock.monotonic() - self._checked_at < self.period / 4
+            fresh = protocol.lease_read_fresh(self._checked_at, clock.monotonic(), self.period)
         if fresh and not force:  # ``force``: a commit refused (412), the repo moved
             return
-        try:
-            lease, _, _ = self.read(deadline)
-        except HfHubHTTPError as error:
-            if status_of(error) in (401, 403):  # never a licence to write: this attempt stops
-                self.lost = LeaseRefusedError(
-                    f"HF_TOKEN may no longer read the run's lease in {self.repo_id} (HTTP {status_of(error)}):"
-                    " this one stops writing and training; this volume's epochs are kept",
-                    "give HF_TOKEN write access to OUTPUT_REPO",
+        while True:
+            began = clock.monotonic()
+            try:
+                lease, _, _ = self.read(deadline)
+            except HfHubHTTPError as error:
+                if status_of(error) in (401, 403):  # never a licence to write: this attempt stops
+                    self.lost = LeaseRefusedError(
+                        f"HF_TOKEN may no longer read the run's lease in {self.repo_id} (HTTP {status_of(error)}):"
+                        " this one stops writing and training; this volume's epochs are kept",
+                        "give HF_TOKEN write access to OUTPUT_REPO",
+                    )
+                    raise self.lost from None
+                raise
+            assert self.attempt is not None
+            if not protocol.may_write(lease, self.attempt, None, leased=True):
+                self.lost = TakenOverError(
+                    f"another container (attempt {lease.holder}) took this run over after this one (attempt"
+                    f" {self.attempt}) was quiet a whole lease period; this one stops writing and training"
+                    if lease is not None
+                    else f"the run's lease is gone from {self.repo_id} (deleted or rewritten by hand): this one"
+                    f" (attempt {self.attempt}) cannot prove it holds the run, and stops writing and training",
+                    "leave the other one running; this volume's epochs are kept",
                 )
-                raise self.lost from None
-            raise
-        assert self.attempt is not None
-        if not protocol.may_write(lease, self.attempt, None, leased=True):
-            self.lost = TakenOverError(
-                f"another container (attempt {lease.holder}) took this run over after this one (attempt"
-                f" {self.attempt}) was quiet a whole lease period; this one stops writing and training"
-                if lease is not None
-                else f"the run's lease is gone from {self.repo_id} (deleted or rewritten by hand): this one (attempt"
-                f" {self.attempt}) cannot prove it holds the run, and stops writing and training",
-                "leave the other one running; this volume's epochs are kept",
-            )
-            raise self.lost
+                raise self.lost
+            # Read slowly or frozen mid-read, the head it read may have moved since: read again.
+            if protocol.lease_read_fresh(began, clock.monotonic(), self.period):
+                break
+            logger.info("lease: its read took over a quarter period (%.0f s); reading it again", self.period / 4)
         with self._lock:
-            self._checked_at = clock.monotonic()
+            self._checked_at = began  # a write's licence counts from when its read began
 
     def renew(self, *, in_bucket: bool) -> None:
         """The heartbeat when no write came for half a period: a small object in the bucket, or a lease commit."""
@@ -346,19 +348,26 @@ class RunLease:
 
         def run() -> None:
             while not clock.wait(self._stop, self.period / 8):
-                try:
-                    if self.quiet() < self.period / 2:
-                        self.check()  # a take-over is noticed between boundaries too (long epochs)
-                    else:
-                        self.renew(in_bucket=in_bucket())
-                except TakenOverError as error:
-                    on_lost(error)
+                if not self.tick(in_bucket(), on_lost):
                     return
-                except Exception as error:  # tried again at the next tick
-                    logger.warning("lease: renewing the lease failed (%s); trying again", describe(error))
 
         self._thread = threading.Thread(target=run, name="sync-lease", daemon=True)
         self._thread.start()
+
+    def tick(self, in_bucket: bool, on_lost: Callable[[TakenOverError], None]) -> bool:
+        """One turn of the heartbeat (every eighth of a period): renew when quiet for half a period, else check;
+        False once the run is lost (``on_lost`` told). The thread calls it; so does the protocol's simulation."""
+        try:
+            if self.quiet() < self.period / 2:
+                self.check()  # a take-over is noticed between boundaries too (long epochs)
+            else:
+                self.renew(in_bucket=in_bucket)
+        except TakenOverError as error:
+            on_lost(error)
+            return False
+        except Exception as error:  # tried again at the next tick
+            logger.warning("lease: renewing the lease failed (%s); trying again", describe(error))
+        return True
 
     def release(self, deadline: float | None = None) -> None:
         """At the end: the lease let go, so the next container takes the run at once. Best effort: a lease not
@@ -379,3 +388,8 @@ class RunLease:
     def describe(self) -> dict[str, Any]:
         """trainbox.json's ``lease``."""
         return {"attempt": self.attempt, "period": self.period, "file": LEASE_FILE}
+
+
+def _same_volume(mine: RunLease, lease: protocol.Lease) -> bool:
+    """The lease names this volume and this process holds its lock: its holder is provably gone."""
+    return mine.machine is not None and lease.machine == mine.machine and mine.volume_locked()

@@ -364,6 +364,14 @@ def may_write(lease: Lease | None, me: str, newest_attempt: str | None, *, lease
     return newest_attempt is None or newest_attempt <= me
 
 
+def lease_read_fresh(began: float, now: float, period: float = LEASE_PERIOD) -> bool:
+    """A read of the lease that named this attempt licenses writes only while less than a quarter period has
+    passed since the read began (``began``, ``now``: this process's monotonic clock). A taker takes only after
+    that read and writes from a quarter period after its take, so a write within it lands before the taker's;
+    a read frozen or slowed longer (the head read, then the lease at that head long after) is read again."""
+    return now - began < period / 4
+
+
 class LeaseAnswer(Enum):
     """What to do when the repo refuses a lease commit."""
 

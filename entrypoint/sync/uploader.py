@@ -99,6 +99,8 @@ class Uploader:
         self.on_storage = on_storage
         self.on_taken_over = on_taken_over
         self.lease = lease  # checked before every write, told of every landing (its heartbeat)
+        if lease is not None and bucket is not None:
+            bucket.before_write = lambda deadline: lease.check(deadline)
         self.fallback_after = fallback_after  # seconds the bucket must fail (as well as boundaries)
         self.card_refused: str | None = None
         self.poll_interval = poll_interval

@@ -5,11 +5,14 @@ tests/integration/test_protocol_orderings.py drives the same fences with the rea
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from entrypoint.errors import TakenOverError
+from entrypoint.sync import clock, volume_lock
+from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
-from entrypoint.sync import volume_lock
 
 ME, OTHER = "0000000000002-bbbbbb", "0000000000001-aaaaaa"
 LEASE = p.Lease("run", OTHER, taken_at=1000.0, period=120.0)
@@ -114,3 +117,71 @@ def test_a_volume_keeps_its_id_and_its_lock_is_known_held_only_while_held(tmp_pa
     with volume_lock.held(lock, "run"):
         assert volume_lock.is_held(lock)
     assert not volume_lock.is_held(lock), "a holder gone: its lock is no longer this process's"
+
+
+# -- a holder frozen between reading the head and the lease at that head (ordering 5b) ---------------------
+def test_a_lease_read_licenses_writes_for_a_quarter_period_from_when_it_began() -> None:
+    assert p.lease_read_fresh(began=100.0, now=100.0 + 29.0, period=120.0)
+    assert not p.lease_read_fresh(began=100.0, now=100.0 + 30.0, period=120.0), "a taker writes from a quarter on"
+    assert not p.lease_read_fresh(began=100.0, now=100.0 + 3 * 120.0, period=120.0), "frozen mid-read"
+
+
+class _Clock:
+    """A clock that moves only when told (a read that takes ``slow`` seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wait(self, event: object, timeout: float | None) -> bool:
+        self.now += timeout or 0.0
+        return False
+
+
+def _holder(reads: list[tuple[float, p.Lease | None]], fake: _Clock) -> tuple[lease_module.RunLease, list[float]]:
+    """A holder whose lease reads take (seconds, answer) in turn; the times each read began."""
+    held = lease_module.RunLease(mock.Mock(), "org/model", "run", 120.0, None)
+    held.attempt, held.run_id = ME, "run"
+    began: list[float] = []
+
+    def read(deadline: float | None = None) -> tuple[p.Lease | None, str, float | None]:
+        began.append(fake.now)
+        seconds, answer = reads.pop(0)
+        fake.now += seconds
+        return answer, "head", None
+
+    held.read = read  # type: ignore[method-assign]
+    return held, began
+
+
+def test_a_lease_read_frozen_past_a_quarter_period_is_read_again_and_sees_the_taker() -> None:
+    # The head read before a freeze of three periods still names this attempt; read again, the lease is the
+    # taker's: this one stops, and nothing of it is written.
+    fake = _Clock()
+    mine, taker = p.Lease("run", ME, 0.0), p.Lease("run", "0000000000003-cccccc", 0.0)
+    with clock.use(fake):
+        held, began = _holder([(3 * 120.0, mine), (1.0, taker)], fake)
+        with pytest.raises(TakenOverError):
+            held.check(force=True)
+    assert began == [1000.0, 1360.0]
+
+
+def test_a_bucket_write_long_after_the_last_lease_read_reads_it_first() -> None:
+    fake = _Clock()
+    mine = p.Lease("run", ME, 0.0)
+    with clock.use(fake):
+        held, began = _holder([(1.0, mine), (1.0, mine)], fake)
+        held.check(force=True)
+        held.check()  # fresh: no read
+        assert began == [1000.0]
+        fake.now += 29.0  # 30 s since the read began: a quarter period
+        held.check()
+        assert began == [1000.0, 1030.0]

@@ -1,0 +1,1 @@
+"""The store protocol's simulation: the agent's own store code against an in-memory Hub, in virtual time."""

@@ -1,0 +1,154 @@
+"""Named histories: the orderings of issue 53 (1-8), and one per invariant with the product rule that guards it
+switched off (``SWITCHED_OFF``), so each invariant is shown able to fail."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
+from unittest import mock
+
+from entrypoint.sync import bucket_store, protocol, read
+
+from .container import PERIOD
+from .faults import Outage
+from .lease_file import garbage_lease
+from .world import Options
+
+# -- the orderings ------------------------------------------------------------------------------------
+# c1 trains alone; killed at 300 s (5 epochs in the bucket, the snapshot epoch_3 among them);
+# c2 is relaunched on a new volume 10 s later and takes the run over after one lease period.
+_TAKEOVER = dict(containers=1, kills=[(300.0, "c1")], relaunch_after=10.0, skews={"c1": 0.0, "c2": 0.0})
+
+ORDERINGS: dict[str, Options] = {
+    # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
+    # carry no snapshot forward, and its tidy deletes the earlier attempt's snapshots.
+    "1-one-404-on-a-listing-at-takeover": Options(
+        **_TAKEOVER, outages=[Outage("list_all", 0, 1e9, "missing", "c2", 1)]
+    ),
+    # (2) the bucket's downloads answer 503 for 40 s when the relaunch resumes: it must not start over.
+    "2-download-503-for-40s-at-resume": Options(**_TAKEOVER, outages=[Outage("download", 466, 506, "503", "c2")]),
+    # (3) a relaunch after a preemption waits one lease period at most, then resumes where the bucket is.
+    "3-relaunch-waits-one-period": Options(**_TAKEOVER),
+    # (4) the lease commit meets 429: the run goes on unleased; a second container started later takes the lease,
+    # and the first, which never reads the lease again, writes on beside it.
+    "4-429-on-the-lease-commit": Options(
+        containers=2, starts=[0.0, 150.0], script={"commit": ["429"]}, skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (5) the holder freezes inside its 8th bucket batch for three periods (after its lease check); the taker's
+    # first boundaries land; the holder thaws and its batch lands after the taker's.
+    "5-frozen-holder-lands-after-the-taker": Options(
+        containers=2, starts=[0.0, 200.0], freezes=[("c1", "batch", 6, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (5b) the holder freezes for three periods between reading its lease's head and the lease at that head: on
+    # thaw it reads the lease as it was, still its own, and writes a boundary after the taker's.
+    "5b-frozen-between-the-lease-read-and-the-write": Options(
+        containers=2, starts=[0.0, 200.0], freezes=[("c1", "repo_read", 12, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
+    # garbage.
+    "6-lease-deleted-by-a-person": Options(
+        containers=2, starts=[0.0, 200.0], person=[(150.0, None)], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    "6-lease-rewritten-by-a-person": Options(
+        containers=2, starts=[0.0, 200.0], person=[(150.0, garbage_lease())], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (7) the second container's clock is 10 minutes fast (far beyond CLOCK_SKEW) while the holder lives.
+    "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),
+    # (8) the holder's token loses the repo (401) mid-run: it can no longer read its lease; a second container
+    # started then watches the holder's heartbeat.
+    "8-401-on-the-lease-mid-run": Options(
+        containers=2,
+        starts=[0.0, 150.0],
+        outages=[Outage("repo_read", 100, 1e9, "401", "c1"), Outage("commit", 100, 1e9, "401", "c1")],
+        skews={"c1": 0.0, "c2": 0.0},
+    ),
+}
+
+# Orderings no fence of the product closes: they fail (xfail strict) until one does.
+FENCED = {
+    # The batch was sent before the freeze (the call not yet applied): no check before it can stop it, and a
+    # bucket has no compare-and-swap. Readers trust only the holder's chain, so the late manifest is never
+    # resumed from; the oracle judges the write itself.
+    "5-frozen-holder-lands-after-the-taker": "a bucket batch frozen inside its call lands when it thaws",
+}
+
+
+# -- each invariant, with the rule that guards it switched off -------------------------------------------
+@contextmanager
+def _patched(*patches: AbstractContextManager[Any]) -> Iterator[None]:
+    with ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        yield
+
+
+def _keep_only_the_manifest(
+    listing: Any, newest: Any, known: Any, me: str, attempt_of: Any, *, holder: bool
+) -> set[str]:
+    """``protocol.deletable`` without "keep what the newest manifest names"."""
+    return {k for k in listing.sizes if k != newest.key} if listing.complete and holder else set()
+
+
+def _everything_writes(*_: Any, **__: Any) -> bool:
+    return True
+
+
+SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[Any]]]] = {
+    # name: (what the oracle says, the history, the rule switched off). The oracle judges only that invariant
+    # (``ALONE``) where switching the rule off breaks an earlier one first.
+    "nothing-durable-lost": (
+        "a container was told",
+        Options(containers=1),
+        lambda: mock.patch.object(protocol, "deletable", _keep_only_the_manifest),
+    ),
+    "snapshots-kept": (
+        "said to be on the Hub is in no whole state",
+        Options(**_TAKEOVER),
+        lambda: mock.patch.object(protocol, "next_files", lambda base, previous, written: {**previous, **written}),
+    ),
+    "one-writer-after-a-period": (
+        "took the lease",
+        # the holder freezes for three periods between two Hub calls: on thaw it reads the lease, finds the
+        # taker's attempt and stops.
+        Options(containers=2, starts=[0.0, 200.0], pauses=[(150.0, "c1", 3 * PERIOD)]),
+        lambda: _patched(
+            mock.patch.object(protocol, "may_write", _everything_writes),
+            mock.patch.object(bucket_store, "newest_attempt", lambda keys, folder: None),
+        ),
+    ),
+    "taken-over-only-after-a-period-of-silence": (
+        "whose last write landed",
+        Options(containers=2, starts=[0.0, 100.0], skews={"c1": 0.0, "c2": 0.0}),
+        lambda: mock.patch.object(
+            protocol, "judge_lease", lambda lease, me, beat, now, watch, **_: (protocol.Verdict.TAKE, None)
+        ),
+    ),
+    "never-a-start-from-less": (
+        "while the Hub holds a state",
+        Options(**_TAKEOVER, outages=[Outage("list", 455, 530, "503", "c2")]),
+        lambda: mock.patch.object(protocol, "bucket_read", lambda *a, **k: protocol.BucketRead.WITHOUT),
+    ),
+    "two-trainers-never-both-end-0": (
+        "two containers that trained ended 0",
+        Options(containers=2, starts=[0.0, 100.0], skews={"c1": 0.0, "c2": 0.0}),
+        lambda: _patched(
+            mock.patch.object(
+                protocol, "judge_lease", lambda lease, me, beat, now, watch, **_: (protocol.Verdict.TAKE, None)
+            ),
+            mock.patch.object(protocol, "may_write", _everything_writes),
+            mock.patch.object(bucket_store, "newest_attempt", lambda keys, folder: None),
+        ),
+    ),
+    "each-epoch-trained-at-most-twice": (
+        "trained a third time",
+        Options(containers=1, kills=[(300.0, "c1"), (620.0, "c2")], relaunch_after=10.0, disruptions=0),
+        lambda: mock.patch.object(read, "bucket_sources", lambda *a, **k: []),
+    ),
+}
+
+# The invariants judged alone in those histories (the oracle's names), where another would fail first.
+ALONE = {
+    "two-trainers-never-both-end-0": {"two-end-0"},
+    "each-epoch-trained-at-most-twice": {"trained-twice"},
+}

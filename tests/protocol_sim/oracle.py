@@ -1,0 +1,177 @@
+"""The invariants, judged from the in-memory Hub's ground truth by this module's own small code (it never calls
+entrypoint.sync.protocol: a rule broken there cannot blind the judge).
+
+- nothing durable lost: the Hub's newest whole state of a run has at least the epochs a container said were there;
+- every snapshot (``epoch_N.pt``) a container said was there stays in a whole state;
+- after one period at most one writer: no manifest lands from an attempt a whole period after another took the lease;
+- a holder is taken over only after a whole period of silence (no write of it landed; less a call's latency);
+- never a start from less than the Hub holds (a start from scratch while the Hub holds a state);
+- never two containers that trained both ending 0;
+- each epoch trained at most twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .hub import Server
+
+LEASE = ".trainbox/lease.json"
+_ATTEMPT = re.compile(r"/(\d{13}-[0-9a-f]{6})[-/]")
+
+
+class Violation(AssertionError):
+    pass
+
+
+def whole_states(bucket: dict[str, bytes]) -> dict[str, list[tuple[int, dict[str, str]]]]:
+    """run id → its whole manifests as (epoch, relative path → key): every key named there with its size."""
+    found: dict[str, list[tuple[int, dict[str, str]]]] = defaultdict(list)
+    for key, data in bucket.items():
+        if "/manifests/" not in key:
+            continue
+        try:
+            body = json.loads(data)
+            files = {rel: (str(e["key"]), int(e["size"])) for rel, e in body["files"].items()}
+            run_id, epoch = str(body["run_id"]), int(body["epoch"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if all(k in bucket and len(bucket[k]) == size for k, size in files.values()):
+            found[run_id].append((epoch, {rel: k for rel, (k, _) in files.items()}))
+    return found
+
+
+# A watcher's period of silence runs from when it saw the last heartbeat: up to one Hub call (there and back,
+# faults.Faults.slow each way) after the write landed.
+SLACK = 5.0
+
+
+def _attempt_of(what: str) -> str | None:
+    """The attempt a bucket write of the journal belongs to (its key names it)."""
+    match = _ATTEMPT.search(what) if what.startswith("put ") else None
+    return match.group(1) if match else None
+
+
+def _released(files: dict[str, bytes]) -> bool:
+    try:
+        return bool(json.loads(files[LEASE]).get("released"))
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return True
+
+
+def lease_holder(files: dict[str, bytes]) -> str | None:
+    try:
+        return str(json.loads(files[LEASE])["holder"])
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+@dataclass
+class Oracle:
+    server: Server
+    period: float
+    told: dict[str, int] = field(default_factory=dict)  # run id → most epochs a container said are on the Hub
+    snapshots: dict[str, set[str]] = field(default_factory=dict)  # run id → snapshots said to be there
+    trained: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    trainers: set[str] = field(default_factory=set)  # the containers that trained an epoch
+    log: list[str] = field(default_factory=list)
+    seed: int = 0
+    only: set[str] | None = None  # the invariants judged (None: all); a history may show one alone
+    _seen: int = -1
+
+    def fail(self, why: str) -> None:
+        replay = "\n".join(self.log[-30:])
+        raise Violation(f"seed {self.seed}: {why}\nreplay (last events):\n{replay}")
+
+    def durable(self, run_id: str, epochs: int, snapshots: list[str]) -> None:
+        self.told[run_id] = max(self.told.get(run_id, 0), epochs)
+        self.snapshots.setdefault(run_id, set()).update(snapshots)
+
+    def start(self, who: str, run_id: str, epochs: int) -> None:
+        """A container resumes from ``epochs``: never fewer than a whole state the Hub holds (of any run id: one
+        run's containers never mint a second one while the first has a state)."""
+        held = max((e for s in whole_states(self.server.bucket).values() for e, _ in s), default=0)
+        if self._judges("start-from-less") and epochs < held:
+            self.fail(f"{who} starts run {run_id} from {epochs} epochs while the Hub holds a state of {held}")
+
+    def train(self, who: str, run_id: str, epoch: int) -> None:
+        self.trainers.add(who)
+        self.trained[(run_id, epoch)] += 1
+        if self._judges("trained-twice") and self.trained[(run_id, epoch)] > 2:
+            self.fail(f"epoch {epoch} of run {run_id} trained a third time")
+
+    def check(self) -> None:
+        """After every step that changed the Hub."""
+        version = len(self.server.journal)
+        if version == self._seen:
+            return
+        self._seen = version
+        states = whole_states(self.server.bucket)
+        for run_id, told in self.told.items():
+            best = max((e for e, _ in states.get(run_id, [])), default=0)
+            if self._judges("durable") and best < told:
+                self.fail(f"run {run_id}: the Hub's newest whole state has {best} epochs, a container was told {told}")
+            for name in sorted(self.snapshots.get(run_id, ())) if self._judges("snapshots") else ():
+                if not any(name in files for _, files in states.get(run_id, [])):
+                    self.fail(f"run {run_id}: the snapshot {name} said to be on the Hub is in no whole state")
+        self._one_writer()
+
+    def _one_writer(self) -> None:
+        takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
+        writes: dict[str, list[float]] = defaultdict(list)  # attempt → when its writes landed (true time)
+        for at, _, what in self.server.journal:
+            attempt = _attempt_of(what)
+            if attempt is not None:
+                writes[attempt].append(at)
+        previous, released = None, True
+        for commit in self.server.commits:
+            holder = lease_holder(commit.files)
+            if holder is not None and holder != previous:
+                takes.append((commit.at, holder))
+                held = sorted(w for w in writes.get(previous or "", []) if w <= commit.at)
+                quiet = _silence(held, commit.at, self.period)
+                silent = self._judges("silence")
+                if silent and previous is not None and not released and quiet < self.period - SLACK:
+                    self.fail(f"{holder} took the run from {previous}, whose last write landed {quiet:.0f} s before")
+                if silent and previous is None:  # no lease (never committed, deleted, unreadable): was anyone writing?
+                    for other, times in writes.items():
+                        last = max((w for w in times if w < commit.at), default=-1e9)
+                        if other != holder and commit.at - last < self.period - SLACK and not self._let_go(other):
+                            self.fail(f"{holder} took the run while {other} wrote {commit.at - last:.0f} s before")
+            if holder is not None:
+                writes[holder].append(commit.at)
+            previous, released = holder, _released(commit.files) if holder is not None else True
+        for at, _, what in self.server.journal if self._judges("one-writer") else ():
+            if not what.startswith("put ") or "/manifests/" not in what:
+                continue
+            writer = what.rsplit("/", 1)[-1][:20]
+            for taken, holder in takes:
+                if holder != writer and holder > writer and at - taken > self.period:
+                    self.fail(f"attempt {writer} wrote {what[4:]} {at - taken:.0f} s after {holder} took the lease")
+
+    def _judges(self, invariant: str) -> bool:
+        return self.only is None or invariant in self.only
+
+    def _let_go(self, attempt: str) -> bool:
+        """``attempt`` released the lease (it ended)."""
+        return any(lease_holder(c.files) == attempt and _released(c.files) for c in self.server.commits)
+
+    def end(self, exits: dict[str, int | None]) -> None:
+        """Of the containers that trained, one at most ends 0 (one that finds the run done trains nothing)."""
+        done = sorted(who for who, code in exits.items() if code == 0 and who in self.trainers)
+        if self._judges("two-end-0") and len(done) > 1:
+            self.fail(f"two containers that trained ended 0: {', '.join(done)} ({exits})")
+
+
+def _silence(held: list[float], take: float, period: float) -> float:
+    """The longest quiet of the holder's writes (``held``, true times) that ends in the last quarter period
+    before the take (``take``): the taker judged on reads before its commit, and a write of the holder inside
+    that quarter period, licensed by a lease read that still named it, is the protocol's (the holder stops
+    within a quarter period of the take, and the taker writes only after it)."""
+    cutoff = take - period / 4
+    points = [max((w for w in held if w <= cutoff), default=-1e9), *(w for w in held if w > cutoff), take]
+    return max(b - a for a, b in itertools.pairwise(points))
