@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 WRITE_TOKEN_HEADER = "x-trackio-write-token"
-# A dashboard that hangs costs the worker this, never the run. httpx is imported where a dashboard is written to:
-# its import (rich and click with it) was a tenth of a CPU-second of every agent's start, dashboard or not.
+# A dashboard that hangs costs the worker this, never the run. The client is huggingface_hub's own (httpx2, in the
+# image with it), imported where a dashboard is written to: a tenth of a CPU-second of an agent's start otherwise.
 TIMEOUT = {"timeout": 10.0, "connect": 3.0}
 POLL_SECONDS = 1.0
 MAX_BACKOFF = 30.0
@@ -153,7 +153,7 @@ class Client:
             self.headers["authorization"] = f"Bearer {hf_token}"
 
     def call(self, name: str, **kwargs: Any) -> Any:
-        import httpx  # here, not at the top: see TIMEOUT
+        import httpx2 as httpx  # here, not at the top: see TIMEOUT
 
         api, timeout = self.target.api, httpx.Timeout(**TIMEOUT)
         try:
@@ -183,7 +183,7 @@ class Client:
         """``image`` into the run's media at ``step``, and logged there as trackio's image (``/api/upload``, then
         ``bulk_upload_media``: the server keeps it under the name sent, where the logged ``file_path`` points)."""
         target, name = self.target, f"{image.stem}-{step}{image.suffix}"
-        import httpx  # here, not at the top: see TIMEOUT
+        import httpx2 as httpx  # here, not at the top: see TIMEOUT
 
         try:
             response = httpx.post(

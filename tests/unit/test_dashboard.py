@@ -279,3 +279,23 @@ def test_no_evaluation_or_an_unreadable_one_logs_nothing_at_the_end(tmp_path: Pa
     assert dashboard_eval.entry(tmp_path / "absent.json", "p", "r", 3) is None
     (tmp_path / "torn.json").write_text('{"split": "te')
     assert dashboard_eval.entry(tmp_path / "torn.json", "p", "r", 3) is None
+
+
+def test_the_dashboards_http_client_comes_with_huggingface_hub() -> None:
+    """The image installs the agent's dependencies only: the client the dashboard speaks with must be one of them
+    (trackio's own httpx is a test dependency, absent from the image)."""
+    import ast
+    import importlib.metadata
+    import inspect
+
+    source = ast.parse(inspect.getsource(dashboard))
+    clients = {alias.name for node in ast.walk(source) if isinstance(node, ast.Import) for alias in node.names} & {
+        "httpx",
+        "httpx2",
+        "requests",
+    }
+    required = {
+        req.split(";")[0].split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip().lower()
+        for req in importlib.metadata.requires("huggingface_hub") or []
+    }
+    assert clients == {"httpx2"} and "httpx2" in required
