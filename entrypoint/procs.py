@@ -399,3 +399,50 @@ def run(
 def child_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment for child processes: provider keys never leave the agent."""
     return {key: value for key, value in env.items() if key not in SECRET_PROVIDER_VARS}
+
+
+@dataclass(frozen=True)
+class Logged:
+    """What ``run_logged`` saw: the exit code (None when stopped), the output, and why it was stopped ("": not)."""
+
+    code: int | None
+    output: str
+    why: str
+
+    def tail(self) -> str:
+        return last_line(self.output)
+
+
+def last_line(output: str) -> str:
+    """A child's output's last non-empty line, for a one-line error."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_logged(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    stopping: Callable[[], bool],
+    label: str,
+    poll: float = 0.2,
+) -> Logged:
+    """``argv`` to its end within ``timeout``, killed at once when ``stopping()``; its output written to
+    ``cwd/output.log`` and read from there (no pipe a grandchild could hold open)."""
+    log = cwd / "output.log"
+    with log.open("wb") as sink:
+        child = Child(argv, cwd=cwd, env=env, output=sink, label=label)
+        deadline = time.monotonic() + timeout
+        why = ""
+        while child.poll() is None:
+            if stopping():
+                why = "stopped: the machine is being taken back (SIGTERM)"
+            elif time.monotonic() > deadline:
+                why = f"did not finish within {timeout:.0f} s"
+            if why:
+                child.stop(signal.SIGKILL, grace=0.0)
+                break
+            time.sleep(poll)
+        code = child.poll()
+    return Logged(None if why else code, log.read_text(errors="replace"), why)

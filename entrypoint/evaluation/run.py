@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,6 @@ from .score import Guess
 from .split import Split, truths
 
 VAL_TIMEOUT = 30 * 60.0
-_POLL = 0.2
 _SPEED = re.compile(r"Speed: ([0-9.]+) ?ms/image")
 PREDICTIONS = "predictions.json"
 
@@ -62,7 +59,7 @@ def evaluate_file(
     answer = _last_json(output)
     metrics = (answer or {}).get("metrics")
     if not isinstance(metrics, dict):
-        raise EvaluationFailed(f"libreyolo val gave no metrics: {_tail(output)}")
+        raise EvaluationFailed(f"libreyolo val gave no metrics: {procs.last_line(output)}")
     speeds = _SPEED.findall(output)
     guesses = predictions(out / PREDICTIONS, len(split.images))
     found = score.score(ground if ground is not None else truths(split), guesses, len(split.names))
@@ -96,27 +93,12 @@ def predictions(path: Path, images: int) -> list[list[Guess]]:
 def _run(
     argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float, stopping: Callable[[], bool], label: str
 ) -> str:
-    log = cwd / "output.log"
-    with log.open("wb") as sink:
-        child = procs.Child(argv, cwd=cwd, env=env, output=sink, label=label)
-        deadline = time.monotonic() + timeout
-        why = ""
-        while child.poll() is None:
-            if stopping():
-                why = "stopped: the machine is being taken back (SIGTERM)"
-            elif time.monotonic() > deadline:
-                why = f"did not finish within {timeout:.0f} s"
-            if why:
-                child.stop(signal.SIGKILL, grace=0.0)
-                break
-            time.sleep(_POLL)
-        code = child.poll()
-    output = log.read_text(errors="replace")
-    if why:
-        raise (EvaluationStopped if stopping() else EvaluationFailed)(f"{label} {why}")
-    if code != 0:
-        raise EvaluationFailed(f"{label} exited with {code}: {_tail(output)}")
-    return output
+    done = procs.run_logged(argv, cwd, env, timeout, stopping, label)
+    if done.why:
+        raise (EvaluationStopped if stopping() else EvaluationFailed)(f"{label} {done.why}")
+    if done.code != 0:
+        raise EvaluationFailed(f"{label} exited with {done.code}: {done.tail()}")
+    return done.output
 
 
 def _last_json(output: str) -> dict[str, Any] | None:
@@ -128,8 +110,3 @@ def _last_json(output: str) -> dict[str, Any] | None:
                 continue
             return found if isinstance(found, dict) else None
     return None
-
-
-def _tail(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +33,6 @@ from . import verify
 # takes minutes on a large model. Past these the format is given up, the run goes on.
 EXPORT_TIMEOUT = 15 * 60.0
 CHECK_TIMEOUT = 5 * 60.0
-_POLL = 0.2
 
 
 # The evaluation's judgement of a made file (format, its path here, its path in the repo): (passed, in words).
@@ -219,7 +217,7 @@ def _export(
     result = _last_json(done)
     path = result.get("output_path") if result else None
     if not isinstance(path, str) or not (scratch / path).exists():
-        raise ExportFailed(f"libreyolo export named no file it wrote: {_tail(done)}")
+        raise ExportFailed(f"libreyolo export named no file it wrote: {procs.last_line(done)}")
     return scratch / path
 
 
@@ -239,7 +237,7 @@ def _check(
     done = _run(argv, made.parent, settings, CHECK_TIMEOUT, stopping, f"the {fmt.runtime} check")
     lines = [line for line in done.splitlines() if line.startswith(verify.RESULT)]
     if not lines:
-        raise ExportFailed(f"{fmt.runtime} could not run it: {_tail(done)}")
+        raise ExportFailed(f"{fmt.runtime} could not run it: {procs.last_line(done)}")
     found: dict[str, Any] = json.loads(lines[-1].removeprefix(verify.RESULT))
     return found
 
@@ -249,28 +247,13 @@ def _run(
 ) -> str:
     """``argv`` to its end, within ``timeout``, stopped at once when ``stopping()``; its output read from a file
     (no pipe a grandchild could hold open). A non-zero exit or a stop is ``ExportFailed``."""
-    log = cwd / "output.log"
-    with log.open("wb") as sink:
-        env = runtimes.child_env(settings.env)  # the fetched onnx, onnxruntime
-        child = procs.Child(argv, cwd=cwd, env=env, output=sink, label=label)
-        deadline = time.monotonic() + timeout
-        why = ""
-        while child.poll() is None:
-            if stopping():
-                why = "stopped: the machine is being taken back (SIGTERM)"
-            elif time.monotonic() > deadline:
-                why = f"did not finish within {timeout:.0f} s"
-            if why:
-                child.stop(signal.SIGKILL, grace=0.0)
-                break
-            time.sleep(_POLL)
-        code = child.poll()
-    output = log.read_text(errors="replace")
-    if why:
-        raise (ExportStopped if stopping() else ExportFailed)(f"{label} {why}")
-    if code != 0:
-        raise ExportFailed(f"{label} exited with {code}: {_tail(output)}")
-    return output
+    env = runtimes.child_env(settings.env)  # the fetched onnx, onnxruntime
+    done = procs.run_logged(argv, cwd, env, timeout, stopping, label)
+    if done.why:
+        raise (ExportStopped if stopping() else ExportFailed)(f"{label} {done.why}")
+    if done.code != 0:
+        raise ExportFailed(f"{label} exited with {done.code}: {done.tail()}")
+    return done.output
 
 
 def _published_name(fmt: ExportFormat, best: Path, checked: dict[str, Any]) -> str:
@@ -309,8 +292,3 @@ def _last_json(output: str) -> dict[str, Any] | None:
                 continue
             return found if isinstance(found, dict) else None
     return None
-
-
-def _tail(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
