@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import compileall
+import logging
 import os
 import shutil
 import sys
@@ -97,6 +98,19 @@ def _secrets_stay_with_their_test() -> Iterator[None]:
     with log._secrets_lock:
         log._secrets.clear()
         log._secrets.update(before)
+
+
+@pytest.fixture(autouse=True)
+def _the_agents_logger_stays_with_its_test() -> Iterator[None]:
+    """A test that runs the CLI in this process sets the agent's logger up as a container's (log.setup: its own
+    stderr handler, no propagation to the root): put back after it, or a later test's caplog, which listens at
+    the root, hears none of the agent's lines, depending on which tests its worker ran before."""
+    logger = logging.getLogger("trainbox")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 @pytest.fixture(scope="session")
