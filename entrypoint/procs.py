@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from .log import logger, redact
 
@@ -411,6 +412,18 @@ class Logged:
 
     def tail(self) -> str:
         return last_line(self.output)
+
+
+def last_json(output: str) -> dict[str, Any] | None:
+    """The last line of a child's output that is a JSON object (its result), or None."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            return found if isinstance(found, dict) else None
+    return None
 
 
 def last_line(output: str) -> str:

@@ -56,7 +56,7 @@ def evaluate_file(
     scratch.mkdir(parents=True, exist_ok=True)
     argv = val_argv(executable, weights, data_yaml, split.name, imgsz, device, out)
     output = _run(argv, scratch, env, timeout, stopping, f"libreyolo val {weights.name}")
-    answer = _last_json(output)
+    answer = procs.last_json(output)
     metrics = (answer or {}).get("metrics")
     if not isinstance(metrics, dict):
         raise EvaluationFailed(f"libreyolo val gave no metrics: {procs.last_line(output)}")
@@ -99,14 +99,3 @@ def _run(
     if done.code != 0:
         raise EvaluationFailed(f"{label} exited with {done.code}: {done.tail()}")
     return done.output
-
-
-def _last_json(output: str) -> dict[str, Any] | None:
-    for line in reversed(output.splitlines()):
-        if line.startswith("{"):
-            try:
-                found = json.loads(line)
-            except ValueError:
-                continue
-            return found if isinstance(found, dict) else None
-    return None

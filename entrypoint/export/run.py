@@ -214,7 +214,7 @@ def _export(
     argv += ["--half"] if fmt.name == "tensorrt" else []  # what an engine is built for; the check allows FP16
     argv += ["--device", device, "--json"]
     done = _run(argv, scratch, settings, EXPORT_TIMEOUT, stopping, f"libreyolo export {fmt.name}")
-    result = _last_json(done)
+    result = procs.last_json(done)
     path = result.get("output_path") if result else None
     if not isinstance(path, str) or not (scratch / path).exists():
         raise ExportFailed(f"libreyolo export named no file it wrote: {procs.last_line(done)}")
@@ -281,14 +281,3 @@ def _publish(run_dir: Path, made: Path, name: str) -> Path:
         shutil.rmtree(target)
     shutil.move(str(made), str(target))
     return target
-
-
-def _last_json(output: str) -> dict[str, Any] | None:
-    for line in reversed(output.splitlines()):
-        if line.startswith("{"):
-            try:
-                found = json.loads(line)
-            except ValueError:
-                continue
-            return found if isinstance(found, dict) else None
-    return None
