@@ -128,7 +128,8 @@ def fetch(as_json: bool) -> None:
         "revision": prepared.revision,
         "data_yaml": str(prepared.data_yaml),
         "root": str(prepared.root),
-        "scored_on": split.choose(prepared.data_yaml).words,  # a test split that cannot be scored: refused here too
+        # a test split that cannot be scored: refused here too
+        "scored_on": split.choose(prepared.data_yaml).words if loaded.evaluate else "nothing (EVAL=0)",
     }
     if as_json:
         found["seconds"] = dict(prepared.timings)

@@ -223,8 +223,11 @@ class Job:
             dataset={"source": data.description, "revision": data.revision, "data_yaml": str(data.data_yaml)}
         )
         # A test split that cannot be scored is refused now, not found out after the training (exit 25, 26).
-        held_out = evaluation_split.choose(data.data_yaml)
-        logger.info("dataset: the model will be scored on its %s", held_out.words)
+        if self.settings.evaluate:
+            held_out = evaluation_split.choose(data.data_yaml)
+            logger.info("dataset: the model will be scored on its %s", held_out.words)
+        else:
+            logger.info("dataset: the model will not be scored (EVAL=0)")
         self.progress.estimate(data.data_yaml)  # what the epochs should cost, until the first one is measured
         if data.download_mbps is not None and self.state.snapshot().get("host"):
             self.state.update(host={"dataset_mbps": data.download_mbps})

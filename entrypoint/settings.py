@@ -132,6 +132,7 @@ class Settings:
     stop_min_gain: float = DEFAULT_STOP_MIN_GAIN
     dataset_bbox: BoxFormat = BoxFormat.XYWH  # DATASET_BBOX: a parquet dataset's box format
     export: tuple[str, ...] = ()  # EXPORT: formats made from best.pt at the end of a finished run, checked
+    evaluate: bool = True  # EVAL: best.pt and each export scored on the held-out split at the end
 
     @property
     def is_demo(self) -> bool:
@@ -251,7 +252,13 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         stop_flat_spend=Vars.STOP_FLAT_SPEND.read(env),
         stop_min_gain=Vars.STOP_MIN_GAIN.read(env),
         export=_export(env, output_repo, Vars.GPUS.read(env)),
+        evaluate=Vars.EVAL.read(env),
     )
+    if not settings.evaluate and settings.export:
+        raise ConfigError(
+            f"EVAL=0 with EXPORT={','.join(settings.export)}: an export is published only once it scored like best.pt",
+            "set EXPORT=off as well, or drop EVAL=0",
+        )
     if settings.squash_history and settings.checkpoint_bucket is not None:
         raise ConfigError(
             "SQUASH_HISTORY=1 squashes a repo that holds every epoch; with a bucket the repo holds a few milestones",

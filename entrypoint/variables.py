@@ -211,6 +211,13 @@ class Vars:
         libreyolo.parse_export,
         None,
     )
+    EVAL = Variable(
+        "1 scores best.pt and each export on the held-out split at the end (eval.json, the card's tables);"
+        " 0 scores nothing, with EXPORT=off only (an export is published once it scored like best.pt)",
+        parse.flag,
+        True,
+        "1",
+    )
     LICENSE = Variable("the model card's license, a Hub license id (default: the base model's)", parse.license_id, None)
     OOM_RETRIES = Variable(
         "out of GPU memory after an epoch: resume with half the batch, at most this often (0: off)",

@@ -44,6 +44,9 @@ os.environ["TRAINBOX_TEST_SESSION_CACHE"] = _SESSION_CACHE
 # where it runs) Python writes none, so every agent and every `python -m entrypoint.<x>` child compiled each of
 # its modules from source again: a few tenths of a CPU-second per process. Written beside the sources (ignored
 # by git); a module edited since is compiled anew when imported, as ever.
+# The test modules' byte code too: pytest rewrites each module's asserts on import (a few CPU-seconds for the
+# suite, in every pytest-xdist worker) and keeps the result only where Python may write byte code.
+sys.dont_write_bytecode = False
 if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or the only process): once
     for _code in (Path(__file__).parents[1] / "entrypoint", Path(__file__).parent / "fakes"):
         compileall.compile_dir(_code, quiet=1)
@@ -70,6 +73,10 @@ os.environ.update(
         # Agents started by tests export nothing at the end (the default with OUTPUT_REPO is onnx); the export
         # tests (test_export*.py) set EXPORT themselves.
         "EXPORT": "off",
+        # Nor do they score the model at the end (a `libreyolo val` child: seconds of CPU per run, some 7 with
+        # the real libreyolo); the evaluation's tests (test_evaluation*.py, test_export.py, the card's and the
+        # dashboard's scores, the demo) set EVAL=1 or keep the default.
+        "EVAL": "0",
         # libreyolo's train options, asked once per session (as the image asks once at build time): each
         # agent's fresh WORKDIR would otherwise pay seconds to start libreyolo and ask again.
         "TRAINBOX_CACHE_DIR": _SESSION_CACHE,
@@ -137,6 +144,10 @@ SLOW_TIMEOUT = 600  # an agent run on the stand-in libreyolo, real timers: minut
 LONG_TIMEOUT = 1800  # real libreyolo training on the CPU; a container test, the first building the images
 
 
+# Fast-lane tests of several CPU-seconds each (the protocol simulation's shards of generated histories).
+LONG_IN_THE_FAST_LANE = ("tests/unit/test_protocol_sim.py::test_generated_histories",)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", 'transfer(mode): run with the Hub in this transfer mode ("xet" or "lfs")')
     config.addinivalue_line("markers", "both_transfers: run in both transfer modes (where the transfer differs)")
@@ -164,8 +175,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             seconds = LONG_TIMEOUT if contract or container else SLOW_TIMEOUT if slow else FAST_TIMEOUT
             item.add_marker(pytest.mark.timeout(seconds, method="thread"))
     # The longest allowed first (stable: files keep their order), so that no worker is still on a long test
-    # started last while the others are idle.
-    items.sort(key=lambda item: -_timeout_of(item))
+    # started last while the others are idle; in the fast lane, the few that take seconds of CPU lead it.
+    items.sort(key=lambda item: (-_timeout_of(item), not item.nodeid.startswith(LONG_IN_THE_FAST_LANE)))
 
 
 # Tests that one pytest-xdist worker runs, one after the other, whatever -n: the container tests (one builds the

@@ -109,7 +109,9 @@ class WrapUp:
         best = self.settings.run_dir / BEST_CHECKPOINT
         on_volume = best.is_file() and data_yaml is not None and data_yaml.is_file()
         # A run trained by this start is scored; one found trained, unless an earlier start settled it.
-        unscored = not (self.already_complete and evaluation.settled(snapshot, self.settings.run_dir))
+        unscored = self.settings.evaluate and not (
+            self.already_complete and evaluation.settled(snapshot, self.settings.run_dir)
+        )
         if self.already_complete and not ((todo or unscored) and on_volume):
             return
         try:

@@ -61,6 +61,7 @@ def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: 
         GPUS="cpu",
         PRICE_PER_HOUR="2.5",
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=3",
+        EVAL="1",  # the card's scores
         **stand_in(tmp_path, epoch_seconds=2),  # long enough for the log to see each epoch, as a real one
     )
     started = time.time()

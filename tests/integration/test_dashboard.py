@@ -102,7 +102,9 @@ def wait_for(predicate: Any, timeout: float = 300.0) -> None:
 
 def stand_in(tmp_path: Path, workdir: Path, **env: str) -> dict[str, str]:
     trainer = fake_libreyolo.install(tmp_path / "bin")
-    return trainbox_env(workdir, GPUS="cpu", TRAINBOX_LIBREYOLO=str(trainer), FAKE_EPOCH_SECONDS="0.3") | env
+    # EVAL=1: the held-out scores are logged to the dashboard at the end
+    base = trainbox_env(workdir, GPUS="cpu", TRAINBOX_LIBREYOLO=str(trainer), FAKE_EPOCH_SECONDS="0.3", EVAL="1")
+    return base | env
 
 
 def kill_trainer(workdir: Path) -> None:

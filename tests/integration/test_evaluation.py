@@ -34,7 +34,8 @@ def with_test_split(root: Path) -> Path:
 
 
 def _run(hub_ctx: HubContext, tmp_path: Path, data_yaml: Path, repo: str, **extra: str) -> dict[str, str]:
-    env = standin_env(hub_ctx, tmp_path, tmp_path / "work", repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2", **extra)
+    scored = {"EVAL": "1"} | extra
+    env = standin_env(hub_ctx, tmp_path, tmp_path / "work", repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2", **scored)
     env["DATASET_REPO"] = str(data_yaml.parent)
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
@@ -92,6 +93,20 @@ def test_without_a_test_split_the_validation_split_is_scored_and_said_so(hub_ctx
     assert "validation split (also used to pick best.pt)" in env["_stderr"]
 
 
+def test_eval_0_scores_nothing_and_refuses_an_export_it_could_not_judge(hub_ctx: HubContext, tmp_path: Path) -> None:
+    repo = hub_ctx.repo_id("unscored")
+    env = _run(hub_ctx, tmp_path, with_test_split(tmp_path / "held-out-data"), repo, EXPORT="off", EVAL="0")
+    assert "the model will not be scored (EVAL=0)" in env["_stderr"]
+    assert "evaluation weights/best.pt" not in env["_stderr"]
+    files = HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
+    assert "weights/best.pt" in files and "eval.json" not in files
+    refused = run_trainbox("run", env=env | {"EXPORT": "onnx", "_stderr": ""})
+    assert refused.returncode == 10, refused.output[-2000:]
+    (said,) = refused.stderr.splitlines()
+    assert "EVAL=0 with EXPORT=onnx: an export is published only once it scored like best.pt" in said
+    assert "set EXPORT=off as well" in said
+
+
 def test_an_export_that_does_not_score_like_best_pt_is_not_published(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("drift")
     env = _run(
@@ -130,7 +145,14 @@ def test_a_sigterm_during_the_evaluation_then_a_restart_scores_without_training(
     repo = hub_ctx.repo_id("preempted")
     workdir = tmp_path / "work"
     env = standin_env(
-        hub_ctx, tmp_path, workdir, repo, RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1", EXPORT="off", FAKE_VAL_MODE="hang"
+        hub_ctx,
+        tmp_path,
+        workdir,
+        repo,
+        RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
+        EXPORT="off",
+        EVAL="1",
+        FAKE_VAL_MODE="hang",
     )
     process = start_trainbox("run", env=env)
     assert process.stdout is not None

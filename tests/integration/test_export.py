@@ -68,6 +68,7 @@ def test_a_failing_export_is_one_warning_and_the_run_still_succeeds(hub_ctx: Hub
         repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2",
         EXPORT="onnx",
+        EVAL="1",
     )
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
@@ -103,6 +104,7 @@ def test_a_finished_run_publishes_a_scored_onnx_file_that_onnxruntime_runs(hub_c
         GPUS="cpu",
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=2 batch=2",
         EXPORT="onnx",
+        EVAL="1",
     )
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]
@@ -142,6 +144,7 @@ def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tm
         repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
         EXPORT="onnx",
+        EVAL="1",
         LEASE_PERIOD="4s",  # the killed agent's lease: the restart takes the run over after it
         FAKE_EXPORT_MODE="hang",
     )
@@ -179,6 +182,7 @@ def test_sigterm_during_an_export_stops_it_and_the_final_upload_goes_on(hub_ctx:
         repo,
         RUN_ARGS=f"{TINY_RUN_ARGS} epochs=1",
         EXPORT="onnx,torchscript",
+        EVAL="1",
         FAKE_EXPORT_MODE="hang",  # its `libreyolo export` never ends
     )
     process = start_trainbox("run", env=env)

@@ -157,7 +157,7 @@ def test_demo_default_needs_no_configuration_and_learns(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     # Nothing but a workspace: README command 1, the bundled demo on GPUS=all, which falls back to
     # the CPU here, with every demo default (no time limit: a busy machine is slower, not wrong).
-    env = trainbox_env(workdir)
+    env = {key: value for key, value in trainbox_env(workdir).items() if key != "EVAL"}  # the score too
     result = run_trainbox("run", env=env, timeout=3600)
     assert result.returncode == 0, result.output[-3000:]
     assert "NO GPU FOUND" in result.stderr
@@ -173,6 +173,9 @@ def test_demo_default_needs_no_configuration_and_learns(tmp_path: Path) -> None:
     final = rows[-1]
     assert final["epoch"] == int(settings.DEMO_RUN_ARGS.split("epochs=")[1].split()[0])
     assert final["metrics/mAP50"] >= DEMO_MAP50_FLOOR, [round(row.get("metrics/mAP50", 0), 3) for row in rows]
+
+    # It was scored at the end, on the demo's validation split (it has no test split), and said so.
+    assert "scored on the validation split (also used to pick best.pt)" in result.stderr
 
     # The end says what to do next, and warns about no Hub it was never asked to use.
     assert "the Hub is not known" not in result.output

@@ -255,6 +255,7 @@ ROW_OF_FIELD = {
     "proc_self": "TRAINBOX_PROC_SELF",
     "workdir_given": "WORKDIR",
     "dataset_revision_given": "DATASET_REVISION",
+    "evaluate": "EVAL",
 }  # else the field's name in capitals
 # Rows with a parser that feed a grouped field above, or only the redaction list.
 GROUPED = {"PROVIDER", "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "RUNPOD_API_KEY"}
