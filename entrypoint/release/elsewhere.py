@@ -57,4 +57,4 @@ def ended(
     except ProviderHttpError as error:
         logger.info("lease: %s does not say whether it still runs (%s)", other.label, redact(error.answer))
         return None
-    return f"{other.label} no longer runs ({seen.detail})" if seen.ended else None
+    return f"{other.label}, which no longer runs ({seen.detail})" if seen.ended else None
