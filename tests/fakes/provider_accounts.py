@@ -21,6 +21,10 @@ class VastAccount(FakeVast):
         self.others: dict[str, dict[str, Any] | None] = {}
         self.delay = 0.0
 
+    def __enter__(self) -> VastAccount:
+        self.start()
+        return self
+
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
         time.sleep(self.delay)
         match = re.fullmatch(r"/api/v0/instances/([^/]+)/", path)
@@ -37,6 +41,10 @@ class RunPodAccount(FakeRunPod):
         super().__init__(*args, **kwargs)
         self.others: dict[str, str | None] = {}
         self.delay = 0.0
+
+    def __enter__(self) -> RunPodAccount:
+        self.start()
+        return self
 
     def _route(self, method: str, path: str, body: Any) -> tuple[int, Any, dict[str, str]]:
         time.sleep(self.delay)
