@@ -62,6 +62,9 @@ class Observed:
     price_per_hour: float | None = None  # what the provider bills now ($/h), when it says
     price_source: str | None = None  # the field it came from, e.g. "runpod:cost"
     gpu: dict[str, Any] | None = None  # what it says it rented: gpu_name, gpu_count, source (the host check)
+    # The instance's record says its container no longer runs (destroyed, exited, stopped): every process it ran
+    # has ended, and a restart would run new ones. Never set on a 404 or on a stop only asked for.
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -311,15 +314,16 @@ def vast_state(body: Any, what: str = "reading the instance") -> Observed:
     price = _price(record.get("dph_total"))
     source = "vast:dph_total" if price is not None else None
     gpu = _rented("vast:gpu_name", record.get("gpu_name"), record.get("num_gpus"))
+    ended = contract == "unloaded" or actual in ("exited", "stopped")  # not "frozen": its memory is kept
     if contract == "unloaded":  # the machine contract is released on destroy
-        return Observed(InstanceState.GONE, detail, price, source, gpu)
+        return Observed(InstanceState.GONE, detail, price, source, gpu, ended)
     # The agent runs inside the instance, so the container can only read "stopped" once the agent
     # is gone: the provider having taken "stopped" as its target is the confirmation we can see.
     if "stopped" in (actual, intended):
-        return Observed(InstanceState.STOPPED, detail, price, source, gpu)
+        return Observed(InstanceState.STOPPED, detail, price, source, gpu, ended)
     if actual is None and intended is None and contract is None:
         raise UnclearAnswer(what, "an instance record without a status")
-    return Observed(InstanceState.RUNNING, detail, price, source, gpu)
+    return Observed(InstanceState.RUNNING, detail, price, source, gpu, ended)
 
 
 def runpod_state(body: Any, what: str = "reading the pod") -> Observed:
@@ -341,7 +345,7 @@ def runpod_state(body: Any, what: str = "reading the pod") -> Observed:
     else:
         name = machine.get("gpuDisplayName") or machine.get("gpuTypeId")
         gpu = _rented("runpod:machine.gpuTypeId", name, body.get("gpuCount"))
-    return Observed(state, detail, price, source, gpu)
+    return Observed(state, detail, price, source, gpu, ended=status in ("TERMINATED", "EXITED"))
 
 
 def _rented(source: str, name: Any, count: Any) -> dict[str, Any] | None:

@@ -15,6 +15,8 @@ from ..foreign import agent_error as classify
 from ..hub import Hub, with_retries
 from ..libreyolo import WEIGHTS_DIR
 from ..log import logger
+from ..parsing import Provider
+from ..release import elsewhere
 from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
@@ -64,6 +66,10 @@ def open_run(
             bucket,
             machine=volume_lock.volume_id(settings.workdir),
             volume_locked=lambda: volume_lock.is_held(lock),
+            instance=_instance(settings),
+            holder_ended=lambda held, within: elsewhere.ended(
+                settings.provider, held.provider, held.instance, min(within, elsewhere.ASK_WITHIN)
+            ),
         )
         held = lease.acquire(run_id, run_known=not new_run)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
@@ -83,6 +89,16 @@ def open_run(
     if folder is not None:
         state.history.adopt(bucket_state(folder, scratch), authoritative=not settings.topology.leader)
     return folder, new_run, lease
+
+
+def _instance(settings: Settings) -> tuple[str, str] | None:
+    """This instance at its provider, for the lease (the kind and the id: never the key)."""
+    access = settings.provider
+    return (
+        (access.provider.value, access.instance_id)
+        if access.provider is not Provider.NONE and access.instance_id
+        else None
+    )
 
 
 def _storage_changed(state: RunState, change: dict[str, Any], tell: Callable[[str], None] | None) -> None:

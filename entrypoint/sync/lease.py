@@ -11,7 +11,9 @@ read of the lease per quarter period at most.
 A container that finds the lease held watches the holder's heartbeat on its own clock (clocks may be a minute
 apart): if it moves within one period, the holder lives and this one ends (``LeaseHeldError``, exit 72, having
 written nothing); if not, the lease has expired and is taken over (compare-and-swap), so a container relaunched
-after a preemption waits at most one period. The holder checks the lease before each write (a read at most
+after a preemption waits at most one period, and none where the holder is provably gone: the lease names the
+holder's volume and instance, and this container holds that volume's lock, or the holder's provider says that
+instance no longer runs (release/elsewhere.py). The holder checks the lease before each write (a read at most
 every quarter period: a taker needs a whole period of silence first); a lease that names another attempt stops
 it (``TakenOverError``, exit 71).
 """
@@ -53,11 +55,16 @@ class RunLease:
         *,
         machine: str | None = None,
         volume_locked: Callable[[], bool] = lambda: False,
+        instance: tuple[str, str] | None = None,
+        holder_ended: Callable[[protocol.Lease, float], str | None] = lambda lease, within: None,
     ) -> None:
         self.hub, self.repo_id, self.run_name, self.period, self.bucket = hub, repo_id, run_name, period, bucket
         # This volume's id, written into the lease; ``volume_locked``: this process holds the volume's lock, so
         # an earlier holder on this same volume is gone (the kernel dropped its lock with it).
         self.machine, self.volume_locked = machine, volume_locked
+        # This instance at its provider (kind, id), written into the lease; ``holder_ended(lease, within)``: the
+        # provider's words when the instance a lease names no longer runs, asked for ``within`` seconds at most.
+        self.instance, self.holder_ended = instance, holder_ended
         self.attempt: str | None = None
         self.run_id: str | None = None
         self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
@@ -145,7 +152,9 @@ class RunLease:
                 continue
             # A lease absent while the bucket holds the run's writes is no free take (deleted by hand, lost).
             state_held = lease is None and beat.writes
-            gone = lease is not None and _same_volume(self, lease)
+            same_volume = lease is not None and _same_volume(self, lease)
+            ended = _holder_ended(self, lease, watch) if live and lease is not None and not same_volume else None
+            gone = same_volume or ended is not None
             verdict, watch = protocol.judge_lease(
                 lease,
                 self.attempt,
@@ -178,26 +187,32 @@ class RunLease:
             held_id = lease.run_id if lease is not None else run_id
             if verdict is protocol.Verdict.TAKE and lease is not None and self.attempt <= lease.holder:
                 self.attempt = new_attempt(after=lease.holder)  # later than the one it takes over from
-            if verdict is protocol.Verdict.TAKE and not self._take(held_id, head, lease):
+            if verdict is protocol.Verdict.TAKE and not self._take(held_id, head, lease, ended):
                 watch = None
                 continue
             self.run_id = held_id
             self.took_from = lease.holder if lease is not None and verdict is protocol.Verdict.TAKE else None
             self.landed()
             self._checked_at = clock.monotonic()
-            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released and not gone:
+            if verdict is protocol.Verdict.TAKE and lease is not None and not lease.released and not same_volume:
                 # The holder taken over may have read its lease just before: it writes for at most a quarter
-                # period more. This one writes (and reads what it carries forward) only after that.
+                # period more (a provider's record may say "ended" before the host stopped its container, and a
+                # stopped holder makes its final upload). This one writes, and reads what it carries forward,
+                # only after that.
                 self._writes_from = self._checked_at + self.period / 4
             return held_id
 
-    def _take(self, run_id: str, head: str, previous: protocol.Lease | None) -> bool:
+    def _take(self, run_id: str, head: str, previous: protocol.Lease | None, ended: str | None = None) -> bool:
         """Commit the lease with ``parent_commit`` ``head``; False when the repo moved (412), the answer was
         lost (the next read says whether it landed), or a rate limit was waited out (look again). A token that
-        may not commit, or a rate limit longer than a start waits: ``LeaseRefusedError`` (never unleased)."""
-        assert self.attempt is not None
-        lease = protocol.Lease(run_id, self.attempt, clock.time(), self.period, machine=self.machine)
-        if previous is not None and not previous.released:
+        may not commit, or a rate limit longer than a start waits: ``LeaseRefusedError`` (never unleased).
+        ``ended``: the provider's words on the instance of the holder (gone: taken over at once)."""
+        lease = _lease_now(self, run_id)
+        if previous is not None and not previous.released and ended is not None:
+            logger.info(
+                "lease: attempt %s held run %s on %s: taken over at once", previous.holder, self.run_name, ended
+            )
+        elif previous is not None and not previous.released:
             why = (
                 "ran on this volume, whose lock it no longer holds"
                 if _same_volume(self, previous)
@@ -328,7 +343,7 @@ class RunLease:
             if lease is None or lease.holder != self.attempt:
                 self.check()
                 return
-            renewed = protocol.Lease(self.run_id, self.attempt, clock.time(), self.period, machine=self.machine)
+            renewed = _lease_now(self, self.run_id)
             try:
                 self._commit(renewed.to_bytes(), head, "Renew the run's lease")
             except HfHubHTTPError as error:
@@ -393,3 +408,27 @@ class RunLease:
 def _same_volume(mine: RunLease, lease: protocol.Lease) -> bool:
     """The lease names this volume and this process holds its lock: its holder is provably gone."""
     return mine.machine is not None and lease.machine == mine.machine and mine.volume_locked()
+
+
+def _holder_ended(mine: RunLease, lease: protocol.Lease, watch: protocol.Watch | None) -> str | None:
+    """The provider's words when the instance ``lease`` names no longer runs; asked for no longer than the
+    watch has left (a provider that does not answer is waited out like a quiet holder)."""
+    if lease.instance is None or lease.released or lease.holder == mine.attempt:
+        return None
+    left = lease.period - (clock.monotonic() - watch.since) if watch is not None else lease.period
+    try:
+        return mine.holder_ended(lease, left)
+    except StopRequested:
+        raise
+    except Exception as error:
+        logger.info("lease: cannot tell whether %s still runs (%s)", lease.instance, describe(error))
+        return None
+
+
+def _lease_now(mine: RunLease, run_id: str) -> protocol.Lease:
+    """This attempt's lease as of now, naming where it runs too (its volume, its provider's instance)."""
+    assert mine.attempt is not None
+    provider, instance = mine.instance or (None, None)
+    return protocol.Lease(
+        run_id, mine.attempt, clock.time(), mine.period, machine=mine.machine, provider=provider, instance=instance
+    )

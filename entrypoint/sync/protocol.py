@@ -259,6 +259,10 @@ class Lease:
     # Where the holder runs: its volume's id (and host), so a container started again on that volume (whose
     # lock the kernel dropped with the holder) knows the holder is gone without waiting a period.
     machine: str | None = None
+    # The holder's instance at its provider (``provider``: "vast" or "runpod"; ``instance``: its id, never a
+    # key), so a relaunch elsewhere may ask that provider whether the instance still runs.
+    provider: str | None = None
+    instance: str | None = None
 
     def to_bytes(self) -> bytes:
         body = {
@@ -269,8 +273,9 @@ class Lease:
             "period": self.period,
             "released": self.released,
         }
-        if self.machine is not None:
-            body["machine"] = self.machine
+        for name in ("machine", "provider", "instance"):
+            if getattr(self, name) is not None:
+                body[name] = getattr(self, name)
         return json.dumps(body, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -286,6 +291,8 @@ class Lease:
                 period=float(body.get("period") or LEASE_PERIOD),
                 released=bool(body.get("released", False)),
                 machine=str(body["machine"]) if body.get("machine") else None,
+                provider=str(body["provider"]) if body.get("provider") else None,
+                instance=str(body["instance"]) if body.get("instance") else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -332,9 +339,10 @@ def judge_lease(
     lease is watched on this machine's clock alone (``now``): if the heartbeat moves within one period, the
     holder lives (HELD); if not, it has expired (TAKE). A lease absent or unreadable while the stores hold a
     state of the run (``state_held``: a person deleted or rewrote the file, a read that lost it) is no free
-    take either: the stores are watched the same way first. ``holder_gone``: the lease names this machine's
-    volume and this process holds that volume's lock, so the holder is provably gone (the kernel dropped its
-    lock with it): taken at once. ``period``: the silence waited without a lease to read it from."""
+    take either: the stores are watched the same way first. ``holder_gone``: the holder is provably gone
+    (the lease names this machine's volume and this process holds that volume's lock, which the kernel dropped
+    with the holder; or the holder's provider says the instance the lease names no longer runs): taken at
+    once. ``period``: the silence waited without a lease to read it from."""
     if lease is None and not state_held:
         return Verdict.TAKE, None
     if lease is not None and lease.released:

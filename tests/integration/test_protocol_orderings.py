@@ -6,7 +6,8 @@ agent (`trainbox run`) and the stand-in trainer against the test Hub, which inje
 2. the newest ``last.pt``'s download failing at resume: retried to the listing's deadline, then exit 73 writing
    nothing; never a fresh start that trains every epoch again;
 3. a container started again on the volume of a holder killed -9 takes the run over at once (the lease names
-   the volume, whose lock the kernel dropped), not after a whole lease period of billing;
+   the volume, whose lock the kernel dropped), not after a whole lease period of billing; and one on a new
+   volume does too when the holder's provider says the instance the lease names no longer runs;
 4. a 429 on the lease's commit is waited out (the Hub's RateLimit reset): the lease lands before anything of
    the run is written, never an unleased run;
 5. a holder frozen with a commit in flight past a lease period: its late commit is refused (412, its
@@ -26,6 +27,7 @@ import pytest
 
 from entrypoint.errors import CostLimitError, LeaseRefusedError, StoreUnreadableError, TakenOverError
 from entrypoint.sync.lease import LEASE_FILE
+from tests.fakes.provider_accounts import VastAccount
 from tests.hubfixtures import HubContext
 from tests.integration import test_run_cost as cost_test
 from tests.integration.test_bucket_run import RUN, Run, finish, kill_9, wait_for
@@ -117,6 +119,27 @@ def test_3_a_new_volume_still_waits_out_the_holder(run: Run) -> None:
     code, output = run.run("m2")
     assert code == 0, output[-3000:]
     assert "was quiet a whole lease period" in output and "ran on this volume" not in output
+
+
+def test_3_a_new_volume_takes_the_run_at_once_when_the_provider_says_the_holders_instance_is_gone(run: Run) -> None:
+    """The lease names the holder's instance; a relaunch on another instance of the same provider account asks
+    the provider, which says (truthfully: the container was killed) that instance no longer runs. MAX_COST
+    counts the killed attempt's spend."""
+    with VastAccount("202") as vast:
+        vast.others["101"] = {"actual_status": "running", "intended_status": "running", "cur_state": "running"}
+        # The holder's licence (a quarter period) is still waited out before the first write: the provider's
+        # record may say "ended" before its host stopped the container. A whole period is never waited.
+        on = dict(PROVIDER="vast", LEASE_PERIOD="60s", PRICE_PER_HOUR="3600", MAX_COST="100000")
+        at_kill = killed_at(run, 2, **on, **(vast.env() | {"CONTAINER_ID": "101"}))
+        vast.others["101"] = {"actual_status": "exited", "intended_status": "running", "cur_state": "running"}
+
+        code, output = finish(run.start("m2", **on, **vast.env()))
+
+    assert code == 0, output[-3000:]
+    assert "on Vast.ai instance 101, which no longer runs (actual_status=exited" in output, output[-3000:]
+    assert "taken over at once" in output and "was quiet a whole lease period" not in output
+    assert run.state("m2")["resume"]["epochs_done"] >= at_kill
+    assert run.state("m2")["cost"]["run"]["earlier_dollars"] > 0, "the killed attempt's spend was not counted"
 
 
 def test_4_a_rate_limited_lease_commit_is_waited_out_before_anything_is_written(run: Run) -> None:

@@ -29,6 +29,7 @@ from entrypoint.sync.staging import StagedFile
 from entrypoint.sync.uploader import Uploader
 
 from .hub import SimApi, SimHub
+from .instances import Instances
 
 REPO = "org/run"
 BUCKET = "org/run-checkpoints"
@@ -100,11 +101,25 @@ def commit_run_id(up: Uploader, run_id: str) -> bool:
     return True
 
 
-def container(api: SimApi, volume: Path, report: Report, run_id_if_new: str) -> int:
-    """The agent's start, training and end on ``volume``; its exit code."""
+def container(
+    api: SimApi,
+    volume: Path,
+    report: Report,
+    run_id_if_new: str,
+    *,
+    instance: str | None = None,
+    instances: Instances | None = None,
+) -> int:
+    """The agent's start, training and end on ``volume``; its exit code. ``instance``, ``instances``: the
+    simulated instance it runs on, named in its lease, and the provider it asks about the holder's."""
     hub = SimHub(token="hf_sim", sim_api=api)
     bucket = Bucket(hub, BUCKET)
-    lease = RunLease(hub, REPO, RUN, PERIOD, bucket)
+    if instance is not None and instances is not None:
+        lease = RunLease(
+            hub, REPO, RUN, PERIOD, bucket, instance=instances.start(instance), holder_ended=instances.ended
+        )
+    else:
+        lease = RunLease(hub, REPO, RUN, PERIOD, bucket)
     volume_id, _ = volume_state(volume)
     try:
         known_id = repo_run_id(api)

@@ -87,6 +87,8 @@ def test_a_lease_naming_this_volume_whose_lock_is_free_is_taken_at_once() -> Non
 def test_the_lease_keeps_its_machine_and_reads_a_lease_without_one() -> None:
     lease = p.Lease("run", ME, 5.0, machine="vol-1")
     assert p.Lease.parse(lease.to_bytes()) == lease
+    placed = p.Lease("run", ME, 5.0, machine="vol-1", provider="runpod", instance="7h9k2m4n6p")
+    assert p.Lease.parse(placed.to_bytes()) == placed
     plain = p.Lease("run", ME, 5.0)
     assert p.Lease.parse(plain.to_bytes()) == plain
 
