@@ -81,6 +81,35 @@ def test_the_test_split_is_what_is_scored_and_trainbox_eval_prints_the_same(
     assert "are not the model's (red, green, blue)" in other.stderr.splitlines()[-1]
 
 
+def test_trainbox_eval_downloads_and_scores_a_folder_export(hub_ctx: HubContext, tmp_path: Path) -> None:
+    """An OpenVINO export is a folder (its .xml, .bin and metadata): `trainbox eval --repo` brings every file under
+    it down and scores the folder. (The stand-in libreyolo scores it as libreyolo would load it: a folder holding an
+    .xml; this venv has no OpenVINO runtime to make or run a real one.)"""
+    repo = hub_ctx.repo_id("folder-export")
+    env = _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="off")
+    env.pop("_stderr")
+    folder = "weights/best_openvino"
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    evaluation["files"][folder] = evaluation["files"]["weights/best.pt"]  # as a box that made it writes it
+    files = {
+        f"{folder}/best.xml": b"<net/>\n",
+        f"{folder}/best.bin": b"\0" * 4096,
+        f"{folder}/metadata.yaml": b"a: 1\n",
+    }
+    hub_ctx.hub.commit(repo, files | {"eval.json": json.dumps(evaluation).encode()}, message="an OpenVINO export")
+
+    shown = run_trainbox("eval", "--repo", repo, "--json", env=env)
+    assert shown.returncode == 0, shown.output[-3000:]
+    assert " WARNING: " not in shown.stderr, shown.stderr[-3000:]
+    again = json.loads(shown.stdout)
+    assert set(again["files"]) == {"weights/best.pt", folder}
+    assert again["files"][folder]["map50_95"] == 1.0  # the stand-in, given the folder, scored it
+    assert f"/files/{folder} --data " in shown.stderr  # libreyolo val given the folder itself
+    table = run_trainbox("eval", "--repo", repo, env=env)
+    (row,) = [line for line in table.stdout.splitlines() if line.startswith(folder)]
+    assert row.endswith("0.0 MB")  # the folder's files summed (4 KiB)
+
+
 def test_without_a_test_split_the_validation_split_is_scored_and_said_so(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("val-only")
     env = _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="off")
