@@ -5,7 +5,7 @@ the one table a person reads (the log, ``trainbox eval``).
 "recall", "ms_per_image", "device", "per_class": {"<name>": {"ap50_95", "ap50", "instances"}},
 "confusion_matrix": {"labels": [...], "matrix": [[...]]}}}}``. The values are fractions (0-1), rounded to 4
 places; the matrix is ``[predicted][true]``, its last label ``background``. An export's record also holds
-``raw_outputs``: its raw outputs against best.pt's (export/parity.py).
+``raw_outputs``: its raw outputs against best.pt's (parity.py).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def judge(
     reference: dict[str, Any], candidate: dict[str, Any], fmt: str, raw: dict[str, Any] | None = None
 ) -> str | None:
     """None when the export scores like the .pt (|Δ mAP50-95| within the format's tolerance) and, when ``raw`` is
-    given (export/parity.py's record), its raw outputs are within theirs; else why not, with both numbers."""
+    given (parity.py's record), its raw outputs are within theirs; else why not, with both numbers."""
     ours, theirs = float(reference["map50_95"]), float(candidate["map50_95"])
     allowed = tolerance(fmt)
     scored = abs(ours - theirs) <= allowed + 1e-9

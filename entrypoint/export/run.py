@@ -183,15 +183,15 @@ def _one(
     try:
         made = _export(settings, fmt, best, scratch, device, stopping)
         exported_at = time.monotonic() - started
-        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is scored
-        # next, on the held-out split, and taken back unless it scores like best.pt (evaluation/end.py).
+        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is judged
+        # next, its raw outputs and its score on the held-out split against best.pt's (evaluation/end.py).
         checked = _check(settings, fmt, best, made, data_yaml, device, stopping) if fmt.name == "tensorrt" else {}
         name = _published_name(fmt, best, checked)
         ran, details = "made; not scored (no evaluation)", dict[str, Any]()
         if judge is not None:  # judged before it is published: a file that fails never reaches the stores
             passed, ran, details = judge(fmt.name, made, f"{libreyolo.WEIGHTS_DIR}/{name}")
-            if not passed:
-                raise ExportFailed(ran, details)
+            if not passed:  # cut by a SIGTERM: skipped, the next start of the finished run judges it
+                raise (ExportStopped if stopping() else ExportFailed)(ran, details)
         published = _publish(settings.run_dir, made, name)
     except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
         why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
