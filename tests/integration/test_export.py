@@ -1,5 +1,6 @@
-"""EXPORT end to end: refused up front, a failing export never fails the run, and a real two-epoch training whose
-ONNX file reaches the model repo, runs in ONNX Runtime and detects what the .pt detects."""
+"""EXPORT end to end: refused up front, a failing export never fails the run, a real two-epoch training whose
+ONNX file reaches the model repo, runs in ONNX Runtime and computes what the .pt computes, and a corrupted ONNX
+file of the shared two-epoch run refused with both numbers."""
 
 from __future__ import annotations
 
