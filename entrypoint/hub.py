@@ -348,6 +348,31 @@ class Hub:
         )
         return Path(path)
 
+    def download_folder(
+        self,
+        repo_id: str,
+        folder: str,
+        target_dir: Path,
+        revision: str | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> Path:
+        """Every file under ``folder`` of a model repo (a folder export: OpenVINO's ``.xml``, ``.bin`` and metadata)
+        into ``target_dir``, in one snapshot; its path there."""
+        prefix = folder.strip("/")
+        with_retries(
+            lambda: self.api.snapshot_download(
+                repo_id,
+                repo_type="model",
+                revision=revision,
+                allow_patterns=[f"{prefix}/*"],
+                local_dir=str(target_dir),
+            ),
+            f"downloading {prefix}/ from {repo_id}",
+            deadline=deadline,
+        )
+        return target_dir / prefix
+
     def remote_ids(self, repo_id: str, *, deadline: float | None = None) -> dict[str, str]:
         """``path → id`` of a model repo's files: sha256 for LFS files, the git blob id for others."""
         return {

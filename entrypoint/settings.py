@@ -104,6 +104,7 @@ class Settings:
     libreyolo_command: str | None = None  # TRAINBOX_LIBREYOLO: a wrapper (or the tests' stand-in) for `libreyolo`
     cache_dir: Path | None = None  # TRAINBOX_CACHE_DIR: libreyolo's train options, answered once
     gpu_probe: str | None = None  # TRAINBOX_GPU_PROBE: a stand-in GPU check script (machines without a GPU)
+    raw_check: str | None = None  # TRAINBOX_RAW_CHECK: a stand-in for the raw-output check's child (tests)
     proc_self: Path | None = None  # TRAINBOX_PROC_SELF: a folder standing in for /proc/self (cgroup readings)
     hub_url: str = "https://huggingface.co"  # HF_ENDPOINT: where a person finds the repo (huggingface_hub reads it too)
     monitor: bool
@@ -232,6 +233,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         libreyolo_command=command,
         cache_dir=cache_dir,
         gpu_probe=Vars.TRAINBOX_GPU_PROBE.read(env),
+        raw_check=Vars.TRAINBOX_RAW_CHECK.read(env),
         proc_self=Vars.TRAINBOX_PROC_SELF.read(env),
         env=child_env(env.given()) | {"HF_HOME": str(hf_home)},
         topology=_topology(env),

@@ -291,6 +291,11 @@ class Vars:
     TRAINBOX_GPU_PROBE = Variable(
         "a stand-in script for the GPU check (machines without a GPU: tests)", parse.text, None
     )
+    TRAINBOX_RAW_CHECK = Variable(
+        "a stand-in for the raw-output check's child, python -m entrypoint.evaluation.rawcheck (tests)",
+        parse.text,
+        None,
+    )
     TRAINBOX_PROC_SELF = Variable("a folder standing in for /proc/self when reading cgroups (tests)", plain(Path), None)
     OMP_NUM_THREADS = elsewhere("threads per training process (default: CPUs granted ÷ processes; yours are kept)")
 
@@ -305,7 +310,7 @@ INTERNAL = frozenset({
     "CONTAINER_ID", "CONTAINER_API_KEY", "RUNPOD_POD_ID", "VAST_API_URL", "RUNPOD_API_URL", "SKYPILOT_NUM_NODES",
     "SKYPILOT_NODE_RANK", "SKYPILOT_NODE_IPS", "SKYPILOT_NUM_GPUS_PER_NODE", "JOB_COMPLETION_INDEX", "HOSTNAME",
     "WORLD_SIZE", "RANK", "PET_NNODES", "PET_NODE_RANK", "TRAINBOX_LIBREYOLO", "TRAINBOX_CACHE_DIR",
-    "TRAINBOX_GPU_PROBE", "TRAINBOX_PROC_SELF",
+    "TRAINBOX_GPU_PROBE", "TRAINBOX_RAW_CHECK", "TRAINBOX_PROC_SELF",
 })  # fmt: skip
 
 

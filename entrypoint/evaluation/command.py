@@ -1,7 +1,8 @@
 """``trainbox eval --repo org/model``: the files a model repo ships, scored on a dataset's held-out split by the same
 code the box runs (``run.evaluate_file``, ``libreyolo val`` in a child), printed as the same table, or as eval.json.
 
-The files: those the repo's eval.json scored, else ``weights/best.pt`` and config.json's exports. The dataset: the
+The files: those the repo's eval.json scored, else ``weights/best.pt`` and config.json's exports; a folder export
+(OpenVINO's) comes down whole, every file under it (``Hub.download_folder``). The dataset: the
 one the run trained on, at the commit it trained on (its trainbox.json), unless ``--dataset`` names another; a
 dataset whose classes are not the model's is refused (exit 26), a ``--split`` it lacks too (exit 24).
 """
@@ -53,9 +54,13 @@ def evaluate_repo(
         imgsz = config.get("imgsz")
         scored: dict[str, dict[str, Any]] = {}
         sizes: dict[str, int] = {}
+        present = {str(entry.path) for entry in hub.list_files(repo)}
         for name in files:
-            local = hub.download(repo, name, scratch / "files")
-            sizes[name] = local.stat().st_size if local.is_file() else 0
+            local = _download(hub, repo, name, present, scratch / "files")
+            if local is None:
+                logger.warning("evaluation %s: not scored: %s holds no such file or folder", name, repo)
+                continue
+            sizes[name] = _size(local)
             try:
                 scored[name] = evaluate_file(
                     libreyolo.executable(command),
@@ -71,6 +76,23 @@ def evaluate_repo(
             except EvaluationFailed as error:
                 logger.warning("evaluation %s: not scored: %s", name, error)
         return record.document(chosen.name, found_revision, scored), sizes
+
+
+def _download(hub: Hub, repo: str, name: str, present: set[str], target: Path) -> Path | None:
+    """A file of the repo, or a folder export (OpenVINO's: every file under it), into ``target``; None when the
+    repo holds neither."""
+    if name in present:
+        return hub.download(repo, name, target)
+    folder = name.strip("/")
+    if any(path.startswith(f"{folder}/") for path in present):
+        return hub.download_folder(repo, folder, target)
+    return None
+
+
+def _size(local: Path) -> int:
+    if local.is_dir():
+        return sum(part.stat().st_size for part in local.rglob("*") if part.is_file())
+    return local.stat().st_size if local.is_file() else 0
 
 
 def _json(hub: Hub, repo: str, name: str, scratch: Path) -> dict[str, Any] | None:

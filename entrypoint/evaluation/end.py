@@ -1,6 +1,7 @@
-"""The end of a finished run: ``best.pt`` scored on the held-out split, and each export scored before it is
-published (``Scorer.judge``, which export/run.py calls): one that does not score like the ``.pt``
-(``record.judge``) is never published (one WARNING line, its record says both numbers, the run still succeeds);
+"""The end of a finished run: ``best.pt`` scored on the held-out split, and each export judged before it is
+published (``Scorer.judge``, which export/run.py calls): its raw outputs against best.pt's on the split's first
+images (parity.py, in a child: rawcheck.py), and its score; one outside either tolerance (``record.judge``) is
+never published (one WARNING line, its record says both numbers, the run still succeeds);
 ``eval.json`` in the run folder, which the final publish carries to OUTPUT_REPO.
 
 A start that finds the run trained and its evaluation unsettled (a preemption during it) scores without training
@@ -18,8 +19,8 @@ from typing import Any
 
 from ..errors import AgentError
 from ..log import logger
-from . import record
-from .run import EvaluationFailed, EvaluationStopped, evaluate_file
+from . import parity, record
+from .run import RAW_CHECK, EvaluationFailed, EvaluationStopped, evaluate_file, raw_outputs
 from .score import Truth
 from .split import Split, choose, truths
 
@@ -38,6 +39,7 @@ class Job:
     revision: str | None
     stopping: Callable[[], bool]
     best: str  # best.pt's path in the run folder (and the repo)
+    raw_check: tuple[str, ...] = RAW_CHECK  # the raw-output check's child
 
 
 def carried(previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -69,23 +71,31 @@ class Scorer:
             self.broken = str(error)
             logger.warning("evaluation: not done: %s", error)
 
-    def judge(self, fmt: str, made: Path, path: str) -> tuple[bool, str]:
-        """An export made at ``made``, to be published at ``path``: does it score like best.pt?"""
+    def judge(self, fmt: str, made: Path, path: str) -> tuple[bool, str, dict[str, Any]]:
+        """An export made at ``made``, to be published at ``path``: does it compute what best.pt computes (its raw
+        outputs on the split's first images, parity.py), and score like it? (passed, in words, for its record)."""
         reference = self._best()
         if reference is None:
-            return False, f"not scored: best.pt could not be scored ({self.broken or 'see the log'})"
+            return False, f"not scored: best.pt could not be scored ({self.broken or 'see the log'})", {}
+        raw = self._raw(fmt, made)
+        if raw is None:
+            return False, f"raw outputs not compared: {self.broken or 'see the log'}", {}
         found = self._score(path, made)
         if found is None:
-            return False, f"not scored: {self.broken or 'see the log'}"
-        verdict = record.judge(reference, found, fmt)
+            return False, f"not scored: {self.broken or 'see the log'}; {parity.words(raw)}", {"raw_outputs": raw}
+        verdict = record.judge(reference, found, fmt, raw)
         if verdict is not None:
             self._line(path, found, "not published")
-            return False, verdict
-        self.files[path] = found
+            return False, verdict, {"raw_outputs": raw}
+        self.files[path] = found | {"raw_outputs": raw}
         self._line(path, found, None)
-        return True, (
-            f"scored: mAP50-95 {found['map50_95'] * 100:.2f} against best.pt's {reference['map50_95'] * 100:.2f}"
-            f" on the same split (allowed ± {record.tolerance(fmt) * 100:.2f} points)"
+        return (
+            True,
+            (
+                f"scored: mAP50-95 {found['map50_95'] * 100:.2f} against best.pt's {reference['map50_95'] * 100:.2f}"
+                f" on the same split (allowed ± {record.tolerance(fmt) * 100:.2f} points); {parity.words(raw)}"
+            ),
+            {"raw_outputs": raw},
         )
 
     def finish(self, exports: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -96,7 +106,8 @@ class Scorer:
             if entry.get("status") != "published" or not isinstance(file, str) or file in self.files:
                 continue
             if (found := self._score(file, self.job.run_dir / file)) is not None:
-                self.files[file] = found
+                raw = entry.get("raw_outputs")  # compared when it was made, by the attempt that published it
+                self.files[file] = found | ({"raw_outputs": raw} if parity.valid(raw) else {})
                 self._line(file, found, None)
         if self.split is None or self.job.best not in self.files:
             self.save({"settled": False, "error": self.broken or "best.pt was not scored"})
@@ -122,6 +133,29 @@ class Scorer:
             self.files[self.job.best] = found
             self._line(self.job.best, found, None)
         return self.files[self.job.best]
+
+    def _raw(self, fmt: str, made: Path) -> dict[str, Any] | None:
+        if self.split is None or self.stopped:
+            return None
+        scratch = self.job.scratch / f"raw-{made.name}"
+        try:
+            return raw_outputs(
+                self.job.raw_check,
+                self.job.run_dir / self.job.best,
+                made,
+                fmt,
+                self.split.images[: parity.IMAGES],
+                device=self.job.device,
+                scratch=scratch,
+                env=self.job.env,
+                stopping=self.job.stopping,
+            )
+        except EvaluationFailed as error:  # the export's own WARNING line says it (export/run.py)
+            self.stopped = self.stopped or isinstance(error, EvaluationStopped)
+            self.broken = str(error)
+            return None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _score(self, path: str, local: Path) -> dict[str, Any] | None:
         if self.split is None or self.stopped:

@@ -4,7 +4,8 @@ the one table a person reads (the log, ``trainbox eval``).
 ``{"split": "test"|"val", "dataset_revision", "files": {"<path in repo>": {"map50_95", "map50", "precision",
 "recall", "ms_per_image", "device", "per_class": {"<name>": {"ap50_95", "ap50", "instances"}},
 "confusion_matrix": {"labels": [...], "matrix": [[...]]}}}}``. The values are fractions (0-1), rounded to 4
-places; the matrix is ``[predicted][true]``, its last label ``background``.
+places; the matrix is ``[predicted][true]``, its last label ``background``. An export's record also holds
+``raw_outputs``: its raw outputs against best.pt's (parity.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import parity
 from .score import MATRIX_CONF, MATRIX_IOU, Scores
 from .split import FALLBACK_WORDS
 
@@ -82,16 +84,22 @@ def tolerance(fmt: str) -> float:
     return TOLERANCE.get(fmt, DEFAULT_TOLERANCE)
 
 
-def judge(reference: dict[str, Any], candidate: dict[str, Any], fmt: str) -> str | None:
-    """None when the export scores like the .pt (|Δ mAP50-95| within the format's tolerance); else why not."""
+def judge(
+    reference: dict[str, Any], candidate: dict[str, Any], fmt: str, raw: dict[str, Any] | None = None
+) -> str | None:
+    """None when the export scores like the .pt (|Δ mAP50-95| within the format's tolerance) and, when ``raw`` is
+    given (parity.py's record), its raw outputs are within theirs; else why not, with both numbers."""
     ours, theirs = float(reference["map50_95"]), float(candidate["map50_95"])
     allowed = tolerance(fmt)
-    if abs(ours - theirs) <= allowed + 1e-9:
+    scored = abs(ours - theirs) <= allowed + 1e-9
+    same = raw is None or bool(raw.get("within"))
+    if scored and same:
         return None
-    return (
+    words = (
         f"mAP50-95 {_points(theirs)} against best.pt's {_points(ours)} on the same split"
-        f" (Δ {_points(theirs - ours)} points, allowed ± {_points(allowed)})"
+        f" (Δ {_points(theirs - ours)} points, allowed ± {_points(allowed)}){'' if scored else ', outside'}"
     )
+    return words if raw is None else f"{words}; {parity.words(raw)}{'' if same else ', outside'}"
 
 
 def table(evaluation: dict[str, Any], sizes: dict[str, int] | None = None) -> list[str]:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import procs
-from . import record, score
+from . import parity, record, score
+from .rawcheck import RESULT
 from .score import Guess
 from .split import Split, truths
 
 VAL_TIMEOUT = 30 * 60.0
+RAW_TIMEOUT = 5 * 60.0  # two models loaded, parity.IMAGES images each
+RAW_CHECK = (sys.executable, "-m", "entrypoint.evaluation.rawcheck")  # TRAINBOX_RAW_CHECK: the tests' stand-in
 _SPEED = re.compile(r"Speed: ([0-9.]+) ?ms/image")
 PREDICTIONS = "predictions.json"
 
@@ -71,6 +75,34 @@ def evaluate_file(
         float(speeds[-1]) if speeds else None,
         str((answer or {}).get("device") or device),
     )
+
+
+def raw_outputs(
+    command: Sequence[str],
+    weights: Path,
+    export: Path,
+    fmt: str,
+    images: Sequence[Path],
+    *,
+    device: str,
+    scratch: Path,
+    env: Mapping[str, str],
+    stopping: Callable[[], bool] = lambda: False,
+    timeout: float = RAW_TIMEOUT,
+) -> dict[str, Any]:
+    """``export``'s raw outputs against ``weights``' on ``images`` (rawcheck.py, a child): parity.compare's record,
+    at the format's tolerance."""
+    allowed = parity.tolerance(fmt)
+    argv = [*command, "--weights", str(weights), "--export", str(export), "--format", fmt, "--device", device]
+    argv += ["--atol", repr(allowed.atol), "--rtol", repr(allowed.rtol), "--images", *map(str, images)]
+    scratch.mkdir(parents=True, exist_ok=True)
+    output = _run(argv, scratch, env, timeout, stopping, f"the raw-output check of {export.name}")
+    lines = [line for line in output.splitlines() if line.startswith(RESULT)]
+    found = json.loads(lines[-1].removeprefix(RESULT)) if lines else None
+    if not parity.valid(found):
+        raise EvaluationFailed(f"the raw-output check compared nothing: {procs.last_line(output)}")
+    assert isinstance(found, dict)
+    return found
 
 
 def predictions(path: Path, images: int) -> list[list[Guess]]:

@@ -1,7 +1,8 @@
 """The end of a finished run: each EXPORT format made from ``best.pt``, run once in its own runtime, then moved beside
 it in the run folder, so the final publish carries it to OUTPUT_REPO; and ``config.json`` at the run folder's root.
-Before it is published it is scored on the held-out split, and kept only if it scores like the ``.pt`` (the
-``judge`` the wrap-up passes in: evaluation/end.py).
+Before it is published it is judged against the ``.pt`` (the ``judge`` the wrap-up passes in: evaluation/end.py):
+its raw outputs on the scored split's first images, and its score on that split; it is kept only if both are within
+their tolerance.
 
 ``libreyolo export`` and the check (export/verify.py) are child processes with a time limit: the agent never
 imports torch or initialises CUDA. An export that fails, times out or does not pass its check is never
@@ -35,12 +36,17 @@ EXPORT_TIMEOUT = 15 * 60.0
 CHECK_TIMEOUT = 5 * 60.0
 
 
-# The evaluation's judgement of a made file (format, its path here, its path in the repo): (passed, in words).
-Judge = Callable[[str, Path, str], tuple[bool, str]]
+# The evaluation's judgement of a made file (format, its path here, its path in the repo): (passed, in words, more
+# keys for its record: the raw outputs compared with best.pt's).
+Judge = Callable[[str, Path, str], tuple[bool, str, dict[str, Any]]]
 
 
 class ExportFailed(Exception):
-    """This format is not published; the message says why, in one line."""
+    """This format is not published; the message says why, in one line; ``details`` go into its record."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
 
 
 class ExportStopped(ExportFailed):
@@ -177,20 +183,21 @@ def _one(
     try:
         made = _export(settings, fmt, best, scratch, device, stopping)
         exported_at = time.monotonic() - started
-        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is scored
-        # next, on the held-out split, and taken back unless it scores like best.pt (evaluation/end.py).
+        # An engine is run once here for the GPU and TensorRT that built it (its name); every format is judged
+        # next, its raw outputs and its score on the held-out split against best.pt's (evaluation/end.py).
         checked = _check(settings, fmt, best, made, data_yaml, device, stopping) if fmt.name == "tensorrt" else {}
         name = _published_name(fmt, best, checked)
-        ran = "made; not scored (no evaluation)"
-        if judge is not None:  # scored before it is published: a file that fails never reaches the stores
-            passed, ran = judge(fmt.name, made, f"{libreyolo.WEIGHTS_DIR}/{name}")
-            if not passed:
-                raise ExportFailed(ran)
+        ran, details = "made; not scored (no evaluation)", dict[str, Any]()
+        if judge is not None:  # judged before it is published: a file that fails never reaches the stores
+            passed, ran, details = judge(fmt.name, made, f"{libreyolo.WEIGHTS_DIR}/{name}")
+            if not passed:  # cut by a SIGTERM: skipped, the next start of the finished run judges it
+                raise (ExportStopped if stopping() else ExportFailed)(ran, details)
         published = _publish(settings.run_dir, made, name)
     except (ExportFailed, OSError, ValueError, KeyError) as error:  # a file or an answer not as expected too
         why = str(error) if isinstance(error, ExportFailed) else f"{type(error).__name__}: {error}"
         status = "skipped" if isinstance(error, ExportStopped) else "failed"
-        return {"status": status, "why": why, "seconds": round(time.monotonic() - started, 1)}
+        more = error.details if isinstance(error, ExportFailed) else {}
+        return {"status": status, "why": why, "seconds": round(time.monotonic() - started, 1)} | more
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     relative = published.relative_to(settings.run_dir).as_posix()
@@ -201,7 +208,7 @@ def _one(
         "runtime": fmt.runtime,
         "seconds": round(exported_at, 1),
         "check": ran,
-    }
+    } | details
     return record | {key: checked[key] for key in ("arch", "tensorrt") if key in checked}
 
 

@@ -153,6 +153,7 @@ class WrapUp:
             revision=(self.state.snapshot().get("dataset") or {}).get("revision"),
             stopping=lambda: self.clock.preempted,
             best=BEST_CHECKPOINT,
+            **({"raw_check": (self.settings.raw_check,)} if self.settings.raw_check else {}),
         )
         return evaluation.Scorer(job, lambda found: self.state.update(evaluation=found))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..evaluation import record
+from ..evaluation import parity, record
 from ..libreyolo import BEST_CHECKPOINT
 from ..log import logger
 from ..state import replace_atomically
@@ -54,15 +54,23 @@ def section(evaluation: dict[str, Any] | None, run_dir_has_matrix: bool = True) 
         return []
     sizes: dict[str, int] = evaluation.get(_SIZES) or {}
     lines = ["### Evaluation", "", f"Scored on the {record.split_words(evaluation.get('split'))}.", ""]
-    lines += ["| file | mAP50-95 | mAP50 | precision | recall | ms/image | device | size |"]
-    lines += ["|---|---:|---:|---:|---:|---:|---|---:|"]
+    lines += ["| file | mAP50-95 | mAP50 | precision | recall | ms/image | device | size | raw outputs vs best.pt |"]
+    lines += ["|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for name, found in evaluation["files"].items():
         size = f"{sizes[name] / 1e6:.1f} MB" if name in sizes else "—"
         lines.append(
             f"| `{name}` | {_pct(found['map50_95'])} | {_pct(found['map50'])} | {_pct(found['precision'])}"
-            f" | {_pct(found['recall'])} | {_ms(found['ms_per_image'])} | {found['device']} | {size} |"
+            f" | {_pct(found['recall'])} | {_ms(found['ms_per_image'])} | {found['device']} | {size}"
+            f" | {_raw(name, found.get('raw_outputs'))} |"
         )
-    lines += ["", f"Precision and recall: {record.matrix_words()}.", ""]
+    lines += ["", f"Precision and recall: {record.matrix_words()}."]
+    if any(parity.valid(found.get("raw_outputs")) for found in evaluation["files"].values()):
+        lines += [
+            f"Raw outputs: each export and best.pt on the same preprocessed input (the first {parity.IMAGES}"
+            " images of the split), before NMS; the largest elementwise difference, and the tolerance"
+            " |Δ| ≤ atol + rtol·|best.pt| it passed."
+        ]
+    lines += [""]
     main = evaluation["files"].get(BEST_CHECKPOINT) or next(iter(evaluation["files"].values()), None)
     if main:
         lines += ["| class (worst first) | AP50-95 | AP50 | instances |", "|---|---:|---:|---:|"]
@@ -100,6 +108,14 @@ def draw(matrix: dict[str, Any], target: Path, title: str) -> None:
             canvas.rectangle((x, y, x + _CELL - 2, y + _CELL - 2), fill=(shade, shade, 255), outline=(200, 200, 200))
             canvas.text((x + 6, y + _CELL // 2 - 7), str(value), fill=INK if share < 0.6 else BACKGROUND, font=font)
     replace_atomically(target, lambda tmp: image.save(tmp, format="PNG"))
+
+
+def _raw(name: str, raw: Any) -> str:
+    if name == BEST_CHECKPOINT:
+        return "the reference"
+    if not parity.valid(raw):
+        return "—"
+    return f"max Δ {raw['max_abs_diff']:.2g} (atol {raw['atol']:g}, rtol {raw['rtol']:g})"
 
 
 def _pct(value: Any) -> str:

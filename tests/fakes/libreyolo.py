@@ -49,6 +49,7 @@ most 120 s), so a test decides when training goes on (e.g. once the boundary is 
 ``mAP50``, ``mAP50_95``, ...; ``device``). The stand-in model has learnt the validation split by heart: image i of
 any split gets the boxes of validation image i's labels, so a test split labelled otherwise scores visibly lower.
 An exported model (not ``.pt``) loses the last ``FAKE_EXPORT_DRIFT`` share (0-1, default 0) of each image's boxes.
+A model that is not there, or a folder without an ``.xml`` (OpenVINO's IR), fails as libreyolo does (exit 4).
 ``FAKE_VAL_MODE=hang``: ``val`` never ends.
 Any other command (``doctor``) reports no findings, after ``FAKE_DOCTOR_SECONDS`` (default 0).
 """
@@ -316,6 +317,10 @@ def val(argv: list[str]) -> int:
     if os.environ.get("FAKE_VAL_MODE") == "hang":
         time.sleep(3600)
     opts = _options(argv)
+    model = Path(opts["model"])
+    if not model.exists() or (model.is_dir() and not any(model.glob("*.xml"))):  # a folder: OpenVINO's IR
+        print(f"ERROR    Error [model_not_found]: no model at {model}", flush=True)
+        return 4
     data = Path(opts["data"])
     config = yaml.safe_load(data.read_text())
     root = Path(str(config.get("path") or data.parent))

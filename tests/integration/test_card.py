@@ -18,6 +18,7 @@ from PIL import Image
 
 from entrypoint.report import card, plot
 from tests.fakes import libreyolo as fake_libreyolo
+from tests.fakes import rawcheck as fake_rawcheck
 from tests.hubfixtures import HubContext
 from tests.integration.test_dataset_hub import dataset_tar, publish
 from tests.support import TINY_RUN_ARGS, run_trainbox, trainbox_env
@@ -29,6 +30,7 @@ def stand_in(tmp_path: Path, epoch_seconds: float = 0.2) -> dict[str, str]:
     """The environment that makes the agent run the stand-in libreyolo, ``epoch_seconds`` an epoch."""
     return {
         "TRAINBOX_LIBREYOLO": str(fake_libreyolo.install(tmp_path / "bin")),
+        "TRAINBOX_RAW_CHECK": str(fake_rawcheck.install(tmp_path / "bin")),
         "FAKE_EPOCH_SECONDS": str(epoch_seconds),
     }
 

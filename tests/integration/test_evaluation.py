@@ -82,6 +82,35 @@ def test_the_test_split_is_what_is_scored_and_trainbox_eval_prints_the_same(
     assert "are not the model's (red, green, blue)" in other.stderr.splitlines()[-1]
 
 
+def test_trainbox_eval_downloads_and_scores_a_folder_export(hub_ctx: HubContext, tmp_path: Path) -> None:
+    """An OpenVINO export is a folder (its .xml, .bin and metadata): `trainbox eval --repo` brings every file under
+    it down and scores the folder. (The stand-in libreyolo scores it as libreyolo would load it: a folder holding an
+    .xml; this venv has no OpenVINO runtime to make or run a real one.)"""
+    repo = hub_ctx.repo_id("folder-export")
+    env = _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="off")
+    env.pop("_stderr")
+    folder = "weights/best_openvino"
+    evaluation = json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))
+    evaluation["files"][folder] = evaluation["files"]["weights/best.pt"]  # as a box that made it writes it
+    files = {
+        f"{folder}/best.xml": b"<net/>\n",
+        f"{folder}/best.bin": b"\0" * 4096,
+        f"{folder}/metadata.yaml": b"a: 1\n",
+    }
+    hub_ctx.hub.commit(repo, files | {"eval.json": json.dumps(evaluation).encode()}, message="an OpenVINO export")
+
+    shown = run_trainbox("eval", "--repo", repo, "--json", env=env)
+    assert shown.returncode == 0, shown.output[-3000:]
+    assert " WARNING: " not in shown.stderr, shown.stderr[-3000:]
+    again = json.loads(shown.stdout)
+    assert set(again["files"]) == {"weights/best.pt", folder}
+    assert again["files"][folder]["map50_95"] == 1.0  # the stand-in, given the folder, scored it
+    assert f"/files/{folder} --data " in shown.stderr  # libreyolo val given the folder itself
+    table = run_trainbox("eval", "--repo", repo, env=env)
+    (row,) = [line for line in table.stdout.splitlines() if line.startswith(folder)]
+    assert row.endswith("0.0 MB")  # the folder's files summed (4 KiB)
+
+
 def test_without_a_test_split_the_validation_split_is_scored_and_said_so(hub_ctx: HubContext, tmp_path: Path) -> None:
     repo = hub_ctx.repo_id("val-only")
     env = _run(hub_ctx, tmp_path, make_dataset(tmp_path / "own-data"), repo, EXPORT="off")
@@ -137,6 +166,37 @@ def test_an_export_that_scores_like_best_pt_is_published_with_its_score(hub_ctx:
     state = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))
     assert state["exports"]["onnx"]["status"] == "published"
     assert "against best.pt's 100.00 on the same split" in state["exports"]["onnx"]["check"]
+    # its raw outputs compared with best.pt's on the split's first images (all 4 here), at FP32's tolerance
+    raw = {"images": 4, "max_abs_diff": 0.0, "atol": 0.001, "rtol": 0.001, "within": True}
+    assert evaluation["files"]["weights/best.onnx"]["raw_outputs"] == raw == state["exports"]["onnx"]["raw_outputs"]
+    card_text = hub_ctx.hub.file_bytes(repo, "README.md").decode()
+    assert "| max Δ 0 (atol 0.001, rtol 0.001) |" in card_text  # the evaluation's table
+    assert "raw outputs: max Δ 0 on 4 image(s) (atol 0.001, rtol 0.001) |" in card_text  # the exports' table
+
+
+def test_an_export_whose_raw_outputs_differ_is_not_published_though_it_scores_the_same(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    repo = hub_ctx.repo_id("raw-drift")
+    env = _run(
+        hub_ctx,
+        tmp_path,
+        make_dataset(tmp_path / "own-data"),
+        repo,
+        EXPORT="onnx",
+        FAKE_EXPORT_MODE="ok",
+        FAKE_RAW_DIFF="0.5",
+    )
+    (warning,) = [line for line in env["_stderr"].splitlines() if " WARNING: " in line and "export" in line]
+    assert (
+        "export onnx: not published: mAP50-95 100.00 against best.pt's 100.00 on the same split (Δ 0.00 points,"
+        " allowed ± 0.50); raw outputs: max Δ 0.5 on 4 image(s) (atol 0.001, rtol 0.001), outside"
+    ) in warning
+    assert "weights/best.onnx" not in HfApi(endpoint=hub_ctx.url, token=hub_ctx.token).list_repo_files(repo)
+    record = json.loads(hub_ctx.hub.file_bytes(repo, "trainbox.json"))["exports"]["onnx"]
+    assert record["status"] == "failed" and record["raw_outputs"]["within"] is False
+    assert record["raw_outputs"]["max_abs_diff"] == 0.5
+    assert set(json.loads(hub_ctx.hub.file_bytes(repo, "eval.json"))["files"]) == {"weights/best.pt"}
 
 
 def test_a_sigterm_during_the_evaluation_then_a_restart_scores_without_training(

@@ -58,6 +58,10 @@ class TrainedRun:
 
 @pytest.fixture(scope="module")
 def two_epochs() -> TrainedRun:
+    return two_epoch_run()
+
+
+def two_epoch_run() -> TrainedRun:
     """Two real epochs on a local dataset, trained once per session (whichever workers run the tests that only
     read the result, or copy it: tests/support.py, ``shared_run``)."""
     run_args = f"{TINY_RUN_ARGS} epochs=2 save_period=1"  # save_period: the epoch_N.pt files the sync names

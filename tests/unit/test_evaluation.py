@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from entrypoint.errors import EvalSplitMissingError, HeldOutClassesError, HeldOutUnlabelledError
-from entrypoint.evaluation import record, score, split
+from entrypoint.evaluation import parity, record, score, split
 from entrypoint.evaluation.score import Guess, Truth
 from entrypoint.report import card_eval
 
@@ -158,9 +158,50 @@ def test_an_export_passes_within_its_formats_tolerance_and_fails_outside_with_bo
     pt = {"map50_95": 0.4000}
     assert record.judge(pt, {"map50_95": 0.4049}, "onnx") is None
     why = record.judge(pt, {"map50_95": 0.3940}, "onnx")
-    assert why == "mAP50-95 39.40 against best.pt's 40.00 on the same split (Δ -0.60 points, allowed ± 0.50)"
+    assert why == "mAP50-95 39.40 against best.pt's 40.00 on the same split (Δ -0.60 points, allowed ± 0.50), outside"
     assert record.judge(pt, {"map50_95": 0.3940}, "tensorrt") is None  # FP16: one point
     assert record.judge(pt, {"map50_95": 0.3890}, "tensorrt") is not None
+
+
+def test_raw_outputs_are_within_when_every_element_is_within_atol_plus_rtol_of_best_pts() -> None:
+    import numpy as np
+
+    reference = np.array([[0.0, 0.5, 300.0]], dtype=np.float32)
+    fp32 = parity.tolerance("onnx")
+    assert (fp32.atol, fp32.rtol) == (1e-3, 1e-3) and parity.tolerance("openvino") == fp32
+    near = [([reference], [reference + np.array([[9e-4, -9e-4, 0.29]])])]  # 0.29 ≤ 0.001 + 0.001·300
+    assert parity.compare(near * 8, fp32) == {
+        "images": 8, "max_abs_diff": 0.29, "atol": 1e-3, "rtol": 1e-3, "within": True
+    }  # fmt: skip
+    far_score = [([reference], [reference + np.array([[0.0011, 0.0, 0.0]])])]  # a score near 0 moved by 0.0011
+    assert not parity.compare(far_score, fp32)["within"]
+    assert parity.compare(far_score, parity.tolerance("tensorrt"))["within"]  # FP16: 5 %
+    nan = [([reference], [reference * np.array([[1.0, np.nan, 1.0]])])]
+    assert parity.compare(nan, parity.tolerance("tensorrt")) == {
+        "images": 1, "max_abs_diff": 0.0, "atol": 0.05, "rtol": 0.05, "within": False, "not_finite": 1
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"best.pt's output is \(1, 3\), the export's \(3,\)"):
+        parity.compare([([reference], [reference[0]])], fp32)
+    with pytest.raises(ValueError, match=r"best\.pt gives 1 outputs, the export 2"):
+        parity.compare([([reference], [reference, reference])], fp32)
+    record = parity.compare(near, fp32)
+    assert parity.valid(record) and not parity.valid({"within": True})
+    assert parity.words(record) == "raw outputs: max Δ 0.29 on 1 image(s) (atol 0.001, rtol 0.001)"
+
+
+def test_an_export_whose_raw_outputs_differ_fails_with_both_numbers_even_when_it_scores_the_same() -> None:
+    near = {"images": 8, "max_abs_diff": 6.1e-05, "atol": 0.001, "rtol": 0.001, "within": True}
+    far = near | {"max_abs_diff": 0.068, "within": False}
+    barely_trained = {"map50_95": 0.0}  # a 2-epoch model: its export scores 0 whatever it computes
+    assert record.judge(barely_trained, {"map50_95": 0.0}, "onnx", near) is None
+    why = record.judge(barely_trained, {"map50_95": 0.0}, "onnx", far)
+    assert why == (
+        "mAP50-95 0.00 against best.pt's 0.00 on the same split (Δ 0.00 points, allowed ± 0.50);"
+        " raw outputs: max Δ 0.068 on 8 image(s) (atol 0.001, rtol 0.001), outside"
+    )
+    why = record.judge({"map50_95": 0.4}, {"map50_95": 0.39}, "onnx", near)
+    assert why is not None and "(Δ -1.00 points, allowed ± 0.50), outside; raw outputs: max Δ 6.1e-05" in why
+    assert not why.endswith("outside")
 
 
 def test_the_card_shows_each_file_the_classes_worst_first_and_the_matrix(tmp_path: Path) -> None:
@@ -168,7 +209,8 @@ def test_the_card_shows_each_file_the_classes_worst_first_and_the_matrix(tmp_pat
     found = score.score(truths, [[Guess(0, 0.9, (0, 0, 10, 10))]], 2)
     files = {
         "weights/best.pt": record.file_record(0.5, 0.5, found, ("red", "blue"), 8.0, "cpu"),
-        "weights/best.onnx": record.file_record(0.498, 0.5, found, ("red", "blue"), 5.0, "cpu"),
+        "weights/best.onnx": record.file_record(0.498, 0.5, found, ("red", "blue"), 5.0, "cpu")
+        | {"raw_outputs": {"images": 8, "max_abs_diff": 6.1e-05, "atol": 0.001, "rtol": 0.001, "within": True}},
     }
     (tmp_path / "weights").mkdir()
     (tmp_path / "weights" / "best.pt").write_bytes(b"x" * 2_000_000)
@@ -176,8 +218,9 @@ def test_the_card_shows_each_file_the_classes_worst_first_and_the_matrix(tmp_pat
     evaluation = card_eval.gather(tmp_path)
     text = "\n".join(card_eval.section(evaluation))
     assert "Scored on the validation split (also used to pick best.pt)." in text
-    assert "| `weights/best.pt` | 50.0 | 50.0 | 100.0 | 50.0 | 8.0 | cpu | 2.0 MB |" in text
-    assert "| `weights/best.onnx` | 49.8 |" in text
+    assert "| `weights/best.pt` | 50.0 | 50.0 | 100.0 | 50.0 | 8.0 | cpu | 2.0 MB | the reference |" in text
+    assert "| `weights/best.onnx` | 49.8 |" in text and "| — | max Δ 6.1e-05 (atol 0.001, rtol 0.001) |" in text
+    assert "Raw outputs: each export and best.pt on the same preprocessed input (the first 8 images" in text
     assert text.index("| blue | 0.0") < text.index("| red | 100.0")
     with Image.open(tmp_path / card_eval.MATRIX_FILE) as picture:
         assert picture.format == "PNG" and picture.width > 200

@@ -252,6 +252,7 @@ ROW_OF_FIELD = {
     "libreyolo_command": "TRAINBOX_LIBREYOLO",
     "cache_dir": "TRAINBOX_CACHE_DIR",
     "gpu_probe": "TRAINBOX_GPU_PROBE",
+    "raw_check": "TRAINBOX_RAW_CHECK",
     "proc_self": "TRAINBOX_PROC_SELF",
     "workdir_given": "WORKDIR",
     "dataset_revision_given": "DATASET_REVISION",
