@@ -269,7 +269,7 @@ def test_an_onnx_file_that_does_not_compute_what_best_pt_computes_is_refused_wit
     real = libreyolo.executable()
     wrapper.write_text(CORRUPTING_LIBREYOLO.format(python=sys.executable, real=real))
     wrapper.chmod(0o755)
-    env = two_epochs.env | {"WORKDIR": str(workdir), "EXPORT": "onnx", "TRAINBOX_LIBREYOLO": str(wrapper)}
+    env = two_epochs.env | {"WORKDIR": str(workdir), "EXPORT": "onnx", "EVAL": "1", "TRAINBOX_LIBREYOLO": str(wrapper)}
     env["RUN_NAME"] = state_of(workdir)["run_name"]
     result = run_trainbox("run", env=env)
     assert result.returncode == 0, result.output[-3000:]  # the weights are the product: the run succeeds
