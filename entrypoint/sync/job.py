@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError, LeaseRefusedError, StopRequested, SyncError, TakenOverError
+from ..errors import AgentError, LeaseRefusedError, StopRequested, StoreUnreadableError, SyncError, TakenOverError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
 from ..hub import Hub, with_retries
@@ -18,7 +18,7 @@ from ..log import logger
 from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
-from . import volume_lock
+from . import clock, volume_lock
 from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
 from .bucket_store import BucketStore
 from .lease import RunLease
@@ -66,6 +66,9 @@ def open_run(
             volume_locked=lambda: volume_lock.is_held(lock),
         )
         held = lease.acquire(run_id, run_known=not new_run)
+        # A holder taken over may land one last licensed write a quarter period after the take: the run's state
+        # is read from then on, this attempt still holding it.
+        confirm_held(lease, None, read_for=settings.lease_period / 2)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
             state.identity.follow_run_id({"run_id": held})
@@ -188,6 +191,38 @@ def start(
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
     return uploader
+
+
+def confirm_held(lease: RunLease | None, uploader: Uploader | None, *, read_for: float) -> None:
+    """Right before training starts: this attempt still holds the run, so the state resume read is still the run's
+    newest (only the holder writes it). A lease read licenses for a quarter period (``protocol.lease_read_fresh``):
+    a process frozen or slowed past it since (between its resume read and now) reads the lease again, and one that
+    names another attempt (it took the run while this one was frozen, and wrote on from there) ends this one with
+    71, nothing trained or written. A lease that cannot be read is read again for ``read_for`` seconds, then 73.
+    Within the licence, no read."""
+    if lease is None:
+        return
+    began = clock.monotonic()
+    while True:
+        try:
+            lease.check(began + read_for)
+            return
+        except TakenOverError as error:
+            if uploader is not None:  # nothing more written anywhere
+                uploader.committers.lost_run(error)
+            raise
+        except StopRequested:
+            raise
+        except Exception as error:
+            waited = clock.monotonic() - began
+            if waited >= read_for:
+                raise StoreUnreadableError(
+                    f"cannot read the run's lease in {lease.repo_id} for {waited:.0f} s ({describe(error)}): this"
+                    " attempt cannot tell whether it still holds the run; nothing trained, nothing written",
+                    "start it again once the Hub answers (a retryable exit)",
+                ) from None
+            logger.warning("lease: cannot read the run's lease before training (%s); reading it again", describe(error))
+            clock.sleep(min(5.0, max(0.5, read_for / 10)))
 
 
 def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from unittest import mock
 
 from entrypoint.sync import bucket_store, protocol, read
+from entrypoint.sync import job as job_sync
 
 from .container import PERIOD
 from .faults import Outage
@@ -19,6 +20,12 @@ from .world import Options
 # c1 trains alone; killed at 300 s (5 epochs in the bucket, the snapshot epoch_3 among them);
 # c2 is relaunched on a new volume 10 s later and takes the run over after one lease period.
 _TAKEOVER = dict(containers=1, kills=[(300.0, "c1")], relaunch_after=10.0, skews={"c1": 0.0, "c2": 0.0})
+
+# c1 takes a new run alone and freezes once the last listing of its resume read answered (its 4th: two while it
+# took the lease, two of the resume read); c2 starts a minute later and takes the run after a period of silence.
+_FROZEN_AFTER_THE_RESUME_READ = Options(
+    containers=2, starts=[0.0, 60.0], freezes=[("c1", "list:answered", 4, 2.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+)
 
 ORDERINGS: dict[str, Options] = {
     # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
@@ -45,6 +52,9 @@ ORDERINGS: dict[str, Options] = {
     "5b-frozen-between-the-lease-read-and-the-write": Options(
         containers=2, starts=[0.0, 200.0], freezes=[("c1", "repo_read", 12, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
     ),
+    # (5c) the holder freezes for two and a half periods once its resume read answered, before it trains: the
+    # taker trains and lands epochs meanwhile; on thaw the holder reads its lease before training and ends (71).
+    "5c-frozen-between-the-resume-read-and-training": _FROZEN_AFTER_THE_RESUME_READ,
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(
@@ -128,6 +138,11 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         "while the Hub holds a state",
         Options(**_TAKEOVER, outages=[Outage("list", 455, 530, "503", "c2")]),
         lambda: mock.patch.object(protocol, "bucket_read", lambda *a, **k: protocol.BucketRead.WITHOUT),
+    ),
+    "never-a-start-from-less-after-a-freeze": (
+        "while the Hub holds a state",
+        _FROZEN_AFTER_THE_RESUME_READ,
+        lambda: mock.patch.object(job_sync, "confirm_held", lambda *a, **k: None),
     ),
     "two-trainers-never-both-end-0": (
         "two containers that trained ended 0",

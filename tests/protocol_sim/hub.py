@@ -101,17 +101,26 @@ class SimApi:
         scripted for this call (``Server.freezes``: who, call, nth) holds the caller here, its call not applied."""
         server = self.server
         server.scheduler.pause(server.faults.latency())
+        self._frozen(call)
+        return server.faults.before(call, who=server.who())
+
+    def _after(self, outcome: str, call: str) -> None:
+        """The answer's way back. A freeze scripted for ``<call>:answered`` holds the caller here, the call
+        applied and answered (what it read is stale by its thaw)."""
+        self.server.scheduler.pause(self.server.faults.latency())
+        self._frozen(f"{call}:answered")
+        self.server.faults.after(outcome, call)
+
+    def _frozen(self, call: str) -> None:
+        server = self.server
+        if not server.freezes:
+            return
         who = server.who()
         server.calls[(who, call)] = server.calls.get((who, call), 0) + 1
         for name, what, nth, seconds in server.freezes:
             if (name, what, nth) == (who, call, server.calls[(who, call)]):
                 server.journal.append((server.scheduler.now, who, f"frozen in {call} for {seconds:.0f} s"))
                 server.scheduler.pause(seconds)
-        return server.faults.before(call, who)
-
-    def _after(self, outcome: str, call: str) -> None:
-        self.server.scheduler.pause(self.server.faults.latency())
-        self.server.faults.after(outcome, call)
 
     # -- the repo ------------------------------------------------------------------------------
     def repo_info(self, repo_id: str, **_: Any) -> Any:
