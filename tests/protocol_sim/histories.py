@@ -10,6 +10,7 @@ from unittest import mock
 
 from entrypoint.sync import bucket_store, protocol, read
 from entrypoint.sync import job as job_sync
+from entrypoint.sync.bucket import RunFolder
 
 from .container import PERIOD
 from .faults import Outage
@@ -75,13 +76,9 @@ ORDERINGS: dict[str, Options] = {
     ),
 }
 
-# Orderings no fence of the product closes: they fail (xfail strict) until one does.
-FENCED = {
-    # The batch was sent before the freeze (the call not yet applied): no check before it can stop it, and a
-    # bucket has no compare-and-swap. Readers trust only the holder's chain, so the late manifest is never
-    # resumed from; the oracle judges the write itself.
-    "5-frozen-holder-lands-after-the-taker": "a bucket batch frozen inside its call lands when it thaws",
-}
+# Orderings no fence of the product closes: they fail (xfail strict) until one does. None: a bucket batch frozen
+# inside its call past a period (ordering 5) lands when it thaws, but inert (docs/stores.md "Fences").
+FENCED: dict[str, str] = {}
 
 
 # -- each invariant, with the rule that guards it switched off -------------------------------------------
@@ -125,6 +122,15 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         lambda: _patched(
             mock.patch.object(protocol, "may_write", _everything_writes),
             mock.patch.object(bucket_store, "newest_attempt", lambda keys, folder: None),
+        ),
+    ),
+    "a-late-write-is-inert": (
+        # ordering 5 with one key space for every attempt's objects: the batch landing on thaw writes keys the
+        # taker's manifests may name.
+        "not a key of its own attempt",
+        ORDERINGS["5-frozen-holder-lands-after-the-taker"],
+        lambda: mock.patch.object(
+            RunFolder, "object_key", lambda self, attempt, sha, relative: f"{self.prefix}/objects/{sha[:16]}/{relative}"
         ),
     ),
     "taken-over-only-after-a-period-of-silence": (

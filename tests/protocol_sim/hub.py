@@ -54,6 +54,7 @@ class Server:
     bucket: dict[str, bytes] = field(default_factory=dict)
     commits: list[Commit] = field(default_factory=list)
     journal: list[tuple[float, str, str]] = field(default_factory=list)  # (true time, who, what)
+    sent: dict[int, float] = field(default_factory=dict)  # a bucket write's journal index → when its call began
     freezes: list[tuple[str, str, int, float]] = field(default_factory=list)  # who, call, nth, seconds
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -181,6 +182,7 @@ class SimApi:
         return _pages(found, cut)
 
     def batch_bucket_files(self, bucket_id: str, *, add: Any = None, delete: Any = None) -> None:
+        sent = self.server.scheduler.now  # what the writer knew then licensed it; it may land much later
         outcome = self._call("batch")
         ops: list[tuple[str, bytes | None]] = [(key, _data(src)) for src, key in add or []]
         ops += [(key, None) for key in delete or []]
@@ -191,6 +193,7 @@ class SimApi:
                 self.server.bucket.pop(key, None)
             else:
                 self.server.bucket[key] = data
+            self.server.sent[len(self.server.journal)] = sent
             self.server.journal.append(
                 (self.server.scheduler.now, self.server.who(), f"{'put' if data else 'del'} {key}")
             )

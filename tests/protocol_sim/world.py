@@ -140,7 +140,7 @@ def run(
         trained=lambda run_id, epoch: oracle.train(_who(scheduler), run_id, epoch),
         started=lambda attempt, run_id, epochs: (
             say(f"{_who(scheduler)} ({attempt}) starts run {run_id} at {epochs}"),
-            oracle.start(_who(scheduler), run_id, epochs),
+            oracle.start(_who(scheduler), run_id, epochs, attempt),
         )[-1],
     )
 
