@@ -147,9 +147,11 @@ def start(
     leaves the bucket for the repo, or comes back."""
     assert settings.output_repo is not None
     store = None
-    if folder is not None:
+    if folder is not None and lease is not None:  # what its boundaries carry forward: read now, beside the resume
+        store = begin_store(folder, lease.attempt, read_for=settings.lease_period / 2)
+    elif folder is not None:
         try:
-            store = BucketStore.begin(folder, attempt=lease.attempt if lease is not None else None)
+            store = BucketStore.begin(folder)
         except StopRequested:
             raise
         except Exception as error:  # listing the folder failed: the repo holds the working state instead
@@ -194,34 +196,49 @@ def start(
 
 
 def confirm_held(lease: RunLease | None, uploader: Uploader | None, *, read_for: float) -> None:
-    """Right before training starts: this attempt still holds the run, so the state resume read is still the run's
-    newest (only the holder writes it). A lease read licenses for a quarter period (``protocol.lease_read_fresh``):
-    a process frozen or slowed past it since (between its resume read and now) reads the lease again, and one that
-    names another attempt (it took the run while this one was frozen, and wrote on from there) ends this one with
-    71, nothing trained or written. A lease that cannot be read is read again for ``read_for`` seconds, then 73.
-    Within the licence, no read."""
+    """Before the run's state is read, and right before training starts: this attempt still holds the run, so what
+    resume read is the run's newest (only the holder writes it). After a take, ``lease.check`` first waits the
+    quarter period in which the holder taken over may land the last write it had licensed. A lease read licenses
+    for a quarter period (``protocol.lease_read_fresh``): a process frozen or slowed past it since (between its
+    resume read and now) reads the lease again, and one that names another attempt (it took the run while this
+    one was frozen, and wrote on) ends this one with 71, nothing trained or written. Within the licence, no read."""
     if lease is None:
         return
+    try:
+        _to_deadline(lease.check, "the run's lease", read_for)
+    except TakenOverError as error:
+        if uploader is not None:  # nothing more written anywhere
+            uploader.committers.lost_run(error)
+        raise
+
+
+def begin_store(folder: RunFolder, attempt: str | None, *, read_for: float) -> BucketStore:
+    """This attempt's writes to the run's folder, with what they carry forward read now, beside the resume (after
+    a take's quarter period: the last write the holder taken over had licensed is in it), not at the first
+    boundary: a batch that holder sent before it froze and that lands later is never carried forward."""
+    store = BucketStore.begin(folder, attempt=attempt)
+    _to_deadline(store.learn, folder.label, read_for)
+    return store
+
+
+def _to_deadline(read: Callable[[float], None], what: str, read_for: float) -> None:
+    """``read`` (given its deadline) tried again for ``read_for`` seconds, as resume's reads are, then 73."""
     began = clock.monotonic()
     while True:
         try:
-            lease.check(began + read_for)
+            read(began + read_for)
             return
-        except TakenOverError as error:
-            if uploader is not None:  # nothing more written anywhere
-                uploader.committers.lost_run(error)
-            raise
-        except StopRequested:
+        except (StopRequested, TakenOverError):
             raise
         except Exception as error:
             waited = clock.monotonic() - began
             if waited >= read_for:
                 raise StoreUnreadableError(
-                    f"cannot read the run's lease in {lease.repo_id} for {waited:.0f} s ({describe(error)}): this"
-                    " attempt cannot tell whether it still holds the run; nothing trained, nothing written",
+                    f"cannot read {what} for {waited:.0f} s at the start ({describe(error)}): not training from a"
+                    " state this attempt cannot confirm; nothing trained, nothing written",
                     "start it again once the Hub answers (a retryable exit)",
                 ) from None
-            logger.warning("lease: cannot read the run's lease before training (%s); reading it again", describe(error))
+            logger.warning("resume: cannot read %s (%s); reading it again", what, describe(error))
             clock.sleep(min(5.0, max(0.5, read_for / 10)))
 
 

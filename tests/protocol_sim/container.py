@@ -1,8 +1,9 @@
 """One simulated container: the agent's own store code, driven one step at a time.
 
 What runs is the product's: ``RunLease`` (read, acquire with its compare-and-swap, check, the heartbeat's
-``tick``, release), ``read.find_newest`` over the volume and ``bucket.RunFolder`` (whole manifests, the
-downloads, ``bucket_sources``' retries and exit 73), the ``Uploader``'s lanes and routing with
+``tick``, release), the job's ``confirm_held`` (the lease checked before the run's state is read and right
+before training) and ``begin_store``, ``read.find_newest`` over the volume and ``bucket.RunFolder`` (whole
+manifests, the downloads, ``bucket_sources``' retries and exit 73), the ``Uploader``'s lanes and routing with
 ``BucketStore`` (learn, commit, landed, tidy) under ``committer.step`` (the lease's check before every write,
 the landing as a heartbeat, ``lost_run``). What stands in: training (an epoch is virtual time, then
 ``last.pt`` — a real tiny checkpoint —, ``metrics.jsonl`` and every ``SAVE_PERIOD`` an ``epoch_N.pt`` are
@@ -134,7 +135,10 @@ def container(api: SimApi, volume: Path, report: Report, run_id_if_new: str) -> 
         return 73
     epoch = copy.epochs if copy is not None else 0
     _truncate_metrics(run_dir, epoch)
-    store = BucketStore.begin(folder, attempt=lease.attempt)
+    try:
+        store = job_sync.begin_store(folder, lease.attempt, read_for=PERIOD / 2)  # the job's, beside the resume
+    except StoreUnreadableError:
+        return 73
     up = Uploader(hub, REPO, run_dir, work, bucket=store, lease=lease, fallback_after=PERIOD / 2)
     assert up.bucket is not None
     lane = up.bucket

@@ -28,6 +28,13 @@ _FROZEN_AFTER_THE_RESUME_READ = Options(
     containers=2, starts=[0.0, 60.0], freezes=[("c1", "list:answered", 4, 2.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
 )
 
+# c1 trains; c2 starts 20 s later and watches its heartbeat; c2 freezes for a period and a half once its second
+# look's listing of c1's manifests answered (its 4th listing): on thaw that look shows no write of c1 since the
+# first, a period and more ago.
+_WATCHER_FROZEN_MID_LOOK = Options(
+    containers=2, starts=[0.0, 20.0], freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+)
+
 ORDERINGS: dict[str, Options] = {
     # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
     # carry no snapshot forward, and its tidy deletes the earlier attempt's snapshots.
@@ -66,6 +73,8 @@ ORDERINGS: dict[str, Options] = {
     ),
     # (7) the second container's clock is 10 minutes fast (far beyond CLOCK_SKEW) while the holder lives.
     "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),
+    # (7b) a watcher frozen mid-look judges nothing on it: it looks again, sees the holder's heartbeat moved, ends 72.
+    "7b-a-watcher-frozen-mid-look": _WATCHER_FROZEN_MID_LOOK,
     # (8) the holder's token loses the repo (401) mid-run: it can no longer read its lease; a second container
     # started then watches the holder's heartbeat.
     "8-401-on-the-lease-mid-run": Options(
@@ -139,6 +148,11 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         lambda: mock.patch.object(
             protocol, "judge_lease", lambda lease, me, beat, now, watch, **_: (protocol.Verdict.TAKE, None)
         ),
+    ),
+    "taken-over-only-after-a-period-of-silence-seen-fresh": (
+        "whose last write landed",
+        _WATCHER_FROZEN_MID_LOOK,
+        lambda: mock.patch.object(protocol, "lease_read_fresh", lambda *a, **k: True),
     ),
     "never-a-start-from-less": (
         "while the Hub holds a state",

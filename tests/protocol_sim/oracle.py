@@ -8,7 +8,7 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
   call) is inert: it puts only keys of its own attempt, deletes nothing another attempt's manifest names, and no
   reader trusts it (no later manifest names what it put, no container starts from it);
 - a holder is taken over only after a whole period of silence (no write of it landed; less a call's latency);
-- never a start from less than the Hub holds (a start from scratch while the Hub holds a state);
+- never a start from less than the Hub holds (a start from scratch while the Hub holds a state; late writes aside);
 - never two containers that trained both ending 0;
 - each epoch trained at most twice.
 """
