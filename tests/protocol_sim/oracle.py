@@ -19,6 +19,7 @@ import itertools
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .hub import Server
@@ -91,6 +92,8 @@ class Oracle:
     late: set[str] = field(default_factory=set)  # keys landed by a writer a period after a later one took the run
     _seen: int = -1
     _judged: int = 0  # journal entries the one-writer rule judged
+    _landed: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # attempt → its bucket writes
+    _indexed: int = 0  # journal entries indexed in ``_landed``
 
     def fail(self, why: str) -> None:
         replay = "\n".join(self.log[-30:])
@@ -135,29 +138,36 @@ class Oracle:
         self._one_writer()
 
     def _one_writer(self) -> None:
-        takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
-        writes: dict[str, list[float]] = defaultdict(list)  # attempt → when its writes landed (true time)
-        for at, _, what in self.server.journal:
+        journal = self.server.journal
+        for n in range(self._indexed, len(journal)):  # the bucket writes landed since the last step, by attempt
+            at, _, what = journal[n]
             attempt = _attempt_of(what)
             if attempt is not None:
-                writes[attempt].append(at)
+                self._landed[attempt].append(at)
+        self._indexed = len(journal)
+        takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
+        beats: dict[str, list[float]] = defaultdict(list)  # holder → its lease commits (true time)
+
+        def writes(attempt: str) -> Iterable[float]:  # when its writes landed (true time)
+            return itertools.chain(self._landed.get(attempt, ()), beats.get(attempt, ()))
+
         previous, released = None, True
         for commit in self.server.commits:
             holder = lease_holder(commit.files)
             if holder is not None and holder != previous:
                 takes.append((commit.at, holder))
-                held = sorted(w for w in writes.get(previous or "", []) if w <= commit.at)
+                held = sorted(w for w in writes(previous or "") if w <= commit.at)
                 quiet = _silence(held, commit.at, self.period)
                 silent = self._judges("silence")
                 if silent and previous is not None and not released and quiet < self.period - SLACK:
                     self.fail(f"{holder} took the run from {previous}, whose last write landed {quiet:.0f} s before")
                 if silent and previous is None:  # no lease (never committed, deleted, unreadable): was anyone writing?
-                    for other, times in writes.items():
-                        last = max((w for w in times if w < commit.at), default=-1e9)
+                    for other in sorted({*self._landed, *beats}):
+                        last = max((w for w in writes(other) if w < commit.at), default=-1e9)
                         if other != holder and commit.at - last < self.period - SLACK and not self._let_go(other):
                             self.fail(f"{holder} took the run while {other} wrote {commit.at - last:.0f} s before")
             if holder is not None:
-                writes[holder].append(commit.at)
+                beats[holder].append(commit.at)
             previous, released = holder, _released(commit.files) if holder is not None else True
         if self._judges("one-writer"):
             self._writers(takes)
