@@ -142,6 +142,15 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
             RunFolder, "object_key", lambda self, attempt, sha, relative: f"{self.prefix}/objects/{sha[:16]}/{relative}"
         ),
     ),
+    "a-late-tidy-deletes-nothing-the-run-keeps": (
+        # with "keep what the newest manifest names" switched off, the holder's 6th batch is a tidy: it freezes inside
+        # it for three periods, the taker's manifests carry its epoch_3.pt forward meanwhile, and the tidy lands.
+        "which run/.*/manifests/.* names",
+        Options(
+            containers=2, starts=[0.0, 200.0], freezes=[("c1", "batch", 6, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+        ),
+        lambda: mock.patch.object(protocol, "deletable", _keep_only_the_manifest),
+    ),
     "taken-over-only-after-a-period-of-silence": (
         "whose last write landed",
         Options(containers=2, starts=[0.0, 100.0], skews={"c1": 0.0, "c2": 0.0}),
@@ -184,6 +193,7 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
 
 # The invariants judged alone in those histories (the oracle's names), where another would fail first.
 ALONE = {
+    "a-late-tidy-deletes-nothing-the-run-keeps": {"one-writer"},
     "two-trainers-never-both-end-0": {"two-end-0"},
     "each-epoch-trained-at-most-twice": {"trained-twice"},
 }
