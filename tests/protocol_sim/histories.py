@@ -63,6 +63,12 @@ ORDERINGS: dict[str, Options] = {
     # (5c) the holder freezes for two and a half periods once its resume read answered, before it trains: the
     # taker trains and lands epochs meanwhile; on thaw the holder reads its lease before training and ends (71).
     "5c-frozen-between-the-resume-read-and-training": _FROZEN_AFTER_THE_RESUME_READ,
+    # (5d) the holder freezes inside its first bucket batch for 110 s; the taker (started 10 s later, watching) takes
+    # the run at 173 s, and the batch lands at 186 s, inside the taker's quarter period: the taker reads the run's
+    # state after it, and resumes from that epoch.
+    "5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period": Options(
+        containers=2, starts=[0.0, 10.0], freezes=[("c1", "batch", 1, 110.0)], skews={"c1": 0.0, "c2": 0.0}
+    ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(
@@ -104,6 +110,15 @@ def _keep_only_the_manifest(
 ) -> set[str]:
     """``protocol.deletable`` without "keep what the newest manifest names"."""
     return {k for k in listing.sizes if k != newest.key} if listing.complete and holder else set()
+
+
+_CONFIRM_HELD = job_sync.confirm_held
+
+
+def _confirmed_only_before_training(lease: Any, uploader: Any, **kw: Any) -> None:
+    """``job.confirm_held`` without its first call (before the run's state is read: no uploader yet)."""
+    if uploader is not None:
+        _CONFIRM_HELD(lease, uploader, **kw)
 
 
 def _everything_writes(*_: Any, **__: Any) -> bool:
@@ -172,6 +187,11 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         "while the Hub holds a state",
         _FROZEN_AFTER_THE_RESUME_READ,
         lambda: mock.patch.object(job_sync, "confirm_held", lambda *a, **k: None),
+    ),
+    "never-a-start-from-less-than-the-last-licensed-write": (
+        "while the Hub holds a state",
+        ORDERINGS["5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period"],
+        lambda: mock.patch.object(job_sync, "confirm_held", _confirmed_only_before_training),
     ),
     "two-trainers-never-both-end-0": (
         "two containers that trained ended 0",
