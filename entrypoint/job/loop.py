@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..settings import Settings
     from ..state import RunState
     from ..sync.bucket import RunFolder
+    from ..sync.lease import RunLease
     from ..sync.uploader import Uploader
     from ..training.launch import Launch
 
@@ -50,6 +51,7 @@ class TrainingJob(Protocol):
     launch: Launch
     hub: Hub | None
     bucket: RunFolder | None
+    lease: RunLease | None
     uploader: Uploader | None
     trainer: TrainingProcess | None
     trainer_live: bool
@@ -169,6 +171,8 @@ class TrainingLoop:
         self.job.state.update(training=started(command, args), sizing=feed.record)
         try:
             self._stop_check()
+            # What resume read is the run's only while this attempt holds it: a freeze since is read past here.
+            job_sync.confirm_held(self.job.lease, self.job.uploader, read_for=self.job.settings.lease_period / 2)
             with self.job.clock.holding_signals(lambda signum: self.job.on_signal(signum, None)):
                 self.job.trainer = TrainingProcess(command, env)
                 self.job.trainer_live = True

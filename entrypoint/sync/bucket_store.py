@@ -2,7 +2,7 @@
 to keys no earlier boundary used; what the new manifest no longer names deleted only once it landed.
 
 One ``BucketStore`` is one attempt (one agent process, the holder of the run's lease) writing one run's
-folder (bucket.py has the layout). Before its first boundary it reads every manifest there (``_learn``): its
+folder (bucket.py has the layout). At its start it reads every manifest there (``learn``): its
 manifests carry the newest whole one's files forward by key (the ``epoch_N.pt`` snapshots earlier attempts
 made, which this volume may not hold), never uploaded again. Its steady state is one copy of each file of the
 newest boundary plus, for a moment, the one before. After each landing it lists the folder (``tidy``) and
@@ -49,9 +49,9 @@ class BucketStore:
             return cls(folder, attempt)
         return cls(folder, new_attempt(after=newest_attempt(folder.manifest_keys(deadline=deadline), folder)))
 
-    def _learn(self, deadline: float | None) -> None:
-        """Once, before the first boundary: every manifest of the folder, and the newest whole one's files to
-        carry forward. A listing or a read that fails raises: the boundary waits (it is tried again)."""
+    def learn(self, deadline: float | None = None) -> None:
+        """Once, with the resume (sync/job.py's ``begin_store``), else before the first boundary: every manifest of
+        the folder, and the newest whole one's files to carry forward. A listing or a read that fails raises."""
         if self._base is not None:
             return
         listing = self.folder.bucket.listing(self.folder.prefix, deadline=deadline)
@@ -84,7 +84,7 @@ class BucketStore:
         return {relative: str(entry["sha256"]) for relative, entry in files.items()}
 
     def commit(self, files: Sequence[StagedFile], message: str, *, deadline: float | None, commit_id: str) -> str:
-        self._learn(deadline)
+        self.learn(deadline)
         assert self._base is not None
         self._seq += 1
         entries: dict[str, dict[str, Any]] = {}

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentError, LeaseRefusedError, StopRequested, SyncError, TakenOverError
+from ..errors import AgentError, LeaseRefusedError, StopRequested, StoreUnreadableError, SyncError, TakenOverError
 from ..foreign import Area, Where
 from ..foreign import agent_error as classify
 from ..hub import Hub, with_retries
@@ -20,7 +20,7 @@ from ..release import elsewhere
 from ..retry import describe
 from ..settings import Settings
 from ..state import Phase, RunState
-from . import volume_lock
+from . import clock, volume_lock
 from .bucket import Bucket, BucketUnavailable, RunFolder, default_bucket_id
 from .bucket_store import BucketStore
 from .lease import RunLease
@@ -72,6 +72,9 @@ def open_run(
             ),
         )
         held = lease.acquire(run_id, run_known=not new_run)
+        # A holder taken over may land one last licensed write a quarter period after the take: the run's state
+        # is read from then on, this attempt still holding it.
+        confirm_held(lease, None, read_for=settings.lease_period / 2)
         if held != run_id:  # another container of this new run took the lease first, then went: its id is the run's
             logger.info("resume: run %s was started by another container; continuing it", held)
             state.identity.follow_run_id({"run_id": held})
@@ -160,9 +163,11 @@ def start(
     leaves the bucket for the repo, or comes back."""
     assert settings.output_repo is not None
     store = None
-    if folder is not None:
+    if folder is not None and lease is not None:  # what its boundaries carry forward: read now, beside the resume
+        store = begin_store(folder, lease.attempt, read_for=settings.lease_period / 2)
+    elif folder is not None:
         try:
-            store = BucketStore.begin(folder, attempt=lease.attempt if lease is not None else None)
+            store = BucketStore.begin(folder)
         except StopRequested:
             raise
         except Exception as error:  # listing the folder failed: the repo holds the working state instead
@@ -204,6 +209,53 @@ def start(
     if store is None:  # else open_bucket said where the working state goes
         logger.info("sync: every epoch of this run goes to %s", settings.output_repo)
     return uploader
+
+
+def confirm_held(lease: RunLease | None, uploader: Uploader | None, *, read_for: float) -> None:
+    """Before the run's state is read, and right before training starts: this attempt still holds the run, so what
+    resume read is the run's newest (only the holder writes it). After a take, ``lease.check`` first waits the
+    quarter period in which the holder taken over may land the last write it had licensed. A lease read licenses
+    for a quarter period (``protocol.lease_read_fresh``): a process frozen or slowed past it since (between its
+    resume read and now) reads the lease again, and one that names another attempt (it took the run while this
+    one was frozen, and wrote on) ends this one with 71, nothing trained or written. Within the licence, no read."""
+    if lease is None:
+        return
+    try:
+        _to_deadline(lease.check, "the run's lease", read_for)
+    except TakenOverError as error:
+        if uploader is not None:  # nothing more written anywhere
+            uploader.committers.lost_run(error)
+        raise
+
+
+def begin_store(folder: RunFolder, attempt: str | None, *, read_for: float) -> BucketStore:
+    """This attempt's writes to the run's folder, with what they carry forward read now, beside the resume (after
+    a take's quarter period: the last write the holder taken over had licensed is in it), not at the first
+    boundary: a batch that holder sent before it froze and that lands later is never carried forward."""
+    store = BucketStore.begin(folder, attempt=attempt)
+    _to_deadline(store.learn, folder.label, read_for)
+    return store
+
+
+def _to_deadline(read: Callable[[float], None], what: str, read_for: float) -> None:
+    """``read`` (given its deadline) tried again for ``read_for`` seconds, as resume's reads are, then 73."""
+    began = clock.monotonic()
+    while True:
+        try:
+            read(began + read_for)
+            return
+        except (StopRequested, TakenOverError):
+            raise
+        except Exception as error:
+            waited = clock.monotonic() - began
+            if waited >= read_for:
+                raise StoreUnreadableError(
+                    f"cannot read {what} for {waited:.0f} s at the start ({describe(error)}): not training from a"
+                    " state this attempt cannot confirm; nothing trained, nothing written",
+                    "start it again once the Hub answers (a retryable exit)",
+                ) from None
+            logger.warning("resume: cannot read %s (%s); reading it again", what, describe(error))
+            clock.sleep(min(5.0, max(0.5, read_for / 10)))
 
 
 def publish_run_id(uploader: Uploader, state: RunState, settings: Settings) -> None:

@@ -135,6 +135,7 @@ class RunLease:
         watch: protocol.Watch | None = None
         began, said = clock.monotonic(), -_SAID_EVERY
         while True:
+            looked = clock.monotonic()
             lease, head, head_at = self.read()
             if self.attempt is None:
                 self.attempt = new_attempt(after=lease.holder if lease is not None else None)
@@ -142,7 +143,8 @@ class RunLease:
                 lease is not None and not lease.released and lease.holder != self.attempt
             )
             beat = self._beat(lease, head, head_at, run_id) if live else protocol.Beat(head, head_at)
-            if beat is None:
+            # A look frozen or slowed a quarter period is stale (the holder may have written since): never judged.
+            if beat is None or not protocol.lease_read_fresh(looked, clock.monotonic(), self.period):
                 if clock.monotonic() - began > 3 * self.period:
                     raise StoreUnreadableError(
                         f"cannot tell whether another container holds run {self.run_name}: its bucket does not answer",

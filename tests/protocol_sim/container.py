@@ -1,8 +1,9 @@
 """One simulated container: the agent's own store code, driven one step at a time.
 
 What runs is the product's: ``RunLease`` (read, acquire with its compare-and-swap, check, the heartbeat's
-``tick``, release), ``read.find_newest`` over the volume and ``bucket.RunFolder`` (whole manifests, the
-downloads, ``bucket_sources``' retries and exit 73), the ``Uploader``'s lanes and routing with
+``tick``, release), the job's ``confirm_held`` (the lease checked before the run's state is read and right
+before training) and ``begin_store``, ``read.find_newest`` over the volume and ``bucket.RunFolder`` (whole
+manifests, the downloads, ``bucket_sources``' retries and exit 73), the ``Uploader``'s lanes and routing with
 ``BucketStore`` (learn, commit, landed, tidy) under ``committer.step`` (the lease's check before every write,
 the landing as a heartbeat, ``lost_run``). What stands in: training (an epoch is virtual time, then
 ``last.pt`` — a real tiny checkpoint —, ``metrics.jsonl`` and every ``SAVE_PERIOD`` an ``epoch_N.pt`` are
@@ -20,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from entrypoint.errors import LeaseHeldError, StoreUnreadableError
+from entrypoint.errors import LeaseHeldError, StoreUnreadableError, TakenOverError
 from entrypoint.sync import clock, committer, read
+from entrypoint.sync import job as job_sync
 from entrypoint.sync.bucket import Bucket, RunFolder
 from entrypoint.sync.bucket_store import BucketStore
 from entrypoint.sync.lease import RunLease
@@ -139,20 +141,32 @@ def container(
     work.mkdir(parents=True, exist_ok=True)
     folder = RunFolder(bucket, RUN, run_id)
     try:
+        job_sync.confirm_held(lease, None, read_for=PERIOD / 2)  # open_run's, before the run's state is read
         known = before is not None or known_id is not None
         copy = read.find_newest(run_dir, work, folder=folder, run_known=known, read_for=PERIOD / 2)
+    except TakenOverError:
+        return 71
     except StoreUnreadableError:
         return 73
     epoch = copy.epochs if copy is not None else 0
     _truncate_metrics(run_dir, epoch)
-    report.started(lease.attempt, run_id, epoch)
-    store = BucketStore.begin(folder, attempt=lease.attempt)
+    try:
+        store = job_sync.begin_store(folder, lease.attempt, read_for=PERIOD / 2)  # the job's, beside the resume
+    except StoreUnreadableError:
+        return 73
     up = Uploader(hub, REPO, run_dir, work, bucket=store, lease=lease, fallback_after=PERIOD / 2)
     assert up.bucket is not None
     lane = up.bucket
     lane.check_ledger()
     driver = _Driver(up, lane, lease, report, run_id)
     driver.owes_run_id = known_id != run_id
+    try:
+        job_sync.confirm_held(lease, up, read_for=PERIOD / 2)  # the job's check right before training starts
+    except TakenOverError:
+        return 71
+    except StoreUnreadableError:
+        return 73
+    report.started(lease.attempt, run_id, epoch)
     staged = 0
     while epoch < TARGET:
         if not driver.run_for(EPOCH_SECONDS):

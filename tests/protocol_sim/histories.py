@@ -9,6 +9,8 @@ from typing import Any
 from unittest import mock
 
 from entrypoint.sync import bucket_store, protocol, read
+from entrypoint.sync import job as job_sync
+from entrypoint.sync.bucket import RunFolder
 
 from .container import PERIOD
 from .faults import Outage
@@ -19,6 +21,19 @@ from .world import Options
 # c1 trains alone; killed at 300 s (5 epochs in the bucket, the snapshot epoch_3 among them);
 # c2 is relaunched on a new volume 10 s later and takes the run over after one lease period.
 _TAKEOVER = dict(containers=1, kills=[(300.0, "c1")], relaunch_after=10.0, skews={"c1": 0.0, "c2": 0.0})
+
+# c1 takes a new run alone and freezes once the last listing of its resume read answered (its 4th: two while it
+# took the lease, two of the resume read); c2 starts a minute later and takes the run after a period of silence.
+_FROZEN_AFTER_THE_RESUME_READ = Options(
+    containers=2, starts=[0.0, 60.0], freezes=[("c1", "list:answered", 4, 2.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+)
+
+# c1 trains; c2 starts 20 s later and watches its heartbeat; c2 freezes for a period and a half once its second
+# look's listing of c1's manifests answered (its 4th listing): on thaw that look shows no write of c1 since the
+# first, a period and more ago.
+_WATCHER_FROZEN_MID_LOOK = Options(
+    containers=2, starts=[0.0, 20.0], freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+)
 
 ORDERINGS: dict[str, Options] = {
     # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
@@ -45,6 +60,15 @@ ORDERINGS: dict[str, Options] = {
     "5b-frozen-between-the-lease-read-and-the-write": Options(
         containers=2, starts=[0.0, 200.0], freezes=[("c1", "repo_read", 12, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
     ),
+    # (5c) the holder freezes for two and a half periods once its resume read answered, before it trains: the
+    # taker trains and lands epochs meanwhile; on thaw the holder reads its lease before training and ends (71).
+    "5c-frozen-between-the-resume-read-and-training": _FROZEN_AFTER_THE_RESUME_READ,
+    # (5d) the holder freezes inside its first bucket batch for 110 s; the taker (started 10 s later, watching) takes
+    # the run at 173 s, and the batch lands at 186 s, inside the taker's quarter period: the taker reads the run's
+    # state after it, and resumes from that epoch.
+    "5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period": Options(
+        containers=2, starts=[0.0, 10.0], freezes=[("c1", "batch", 1, 110.0)], skews={"c1": 0.0, "c2": 0.0}
+    ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(
@@ -55,6 +79,8 @@ ORDERINGS: dict[str, Options] = {
     ),
     # (7) the second container's clock is 10 minutes fast (far beyond CLOCK_SKEW) while the holder lives.
     "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),
+    # (7b) a watcher frozen mid-look judges nothing on it: it looks again, sees the holder's heartbeat moved, ends 72.
+    "7b-a-watcher-frozen-mid-look": _WATCHER_FROZEN_MID_LOOK,
     # (8) the holder's token loses the repo (401) mid-run: it can no longer read its lease; a second container
     # started then watches the holder's heartbeat.
     "8-401-on-the-lease-mid-run": Options(
@@ -65,13 +91,9 @@ ORDERINGS: dict[str, Options] = {
     ),
 }
 
-# Orderings no fence of the product closes: they fail (xfail strict) until one does.
-FENCED = {
-    # The batch was sent before the freeze (the call not yet applied): no check before it can stop it, and a
-    # bucket has no compare-and-swap. Readers trust only the holder's chain, so the late manifest is never
-    # resumed from; the oracle judges the write itself.
-    "5-frozen-holder-lands-after-the-taker": "a bucket batch frozen inside its call lands when it thaws",
-}
+# Orderings no fence of the product closes: they fail (xfail strict) until one does. None: a bucket batch frozen
+# inside its call past a period (ordering 5) lands when it thaws, but inert (docs/stores.md "Fences").
+FENCED: dict[str, str] = {}
 
 
 # -- each invariant, with the rule that guards it switched off -------------------------------------------
@@ -88,6 +110,15 @@ def _keep_only_the_manifest(
 ) -> set[str]:
     """``protocol.deletable`` without "keep what the newest manifest names"."""
     return {k for k in listing.sizes if k != newest.key} if listing.complete and holder else set()
+
+
+_CONFIRM_HELD = job_sync.confirm_held
+
+
+def _confirmed_only_before_training(lease: Any, uploader: Any, **kw: Any) -> None:
+    """``job.confirm_held`` without its first call (before the run's state is read: no uploader yet)."""
+    if uploader is not None:
+        _CONFIRM_HELD(lease, uploader, **kw)
 
 
 def _everything_writes(*_: Any, **__: Any) -> bool:
@@ -117,6 +148,24 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
             mock.patch.object(bucket_store, "newest_attempt", lambda keys, folder: None),
         ),
     ),
+    "a-late-write-is-inert": (
+        # ordering 5 with one key space for every attempt's objects: the batch landing on thaw writes keys the
+        # taker's manifests may name.
+        "not a key of its own attempt",
+        ORDERINGS["5-frozen-holder-lands-after-the-taker"],
+        lambda: mock.patch.object(
+            RunFolder, "object_key", lambda self, attempt, sha, relative: f"{self.prefix}/objects/{sha[:16]}/{relative}"
+        ),
+    ),
+    "a-late-tidy-deletes-nothing-the-run-keeps": (
+        # with "keep what the newest manifest names" switched off, the holder's 6th batch is a tidy: it freezes inside
+        # it for three periods, the taker's manifests carry its epoch_3.pt forward meanwhile, and the tidy lands.
+        "which run/.*/manifests/.* names",
+        Options(
+            containers=2, starts=[0.0, 200.0], freezes=[("c1", "batch", 6, 3 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
+        ),
+        lambda: mock.patch.object(protocol, "deletable", _keep_only_the_manifest),
+    ),
     "taken-over-only-after-a-period-of-silence": (
         "whose last write landed",
         Options(containers=2, starts=[0.0, 100.0], skews={"c1": 0.0, "c2": 0.0}),
@@ -124,10 +173,25 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
             protocol, "judge_lease", lambda lease, me, beat, now, watch, **_: (protocol.Verdict.TAKE, None)
         ),
     ),
+    "taken-over-only-after-a-period-of-silence-seen-fresh": (
+        "whose last write landed",
+        _WATCHER_FROZEN_MID_LOOK,
+        lambda: mock.patch.object(protocol, "lease_read_fresh", lambda *a, **k: True),
+    ),
     "never-a-start-from-less": (
         "while the Hub holds a state",
         Options(**_TAKEOVER, outages=[Outage("list", 455, 530, "503", "c2")]),
         lambda: mock.patch.object(protocol, "bucket_read", lambda *a, **k: protocol.BucketRead.WITHOUT),
+    ),
+    "never-a-start-from-less-after-a-freeze": (
+        "while the Hub holds a state",
+        _FROZEN_AFTER_THE_RESUME_READ,
+        lambda: mock.patch.object(job_sync, "confirm_held", lambda *a, **k: None),
+    ),
+    "never-a-start-from-less-than-the-last-licensed-write": (
+        "while the Hub holds a state",
+        ORDERINGS["5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period"],
+        lambda: mock.patch.object(job_sync, "confirm_held", _confirmed_only_before_training),
     ),
     "two-trainers-never-both-end-0": (
         "two containers that trained ended 0",
@@ -149,6 +213,7 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
 
 # The invariants judged alone in those histories (the oracle's names), where another would fail first.
 ALONE = {
+    "a-late-tidy-deletes-nothing-the-run-keeps": {"one-writer"},
     "two-trainers-never-both-end-0": {"two-end-0"},
     "each-epoch-trained-at-most-twice": {"trained-twice"},
 }

@@ -54,6 +54,7 @@ class Server:
     bucket: dict[str, bytes] = field(default_factory=dict)
     commits: list[Commit] = field(default_factory=list)
     journal: list[tuple[float, str, str]] = field(default_factory=list)  # (true time, who, what)
+    sent: dict[int, float] = field(default_factory=dict)  # a bucket write's journal index → when its call began
     freezes: list[tuple[str, str, int, float]] = field(default_factory=list)  # who, call, nth, seconds
     calls: dict[tuple[str, str], int] = field(default_factory=dict)
 
@@ -101,17 +102,26 @@ class SimApi:
         scripted for this call (``Server.freezes``: who, call, nth) holds the caller here, its call not applied."""
         server = self.server
         server.scheduler.pause(server.faults.latency())
+        self._frozen(call)
+        return server.faults.before(call, who=server.who())
+
+    def _after(self, outcome: str, call: str) -> None:
+        """The answer's way back. A freeze scripted for ``<call>:answered`` holds the caller here, the call
+        applied and answered (what it read is stale by its thaw)."""
+        self.server.scheduler.pause(self.server.faults.latency())
+        self._frozen(f"{call}:answered")
+        self.server.faults.after(outcome, call)
+
+    def _frozen(self, call: str) -> None:
+        server = self.server
+        if not server.freezes:
+            return
         who = server.who()
         server.calls[(who, call)] = server.calls.get((who, call), 0) + 1
         for name, what, nth, seconds in server.freezes:
             if (name, what, nth) == (who, call, server.calls[(who, call)]):
                 server.journal.append((server.scheduler.now, who, f"frozen in {call} for {seconds:.0f} s"))
                 server.scheduler.pause(seconds)
-        return server.faults.before(call, who)
-
-    def _after(self, outcome: str, call: str) -> None:
-        self.server.scheduler.pause(self.server.faults.latency())
-        self.server.faults.after(outcome, call)
 
     # -- the repo ------------------------------------------------------------------------------
     def repo_info(self, repo_id: str, **_: Any) -> Any:
@@ -172,6 +182,7 @@ class SimApi:
         return _pages(found, cut)
 
     def batch_bucket_files(self, bucket_id: str, *, add: Any = None, delete: Any = None) -> None:
+        sent = self.server.scheduler.now  # what the writer knew then licensed it; it may land much later
         outcome = self._call("batch")
         ops: list[tuple[str, bytes | None]] = [(key, _data(src)) for src, key in add or []]
         ops += [(key, None) for key in delete or []]
@@ -182,6 +193,7 @@ class SimApi:
                 self.server.bucket.pop(key, None)
             else:
                 self.server.bucket[key] = data
+            self.server.sent[len(self.server.journal)] = sent
             self.server.journal.append(
                 (self.server.scheduler.now, self.server.who(), f"{'put' if data else 'del'} {key}")
             )

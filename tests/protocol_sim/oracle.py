@@ -3,9 +3,12 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
 
 - nothing durable lost: the Hub's newest whole state of a run has at least the epochs a container said were there;
 - every snapshot (``epoch_N.pt``) a container said was there stays in a whole state;
-- after one period at most one writer: no manifest lands from an attempt a whole period after another took the lease;
+- after one period at most one writer of what a reader trusts or what the run keeps: no attempt sends a write a
+  whole period after a later one took the lease; a write it sent before and that lands that late (frozen inside its
+  call) is inert: it puts only keys of its own attempt, deletes nothing another attempt's manifest names, and no
+  reader trusts it (no later manifest names what it put, no container starts from it);
 - a holder is taken over only after a whole period of silence (no write of it landed; less a call's latency);
-- never a start from less than the Hub holds (a start from scratch while the Hub holds a state);
+- never a start from less than the Hub holds (a start from scratch while the Hub holds a state; late writes aside);
 - never two containers that trained both ending 0;
 - each epoch trained at most twice.
 """
@@ -16,6 +19,7 @@ import itertools
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .hub import Server
@@ -28,11 +32,14 @@ class Violation(AssertionError):
     pass
 
 
-def whole_states(bucket: dict[str, bytes]) -> dict[str, list[tuple[int, dict[str, str]]]]:
-    """run id → its whole manifests as (epoch, relative path → key): every key named there with its size."""
+def whole_states(
+    bucket: dict[str, bytes], late: set[str] | frozenset[str] = frozenset()
+) -> dict[str, list[tuple[int, dict[str, str]]]]:
+    """run id → its whole manifests as (epoch, relative path → key): every key named there with its size; none
+    that ``late`` holds (landed by a writer taken over)."""
     found: dict[str, list[tuple[int, dict[str, str]]]] = defaultdict(list)
     for key, data in bucket.items():
-        if "/manifests/" not in key:
+        if "/manifests/" not in key or key in late:
             continue
         try:
             body = json.loads(data)
@@ -81,7 +88,12 @@ class Oracle:
     log: list[str] = field(default_factory=list)
     seed: int = 0
     only: set[str] | None = None  # the invariants judged (None: all); a history may show one alone
+    attempts: dict[str, str] = field(default_factory=dict)  # container → the attempt it runs (said at its start)
+    late: set[str] = field(default_factory=set)  # keys landed by a writer a period after a later one took the run
     _seen: int = -1
+    _judged: int = 0  # journal entries the one-writer rule judged
+    _landed: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # attempt → its bucket writes
+    _indexed: int = 0  # journal entries indexed in ``_landed``
 
     def fail(self, why: str) -> None:
         replay = "\n".join(self.log[-30:])
@@ -91,12 +103,17 @@ class Oracle:
         self.told[run_id] = max(self.told.get(run_id, 0), epochs)
         self.snapshots.setdefault(run_id, set()).update(snapshots)
 
-    def start(self, who: str, run_id: str, epochs: int) -> None:
+    def start(self, who: str, run_id: str, epochs: int, attempt: str | None = None) -> None:
         """A container resumes from ``epochs``: never fewer than a whole state the Hub holds (of any run id: one
-        run's containers never mint a second one while the first has a state)."""
-        held = max((e for s in whole_states(self.server.bucket).values() for e, _ in s), default=0)
+        run's containers never mint a second one while the first has a state), never from one only a late write
+        of a writer taken over holds."""
+        if attempt is not None:
+            self.attempts[who] = attempt
+        held = max((e for s in whole_states(self.server.bucket, self.late).values() for e, _ in s), default=0)
         if self._judges("start-from-less") and epochs < held:
             self.fail(f"{who} starts run {run_id} from {epochs} epochs while the Hub holds a state of {held}")
+        if self.late and self._judges("one-writer") and epochs > held:
+            self.fail(f"{who} starts run {run_id} from {epochs} epochs: a state only a writer taken over landed")
 
     def train(self, who: str, run_id: str, epoch: int) -> None:
         self.trainers.add(who)
@@ -121,37 +138,77 @@ class Oracle:
         self._one_writer()
 
     def _one_writer(self) -> None:
-        takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
-        writes: dict[str, list[float]] = defaultdict(list)  # attempt → when its writes landed (true time)
-        for at, _, what in self.server.journal:
+        journal = self.server.journal
+        for n in range(self._indexed, len(journal)):  # the bucket writes landed since the last step, by attempt
+            at, _, what = journal[n]
             attempt = _attempt_of(what)
             if attempt is not None:
-                writes[attempt].append(at)
+                self._landed[attempt].append(at)
+        self._indexed = len(journal)
+        takes: list[tuple[float, str]] = []  # (true time, holder) of each commit that changed the holder
+        beats: dict[str, list[float]] = defaultdict(list)  # holder → its lease commits (true time)
+
+        def writes(attempt: str) -> Iterable[float]:  # when its writes landed (true time)
+            return itertools.chain(self._landed.get(attempt, ()), beats.get(attempt, ()))
+
         previous, released = None, True
         for commit in self.server.commits:
             holder = lease_holder(commit.files)
             if holder is not None and holder != previous:
                 takes.append((commit.at, holder))
-                held = sorted(w for w in writes.get(previous or "", []) if w <= commit.at)
+                held = sorted(w for w in writes(previous or "") if w <= commit.at)
                 quiet = _silence(held, commit.at, self.period)
                 silent = self._judges("silence")
                 if silent and previous is not None and not released and quiet < self.period - SLACK:
                     self.fail(f"{holder} took the run from {previous}, whose last write landed {quiet:.0f} s before")
                 if silent and previous is None:  # no lease (never committed, deleted, unreadable): was anyone writing?
-                    for other, times in writes.items():
-                        last = max((w for w in times if w < commit.at), default=-1e9)
+                    for other in sorted({*self._landed, *beats}):
+                        last = max((w for w in writes(other) if w < commit.at), default=-1e9)
                         if other != holder and commit.at - last < self.period - SLACK and not self._let_go(other):
                             self.fail(f"{holder} took the run while {other} wrote {commit.at - last:.0f} s before")
             if holder is not None:
-                writes[holder].append(commit.at)
+                beats[holder].append(commit.at)
             previous, released = holder, _released(commit.files) if holder is not None else True
-        for at, _, what in self.server.journal if self._judges("one-writer") else ():
-            if not what.startswith("put ") or "/manifests/" not in what:
+        if self._judges("one-writer"):
+            self._writers(takes)
+
+    def _writers(self, takes: list[tuple[float, str]]) -> None:
+        """The bucket writes since the last step, each judged by when its call began (``Server.sent``: what licensed
+        it) and when it landed."""
+        journal = self.server.journal
+        for n in range(self._judged, len(journal)):
+            at, who, what = journal[n]
+            op, _, key = what.partition(" ")
+            writer = self.attempts.get(who)
+            if op not in ("put", "del") or writer is None:
                 continue
-            writer = what.rsplit("/", 1)[-1][:20]
+            sent = self.server.sent.get(n, at)
             for taken, holder in takes:
-                if holder != writer and holder > writer and at - taken > self.period:
-                    self.fail(f"attempt {writer} wrote {what[4:]} {at - taken:.0f} s after {holder} took the lease")
+                if holder != writer and holder > writer and sent - taken > self.period:
+                    self.fail(f"attempt {writer} wrote {key} {sent - taken:.0f} s after {holder} took the lease")
+            if any(holder != writer and holder > writer and at - taken > self.period for taken, holder in takes):
+                self._inert(writer, op, key)
+            elif op == "put" and "/manifests/" in key and self.late:
+                self._trusts_no_late_write(key)
+        self._judged = len(journal)
+
+    def _inert(self, writer: str, op: str, key: str) -> None:
+        """A write ``writer`` sent before it was taken over, landed a period after the take: its own keys only,
+        nothing another attempt's manifest names deleted."""
+        if op == "put":
+            if f"/{writer}/" not in key and f"/{writer}-" not in key:
+                self.fail(f"attempt {writer}, taken over, landed {key}: not a key of its own attempt")
+            self.late.add(key)
+            return
+        for manifest, data in self.server.bucket.items():
+            if "/manifests/" in manifest and f"/{writer}-" not in manifest and key in _named(data):
+                self.fail(f"attempt {writer}, taken over, deleted {key}, which {manifest} names")
+
+    def _trusts_no_late_write(self, key: str) -> None:
+        """A manifest landed in the protocol's time names nothing a writer taken over landed late."""
+        trusted = _named(self.server.bucket.get(key, b"")) & self.late
+        if trusted:
+            self.fail(f"{key} names {sorted(trusted)[0]}, which a writer taken over landed late: trusted")
 
     def _judges(self, invariant: str) -> bool:
         return self.only is None or invariant in self.only
@@ -165,6 +222,14 @@ class Oracle:
         done = sorted(who for who, code in exits.items() if code == 0 and who in self.trainers)
         if self._judges("two-end-0") and len(done) > 1:
             self.fail(f"two containers that trained ended 0: {', '.join(done)} ({exits})")
+
+
+def _named(data: bytes) -> set[str]:
+    """The keys a manifest names (none when it is not one)."""
+    try:
+        return {str(entry["key"]) for entry in json.loads(data)["files"].values()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return set()
 
 
 def _silence(held: list[float], take: float, period: float) -> float:

@@ -27,11 +27,10 @@ from .faults import Faults, Outage
 from .hub import Server, Session, SimApi
 from .oracle import LEASE, Oracle, Violation
 
-# A generated freeze lasts at most this many periods. A longer one plays two orderings no check fences: a
-# holder frozen inside a bucket batch lands it on thaw (ordering 5, histories.FENCED), and a start frozen
-# between its resume read and its training (seed 2860 at 2.5 periods) trains from the state it read, fewer
-# epochs than the taker's, until its first lease check stops it (71, nothing written): "start-from-less".
-LONGEST_FREEZE = 0.9
+# A generated freeze lasts at most this many periods: well past a lease period, so a holder is taken over while
+# frozen anywhere (between its resume read and its training: job.confirm_held reads its lease again and it ends,
+# 71; inside a bucket batch: the batch lands on thaw, ordering 5, histories.FENCED).
+LONGEST_FREEZE = 2.5
 # Volumes in memory where the machine has it: a history writes and deletes a few hundred small files.
 _SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
 
@@ -47,7 +46,7 @@ class Options:
     outages: list[Outage] = field(default_factory=list)
     skew: float = CLOCK_SKEW  # clocks within ±this of true time
     kill_rate: float = 0.0  # chance, at each step, that the running container is killed (then relaunched)
-    freeze_rate: float = 0.0  # chance, at each step, that it freezes (0.5 to 2.5 periods)
+    freeze_rate: float = 0.0  # chance, at each step, that it freezes (0.1 to LONGEST_FREEZE periods)
     relaunch_after: float = 60.0  # a killed container's relaunch, on a new volume, this much later
     person: list[tuple[float, bytes | None]] = field(default_factory=list)  # (time, lease file) a person commits
     limit: float = 4 * 3600.0  # true seconds
@@ -141,7 +140,7 @@ def run(
         trained=lambda run_id, epoch: oracle.train(_who(scheduler), run_id, epoch),
         started=lambda attempt, run_id, epochs: (
             say(f"{_who(scheduler)} ({attempt}) starts run {run_id} at {epochs}"),
-            oracle.start(_who(scheduler), run_id, epochs),
+            oracle.start(_who(scheduler), run_id, epochs, attempt),
         )[-1],
     )
 

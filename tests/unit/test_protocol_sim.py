@@ -75,8 +75,11 @@ def test_a_container_started_after_the_holder_ended_takes_the_run_at_once() -> N
 
 def test_a_relaunch_after_a_kill_waits_one_lease_period_at_most() -> None:
     # Ordering 3: c1 killed at 300 s (its 5th boundary landed), c2 relaunched at 310 s on a new volume watches
-    # c1's heartbeat for one period, takes the run, waits a quarter period before its first write (what it
-    # carries forward is read then) and resumes where the bucket is: at the epochs c1 was told had landed.
+    # c1's heartbeat for one period, takes the run, waits a quarter period (the last write c1 may have had licensed
+    # lands in it), then reads what it resumes from and carries forward, and resumes where the bucket is: at the
+    # epochs c1 was told had landed. Its Hub calls take up to 4 s each (there and back): 15 at most, 60 s: the run
+    # id and the lease, the watch's first look, the take; after the quarter period the lease, the manifests, last.pt,
+    # and the listing and manifests its boundaries carry forward.
     # MAX_COST's count of the spend before the wait is the cost wing's: not simulated here.
     result = run(1, ORDERINGS["3-relaunch-waits-one-period"])
     told = [line.split() for line in result.log if " c1 told: " in line]
@@ -84,4 +87,5 @@ def test_a_relaunch_after_a_kill_waits_one_lease_period_at_most() -> None:
     assert told and started and started[0][-1] == told[-1][4], "\n".join(result.log)
     assert int(started[0][-1]) >= 5, "\n".join(result.log)
     waited = float(started[0][1]) - 310.0
-    assert PERIOD <= waited <= PERIOD + PERIOD / 4 + 30.0, f"the relaunch started {waited:.0f} s after its launch"
+    said = f"the relaunch started {waited:.0f} s after its launch"
+    assert PERIOD + PERIOD / 4 <= waited <= PERIOD + PERIOD / 4 + 60.0, said
