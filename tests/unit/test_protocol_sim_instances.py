@@ -51,7 +51,9 @@ def test_a_relaunch_takes_a_killed_holders_run_at_once_when_its_provider_says_so
     started = [line.split() for line in result.log if " c2 (" in line and " starts run " in line]
     assert told and started and started[0][-1] == told[-1][4], "\n".join(result.log)
     waited = float(started[0][1]) - 310.0
-    assert waited < PERIOD / 4 + 30.0, f"the relaunch started {waited:.0f} s after its launch: it watched a period"
+    # Its state is read once the holder's licence (a quarter period) is over: some Hub calls after that, never
+    # the period (and the quarter) a relaunch that cannot know the holder gone watches first.
+    assert waited < PERIOD / 4 + 60.0, f"the relaunch started {waited:.0f} s after its launch: it watched a period"
     assert ("c1", True) in instances.asked
     assert result.epochs == 8
 
