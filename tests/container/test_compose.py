@@ -73,7 +73,10 @@ def test_cpu_demo_through_compose_writes_weights_to_the_volume(
     project, name = compose_project
     # One epoch: what this holds to (compose's service, the threads sized from the quota, the weights on the
     # volume) is there after the first; the demo learning is the contract test's (test_run.py).
-    set_env(project, TRAINBOX_IMAGE=trainbox_image, RUN_ARGS="epochs=1")
+    # EVAL=0: the score at the end (a `libreyolo val` at one CPU) is the evaluation's tests' (test_evaluation.py, the
+    # demo's contract test, the Hub dataset trained in a container), and EVAL reaching the agent through compose is
+    # held to below.
+    set_env(project, TRAINBOX_IMAGE=trainbox_image, RUN_ARGS="epochs=1", EVAL="0")
     # One CPU granted, as on a machine shared with the suite's other workers: the agent sizes the training's
     # threads from the quota (two threads spinning for CPUs other tests hold made this test 13x slower).
     (project / "one-cpu.yaml").write_text("services:\n  trainbox-cpu:\n    cpus: 1.0\n")
@@ -86,6 +89,7 @@ def test_cpu_demo_through_compose_writes_weights_to_the_volume(
     )  # fmt: skip
     assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
     assert "fed: 1 CPU, quota 1: 1 thread per process" in up.stdout + up.stderr, "the threads sized from the quota"
+    assert "the model will not be scored (EVAL=0)" in up.stdout + up.stderr, "EVAL from .env reached the agent"
     # the GPU service (same volume, same port) was not started beside it
     started = docker("ps", "-a", "--filter", f"label=com.docker.compose.project={name}", "--format", "{{.Names}}")
     assert len(started.stdout.split()) == 1 and "cpu" in started.stdout, started.stdout
