@@ -144,8 +144,8 @@ SLOW_TIMEOUT = 600  # an agent run on the stand-in libreyolo, real timers: minut
 LONG_TIMEOUT = 1800  # real libreyolo training on the CPU; a container test, the first building the images
 
 
-# Fast-lane tests of several CPU-seconds each (the protocol simulation's shards of generated histories).
-LONG_IN_THE_FAST_LANE = ("tests/unit/test_protocol_sim.py::test_generated_histories",)
+# Fast-lane tests of seconds of CPU each (the protocol simulation's sample of generated histories).
+LONG_IN_THE_FAST_LANE = ("tests/unit/test_protocol_sim.py::test_a_sample_of_generated_histories",)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -180,13 +180,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Tests that one pytest-xdist worker runs, one after the other, whatever -n: the container tests (one builds the
-# images the others reuse: session fixtures), and the tests whose agents meet on loopback ports they picked free
-# (no other test may take them meanwhile). By path: with pytest 9.2, xdist 3.8 can no longer read the
-# `xdist_group` mark (pytest-dev/pytest-xdist#1386).
+# images the others reuse: session fixtures), the tests whose agents meet on loopback ports they picked free (no
+# other test may take them meanwhile), and a fast-lane file that imports torch. By path: with pytest 9.2, xdist 3.8
+# can no longer read the `xdist_group` mark (pytest-dev/pytest-xdist#1386).
 WORKER_GROUPS = {
     "tests/container/": "docker",
     "tests/integration/test_multinode.py::": "nodes",
     "tests/integration/test_nodes_check.py::": "nodes",
+    "tests/unit/test_checkpoint.py::": "torch",  # torch imported by one worker, not by each (seconds of CPU)
 }
 
 

@@ -7,12 +7,13 @@ import pickle
 from pathlib import Path
 
 import pytest
-import torch
 
 from entrypoint.sync.checkpoint import InvalidCheckpoint, TornCheckpoint, inspect, is_valid
 
 
 def save(path: Path, epoch: int = 4) -> Path:
+    import torch  # here, not at collection: only the worker that runs this file pays for it (tests/conftest.py)
+
     torch.save(
         {
             "model": {"w": torch.randn(64, 64), "b": torch.zeros(64, dtype=torch.float16)},
@@ -31,6 +32,8 @@ def test_complete_checkpoint_gives_its_epoch(tmp_path: Path) -> None:
     assert info.epoch == 4 and info.completed_epochs == 5 and info.total_epochs == 10
     assert info.metadata["names"] == {0: "red", 1: "blue"}
     # the same file loads in torch's own safe loader
+    import torch
+
     assert torch.load(tmp_path / "last.pt", weights_only=True)["epoch"] == 4
 
 
@@ -62,6 +65,8 @@ class _Payload:
 def test_code_in_the_pickle_is_refused_and_never_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     evil = tmp_path / "evil.pt"
+    import torch
+
     torch.save({"epoch": 1, "x": _Payload()}, evil, pickle_protocol=2)
     with pytest.raises(InvalidCheckpoint, match="refuses") as refused:
         inspect(evil)
@@ -94,6 +99,8 @@ def test_plain_pickle_is_not_a_checkpoint(tmp_path: Path) -> None:
 def test_a_legacy_torch_file_is_refused_whole_not_torn(tmp_path: Path) -> None:
     """torch.save's pre-1.6 format is whole, only not what a safe loader takes: never treated as worthless."""
     path = tmp_path / "legacy.pt"
+    import torch
+
     torch.save({"epoch": 1}, path, _use_new_zipfile_serialization=False)
     with pytest.raises(InvalidCheckpoint) as refused:
         inspect(path)
