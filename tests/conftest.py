@@ -77,6 +77,10 @@ os.environ.update(
         # the real libreyolo); the evaluation's tests (test_evaluation*.py, test_export.py, the card's and the
         # dashboard's scores, the demo) set EVAL=1 or keep the default.
         "EVAL": "0",
+        # Nor do they measure the host: each agent's check writes and reads 128 MiB, fsync'd (hundreds of agents:
+        # tens of GB through the disk the whole suite shares); the host check's tests (test_host_check.py,
+        # test_gpu_check.py, test_nccl_fallback.py) and the demo set HOST_CHECK themselves or keep the default.
+        "HOST_CHECK": "off",
         # libreyolo's train options, asked once per session (as the image asks once at build time): each
         # agent's fresh WORKDIR would otherwise pay seconds to start libreyolo and ask again.
         "TRAINBOX_CACHE_DIR": _SESSION_CACHE,

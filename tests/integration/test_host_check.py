@@ -65,6 +65,7 @@ def run(tmp_path: Path, hub_ctx: HubContext, repo: str, **extra: str) -> subproc
         "PROVIDER": "none",
         "TRAINBOX_LIBREYOLO": str(tmp_path / "bin" / "libreyolo"),
         "RUN_ARGS": "epochs=2",
+        "HOST_CHECK": "warn",  # the default, which the other tests turn off (tests/conftest.py)
         **extra,
     }
     return subprocess.run(
