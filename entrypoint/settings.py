@@ -52,7 +52,7 @@ __all__ = ["DatasetKind", "ExitAction", "GpuSelection", "HostCheck", "Provider",
 # shows a model that learns within minutes: one warm-up epoch, no mosaic (it shrinks 128 px objects; libreyolo turns it
 # off for the last 15 epochs anyway), no PGI auxiliary branch (training-only compute).
 DEMO_RUN_ARGS = (
-    "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=12 warmup_epochs=1 mosaic=0 aux_weight=0 "
+    "model=LibreYOLO9t.pt pretrained=false imgsz=128 epochs=8 warmup_epochs=1 mosaic=0 aux_weight=0 "
     "eval_interval=1 workers=0"
 )
 # The demo on a CPU, without a batch in RUN_ARGS: batch=-1 keeps 16 there, and 8 gives the same images twice

@@ -6,6 +6,10 @@ Three things the ``libreyolo train`` command cannot be told, set here before its
   its sockets (a lost machine) must end the job after ``TRAINBOX_DDP_TIMEOUT`` seconds instead;
 * ``device=cpu`` (CPU machines, tests): SyncBatchNorm has no CPU kernels and libreyolo's ``sync_bn`` is
   not a CLI option, so the conversion is skipped for this process. GPU runs keep it untouched;
+* a worker whose training returned leaves at once (``os._exit``), skipping the interpreter's teardown: libreyolo
+  never destroys its process group, and gloo's threads, torn down after a peer node already left, can abort the
+  process (``terminate called without an active exception``, SIGABRT) after the last epoch was saved, which
+  torchrun reports as a failed training;
 * out of GPU memory on one worker must end every node at once and be known to every agent (node 0
   records the halved batch for the set's next start): the worker that runs out says so in torchrun's
   own store (served by node 0's torchrun at ``MASTER_ADDR:MASTER_PORT``); every worker watches it,
@@ -66,13 +70,14 @@ def _no_sync_bn() -> None:
 
 def _store() -> Any:
     """A client of the store node 0's torchrun serves for this training (None when unreachable)."""
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if not address or not port.isdigit():
+        return None
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # exported where distributed is built
 
     try:
-        return TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=10)
-        )
-    except (KeyError, ValueError, RuntimeError):
+        return TCPStore(address, int(port), is_master=False, timeout=timedelta(seconds=10))
+    except (ValueError, RuntimeError):
         return None
 
 
@@ -87,6 +92,9 @@ def tell_out_of_memory(detail: str) -> None:
         print("trainbox: cannot reach the training's store to report out of memory", file=sys.stderr, flush=True)
         return
     store.set(OUT_OF_MEMORY_KEY, json.dumps({**_me(), "detail": detail[-500:]}))
+    # Stay until every peer's watcher has polled once: this process leaving closes its sockets, and a peer in a
+    # collective would fail on the closed connection before it read why (an unexplained failure, not a halving).
+    time.sleep(2 * WATCH_INTERVAL)
 
 
 def _report_libreyolo_out_of_memory() -> None:
@@ -152,5 +160,18 @@ def main(args: list[str]) -> None:
     entrypoint()
 
 
+def leave_finished() -> None:
+    """The training returned: end the worker 0, its output flushed, without the interpreter's teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exit_:
+        if exit_.code not in (None, 0):
+            raise  # a failed training ends as Python ends it (its peers are told through the store first)
+    leave_finished()

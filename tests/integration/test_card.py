@@ -17,6 +17,7 @@ from huggingface_hub import ModelCard, metadata_load
 from PIL import Image
 
 from entrypoint.report import card, plot
+from entrypoint.report.receipt import PARTS
 from tests.fakes import libreyolo as fake_libreyolo
 from tests.fakes import rawcheck as fake_rawcheck
 from tests.hubfixtures import HubContext
@@ -24,6 +25,10 @@ from tests.integration.test_dataset_hub import dataset_tar, publish
 from tests.support import TINY_RUN_ARGS, run_trainbox, trainbox_env
 
 pytestmark = pytest.mark.slow  # `trainbox run` with the stand-in libreyolo
+
+# trainbox.json gives the receipt's parts and its billed time to the hundredth of a second each: on a run of a
+# second or two, the rounding alone is a few percent of the bill.
+ROUNDING = 0.005 * (len(PARTS) + 1)
 
 
 def stand_in(tmp_path: Path, epoch_seconds: float = 0.2) -> dict[str, str]:
@@ -113,7 +118,7 @@ def test_three_epochs_leave_a_card_a_plot_a_receipt_and_a_readable_log(hub_ctx: 
     # The receipt: its parts add up to the billed time, which is the agent's lifetime.
     receipt = state["receipt"]
     parts = sum(part["seconds"] for part in receipt["parts"].values())
-    assert abs(parts - receipt["billed_seconds"]) <= 0.02 * receipt["billed_seconds"], receipt
+    assert abs(parts - receipt["billed_seconds"]) <= 0.02 * receipt["billed_seconds"] + ROUNDING, receipt
     assert 0 < receipt["billed_seconds"] <= wall
     assert receipt["parts"]["training"]["seconds"] > 0
     assert receipt["billed_dollars"] == pytest.approx(receipt["billed_seconds"] / 3600 * 2.5, abs=1e-3)
@@ -154,4 +159,4 @@ def test_without_output_repo_the_card_and_plot_stay_in_the_run_folder(tmp_path: 
         assert image.size == (1000, 400)
     state = json.loads((run_dir / "trainbox.json").read_text())
     parts = sum(part["seconds"] for part in state["receipt"]["parts"].values())
-    assert abs(parts - state["receipt"]["billed_seconds"]) <= 0.02 * state["receipt"]["billed_seconds"]
+    assert abs(parts - state["receipt"]["billed_seconds"]) <= 0.02 * state["receipt"]["billed_seconds"] + ROUNDING

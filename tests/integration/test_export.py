@@ -4,8 +4,10 @@ head's weights doubled, does not)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi
 
+from entrypoint import procs
 from entrypoint.evaluation.rawcheck import RESULT as RAW_RESULT
 from tests.hubfixtures import HubContext
 from tests.integration.test_card import stand_in
@@ -194,8 +197,12 @@ def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tm
         for line in process.stdout:
             if " export --model " in line:
                 break
+        below = procs.descendants(process.pid)
         process.kill()
         process.wait(timeout=30)
+        for pid in below:  # the machine goes whole, as a container does: the export child with its agent
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     killed_while_exporting()  # the training's attempt
     (run_dir,) = (workdir / "runs").iterdir()

@@ -156,7 +156,7 @@ DEMO_MAP50_FLOOR = 0.5
 
 
 @pytest.mark.contract
-@pytest.mark.timeout(3600)  # 12 real epochs on the CPU (README command 1): the longest test
+@pytest.mark.timeout(3600)  # 8 real epochs on the CPU (README command 1): the longest test
 def test_demo_default_needs_no_configuration_and_learns(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     # Nothing but a workspace: README command 1, the bundled demo on GPUS=all, which falls back to

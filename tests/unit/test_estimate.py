@@ -122,7 +122,7 @@ def test_plan_says_what_it_still_needs(capsys, monkeypatch, tmp_path) -> None:
     assert estimate.for_plan(settings, None, None, None, 5, None).startswith("add --gpu NAME")
     demo = from_env({"WORKDIR": str(tmp_path), "PROVIDER": "none"}, options={})
     found = estimate.for_plan(demo, "T4", None, None, None, None)
-    assert isinstance(found, estimate.Estimate) and (found.images, found.epochs) == (240, 12)  # the demo, counted
+    assert isinstance(found, estimate.Estimate) and (found.images, found.epochs) == (240, 8)  # the demo, counted
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def test_it_says_plainly_when_it_prices_the_demo(
 ) -> None:
     env = {"WORKDIR": str(tmp_path / "work"), "PROVIDER": "none", "RUN_ARGS": "model=LibreYOLO9s.pt imgsz=640"}
     demo = run_plan(capsys, monkeypatch, env, "--gpu", "L40S")
-    assert demo["run"]["epochs"] == 12 and demo["dataset"]["images"] == 240  # what `trainbox run` would train
+    assert demo["run"]["epochs"] == 8 and demo["dataset"]["images"] == 240  # what `trainbox run` would train
     assert demo["dataset"]["basis"].startswith("DATASET_REPO is unset: pricing the bundled demo")
     # --images without DATASET_REPO: RUN_ARGS on a dataset that size, libreyolo's epochs, and why it is not the demo
     own = run_plan(capsys, monkeypatch, env, "--gpu", "L40S", "--images", "5000")
