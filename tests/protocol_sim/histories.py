@@ -35,6 +35,17 @@ _WATCHER_FROZEN_MID_LOOK = Options(
     containers=2, starts=[0.0, 20.0], freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
 )
 
+# 7b's freeze, then one 404 on each listing of the watcher's first look after its thaw (the holder's heartbeat
+# folder, then its manifests): that look shows no write of the holder, as its first look (before the holder's
+# first boundary) did; it was not watching meanwhile, so its watch starts again there.
+_WATCHER_FROZEN_THEN_ONE_404 = Options(
+    containers=2,
+    starts=[0.0, 20.0],
+    freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)],
+    outages=[Outage("list", 100.0, 1e9, "missing", "c2", 2)],
+    skews={"c1": 0.0, "c2": 0.0},
+)
+
 ORDERINGS: dict[str, Options] = {
     # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
     # carry no snapshot forward, and its tidy deletes the earlier attempt's snapshots.
@@ -81,6 +92,10 @@ ORDERINGS: dict[str, Options] = {
     "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),
     # (7b) a watcher frozen mid-look judges nothing on it: it looks again, sees the holder's heartbeat moved, ends 72.
     "7b-a-watcher-frozen-mid-look": _WATCHER_FROZEN_MID_LOOK,
+    # (7c) a watcher frozen a period and a half, whose first look after the thaw meets a 404 on the holder's
+    # manifests (the Hub's, for a folder that exists): its silence counts only from that look, the holder's next
+    # boundary moves its heartbeat, and it ends 72.
+    "7c-a-watcher-frozen-then-one-404-on-the-holders-manifests": _WATCHER_FROZEN_THEN_ONE_404,
     # (8) the holder's token loses the repo (401) mid-run: it can no longer read its lease; a second container
     # started then watches the holder's heartbeat.
     "8-401-on-the-lease-mid-run": Options(
@@ -177,6 +192,11 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         "whose last write landed",
         _WATCHER_FROZEN_MID_LOOK,
         lambda: mock.patch.object(protocol, "lease_read_fresh", lambda *a, **k: True),
+    ),
+    "taken-over-only-after-a-period-of-silence-watched-unbroken": (
+        "whose last write landed",
+        _WATCHER_FROZEN_THEN_ONE_404,
+        lambda: mock.patch.object(protocol, "watch_unbroken", lambda *a, **k: True),
     ),
     "never-a-start-from-less": (
         "while the Hub holds a state",
