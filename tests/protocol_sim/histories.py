@@ -56,6 +56,16 @@ ORDERINGS: dict[str, Options] = {
     "2-download-503-for-40s-at-resume": Options(**_TAKEOVER, outages=[Outage("download", 466, 506, "503", "c2")]),
     # (3) a relaunch after a preemption waits one lease period at most, then resumes where the bucket is.
     "3-relaunch-waits-one-period": Options(**_TAKEOVER),
+    # (3b) c2 starts watching right after c1's third boundary; c1's fourth boundary's batch is torn (its objects
+    # land, its manifest does not) and c1 is killed before it tries again: c2 takes the run a period after its
+    # watch began, less than one after those objects landed (no heartbeat: a watcher never sees them).
+    "3b-a-torn-batch-then-a-kill-while-watched": Options(
+        containers=2,
+        starts=[0.0, 170.0],
+        kills=[(214.0, "c1")],
+        outages=[Outage("batch", 200.0, 1e9, "some", "c1", 1)],
+        skews={"c1": 0.0, "c2": 0.0},
+    ),
     # (4) the lease commit meets 429: the run goes on unleased; a second container started later takes the lease,
     # and the first, which never reads the lease again, writes on beside it.
     "4-429-on-the-lease-commit": Options(
@@ -79,6 +89,13 @@ ORDERINGS: dict[str, Options] = {
     # state after it, and resumes from that epoch.
     "5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period": Options(
         containers=2, starts=[0.0, 10.0], freezes=[("c1", "batch", 1, 110.0)], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (5e) the holder freezes inside its second bucket batch (its second boundary) for 137 s; the taker, started
+    # after the holder's first boundary, takes the run a period later and reads its state after the quarter
+    # period; the batch lands just after that read, well inside a period of the take: the taker resumes from the
+    # first boundary, the state it read (the late batch is inert; its epoch is trained again).
+    "5e-a-batch-frozen-in-its-call-lands-after-the-takers-read": Options(
+        containers=2, starts=[0.0, 80.0], freezes=[("c1", "batch", 2, 137.0)], skews={"c1": 0.0, "c2": 0.0}
     ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
