@@ -133,6 +133,7 @@ class RunLease:
         not be read for three periods. ``run_known``: the repo knew the run before this start (without a lease,
         its bucket is watched first: the file may have been deleted by hand)."""
         watch: protocol.Watch | None = None
+        watched_to: float | None = None  # when the last judged look ended
         began, said = clock.monotonic(), -_SAID_EVERY
         while True:
             looked = clock.monotonic()
@@ -152,6 +153,8 @@ class RunLease:
                     )
                 sleep(min(10.0, self.period / 12))
                 continue
+            if not protocol.watch_unbroken(watched_to, looked, self.period):
+                watch = None  # not watched meanwhile: the silence counts from this look
             # A lease absent while the bucket holds the run's writes is no free take (deleted by hand, lost).
             state_held = lease is None and beat.writes
             same_volume = lease is not None and _same_volume(self, lease)
@@ -176,6 +179,7 @@ class RunLease:
                 )
             if verdict is protocol.Verdict.WATCH:
                 assert watch is not None
+                watched_to = clock.monotonic()
                 if clock.monotonic() - said >= _SAID_EVERY:
                     said = clock.monotonic()
                     logger.info(

@@ -361,6 +361,15 @@ def judge_lease(
     return Verdict.WATCH, watch
 
 
+def watch_unbroken(last_look: float | None, looked: float, period: float = LEASE_PERIOD) -> bool:
+    """A watch counts the holder's silence only over looks less than a quarter period apart (``last_look``: when
+    the last judged look ended, None before the first; ``looked``: when this one began; this process's monotonic
+    clock). A gap (the watcher frozen or slowed between its looks, or in a look not judged) is time it did not
+    watch: the holder's writes meanwhile are seen only by the next look, and one listing answering 404 for the
+    holder's manifests then would show a silence the holder never kept. The watch starts again."""
+    return last_look is None or looked - last_look < period / 4
+
+
 def may_write(lease: Lease | None, me: str, newest_attempt: str | None, *, leased: bool = False) -> bool:
     """At a boundary, before writing anything: this attempt still holds the run (the repo's lease names it, and
     the bucket shows no newer attempt). A lease it released is no longer its own; with ``leased`` (this attempt

@@ -35,6 +35,17 @@ _WATCHER_FROZEN_MID_LOOK = Options(
     containers=2, starts=[0.0, 20.0], freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)], skews={"c1": 0.0, "c2": 0.0}
 )
 
+# 7b's freeze, then one 404 on each listing of the watcher's first look after its thaw (the holder's heartbeat
+# folder, then its manifests): that look shows no write of the holder, as its first look (before the holder's
+# first boundary) did; it was not watching meanwhile, so its watch starts again there.
+_WATCHER_FROZEN_THEN_ONE_404 = Options(
+    containers=2,
+    starts=[0.0, 20.0],
+    freezes=[("c2", "list:answered", 4, 1.5 * PERIOD)],
+    outages=[Outage("list", 100.0, 1e9, "missing", "c2", 2)],
+    skews={"c1": 0.0, "c2": 0.0},
+)
+
 ORDERINGS: dict[str, Options] = {
     # (1) one 404 on the taker's listing of the run folder (it exists): the taker learns nothing, so its manifests
     # carry no snapshot forward, and its tidy deletes the earlier attempt's snapshots.
@@ -45,6 +56,16 @@ ORDERINGS: dict[str, Options] = {
     "2-download-503-for-40s-at-resume": Options(**_TAKEOVER, outages=[Outage("download", 466, 506, "503", "c2")]),
     # (3) a relaunch after a preemption waits one lease period at most, then resumes where the bucket is.
     "3-relaunch-waits-one-period": Options(**_TAKEOVER),
+    # (3b) c2 starts watching right after c1's third boundary; c1's fourth boundary's batch is torn (its objects
+    # land, its manifest does not) and c1 is killed before it tries again: c2 takes the run a period after its
+    # watch began, less than one after those objects landed (no heartbeat: a watcher never sees them).
+    "3b-a-torn-batch-then-a-kill-while-watched": Options(
+        containers=2,
+        starts=[0.0, 170.0],
+        kills=[(214.0, "c1")],
+        outages=[Outage("batch", 200.0, 1e9, "some", "c1", 1)],
+        skews={"c1": 0.0, "c2": 0.0},
+    ),
     # (4) the lease commit meets 429: the run goes on unleased; a second container started later takes the lease,
     # and the first, which never reads the lease again, writes on beside it.
     "4-429-on-the-lease-commit": Options(
@@ -69,6 +90,13 @@ ORDERINGS: dict[str, Options] = {
     "5d-a-batch-frozen-in-its-call-lands-in-the-takers-quarter-period": Options(
         containers=2, starts=[0.0, 10.0], freezes=[("c1", "batch", 1, 110.0)], skews={"c1": 0.0, "c2": 0.0}
     ),
+    # (5e) the holder freezes inside its second bucket batch (its second boundary) for 137 s; the taker, started
+    # after the holder's first boundary, takes the run a period later and reads its state after the quarter
+    # period; the batch lands just after that read, well inside a period of the take: the taker resumes from the
+    # first boundary, the state it read (the late batch is inert; its epoch is trained again).
+    "5e-a-batch-frozen-in-its-call-lands-after-the-takers-read": Options(
+        containers=2, starts=[0.0, 80.0], freezes=[("c1", "batch", 2, 137.0)], skews={"c1": 0.0, "c2": 0.0}
+    ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(
@@ -81,6 +109,10 @@ ORDERINGS: dict[str, Options] = {
     "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),
     # (7b) a watcher frozen mid-look judges nothing on it: it looks again, sees the holder's heartbeat moved, ends 72.
     "7b-a-watcher-frozen-mid-look": _WATCHER_FROZEN_MID_LOOK,
+    # (7c) a watcher frozen a period and a half, whose first look after the thaw meets a 404 on the holder's
+    # manifests (the Hub's, for a folder that exists): its silence counts only from that look, the holder's next
+    # boundary moves its heartbeat, and it ends 72.
+    "7c-a-watcher-frozen-then-one-404-on-the-holders-manifests": _WATCHER_FROZEN_THEN_ONE_404,
     # (8) the holder's token loses the repo (401) mid-run: it can no longer read its lease; a second container
     # started then watches the holder's heartbeat.
     "8-401-on-the-lease-mid-run": Options(
@@ -177,6 +209,11 @@ SWITCHED_OFF: dict[str, tuple[str, Options, Callable[[], AbstractContextManager[
         "whose last write landed",
         _WATCHER_FROZEN_MID_LOOK,
         lambda: mock.patch.object(protocol, "lease_read_fresh", lambda *a, **k: True),
+    ),
+    "taken-over-only-after-a-period-of-silence-watched-unbroken": (
+        "whose last write landed",
+        _WATCHER_FROZEN_THEN_ONE_404,
+        lambda: mock.patch.object(protocol, "watch_unbroken", lambda *a, **k: True),
     ),
     "never-a-start-from-less": (
         "while the Hub holds a state",

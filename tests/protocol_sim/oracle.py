@@ -7,8 +7,10 @@ entrypoint.sync.protocol: a rule broken there cannot blind the judge).
   whole period after a later one took the lease; a write it sent before and that lands that late (frozen inside its
   call) is inert: it puts only keys of its own attempt, deletes nothing another attempt's manifest names, and no
   reader trusts it (no later manifest names what it put, no container starts from it);
-- a holder is taken over only after a whole period of silence (no write of it landed; less a call's latency);
-- never a start from less than the Hub holds (a start from scratch while the Hub holds a state; late writes aside);
+- a holder is taken over only after a whole period of silence (no heartbeat of it landed: a manifest, a heartbeat
+  object, a commit; the objects of a batch torn before its manifest landed are none; less a call's latency);
+- never a start from less than the Hub holds (a start from scratch while the Hub holds a state; late writes aside:
+  those a writer taken over landed past the taker's quarter period, when the taker may already have read);
 - never two containers that trained both ending 0;
 - each epoch trained at most twice.
 """
@@ -57,9 +59,11 @@ def whole_states(
 SLACK = 5.0
 
 
-def _attempt_of(what: str) -> str | None:
-    """The attempt a bucket write of the journal belongs to (its key names it)."""
-    match = _ATTEMPT.search(what) if what.startswith("put ") else None
+def _beat_of(what: str) -> str | None:
+    """The attempt whose heartbeat a bucket write of the journal is (a manifest or a heartbeat object: what a
+    watcher sees move; an object put alone, a batch torn before its manifest landed, shows no one alive)."""
+    beat = what.startswith("put ") and ("/manifests/" in what or "/heartbeat/" in what)
+    match = _ATTEMPT.search(what) if beat else None
     return match.group(1) if match else None
 
 
@@ -90,9 +94,12 @@ class Oracle:
     only: set[str] | None = None  # the invariants judged (None: all); a history may show one alone
     attempts: dict[str, str] = field(default_factory=dict)  # container → the attempt it runs (said at its start)
     late: set[str] = field(default_factory=set)  # keys landed by a writer a period after a later one took the run
+    # keys landed by a writer past the quarter period after a later one took the run: the taker reads its state
+    # only after that quarter period, so it may not have seen them (a batch frozen in its call lands inert)
+    unread: set[str] = field(default_factory=set)
     _seen: int = -1
     _judged: int = 0  # journal entries the one-writer rule judged
-    _landed: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # attempt → its bucket writes
+    _landed: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # attempt → its bucket beats
     _indexed: int = 0  # journal entries indexed in ``_landed``
 
     def fail(self, why: str) -> None:
@@ -110,8 +117,10 @@ class Oracle:
         if attempt is not None:
             self.attempts[who] = attempt
         held = max((e for s in whole_states(self.server.bucket, self.late).values() for e, _ in s), default=0)
-        if self._judges("start-from-less") and epochs < held:
-            self.fail(f"{who} starts run {run_id} from {epochs} epochs while the Hub holds a state of {held}")
+        readable = whole_states(self.server.bucket, self.late | self.unread)
+        least = max((e for s in readable.values() for e, _ in s), default=0)
+        if self._judges("start-from-less") and epochs < least:
+            self.fail(f"{who} starts run {run_id} from {epochs} epochs while the Hub holds a state of {least}")
         if self.late and self._judges("one-writer") and epochs > held:
             self.fail(f"{who} starts run {run_id} from {epochs} epochs: a state only a writer taken over landed")
 
@@ -141,7 +150,7 @@ class Oracle:
         journal = self.server.journal
         for n in range(self._indexed, len(journal)):  # the bucket writes landed since the last step, by attempt
             at, _, what = journal[n]
-            attempt = _attempt_of(what)
+            attempt = _beat_of(what)
             if attempt is not None:
                 self._landed[attempt].append(at)
         self._indexed = len(journal)
@@ -186,7 +195,10 @@ class Oracle:
             for taken, holder in takes:
                 if holder != writer and holder > writer and sent - taken > self.period:
                     self.fail(f"attempt {writer} wrote {key} {sent - taken:.0f} s after {holder} took the lease")
-            if any(holder != writer and holder > writer and at - taken > self.period for taken, holder in takes):
+            taken_before = [at - taken for taken, holder in takes if holder != writer and holder > writer]
+            if op == "put" and any(since > self.period / 4 for since in taken_before):
+                self.unread.add(key)
+            if any(since > self.period for since in taken_before):
                 self._inert(writer, op, key)
             elif op == "put" and "/manifests/" in key and self.late:
                 self._trusts_no_late_write(key)
