@@ -14,6 +14,8 @@ from entrypoint.sync import clock, volume_lock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
 
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
 ME, OTHER = "0000000000002-bbbbbb", "0000000000001-aaaaaa"
 LEASE = p.Lease("run", OTHER, taken_at=1000.0, period=120.0)
 

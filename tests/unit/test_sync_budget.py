@@ -16,6 +16,8 @@ from entrypoint.sync.ledger import CommitBudget, Ledger
 from entrypoint.sync.staging import StagedFile
 from entrypoint.sync.uploader import Uploader
 
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
 
 class Clock:
     """Stands in for the ``time`` module inside entrypoint.sync.ledger: both clocks move only when told."""
