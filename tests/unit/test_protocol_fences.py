@@ -9,8 +9,8 @@ from unittest import mock
 
 import pytest
 
-from entrypoint.errors import TakenOverError
-from entrypoint.sync import clock, volume_lock
+from entrypoint.errors import StoreUnreadableError, TakenOverError
+from entrypoint.sync import clock, read, volume_lock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
 
@@ -189,3 +189,50 @@ def test_a_bucket_write_long_after_the_last_lease_read_reads_it_first() -> None:
         fake.now += 29.0  # 30 s since the read began: a quarter period
         held.check()
         assert began == [1000.0, 1030.0]
+
+
+# -- a bucket that cannot be read at resume (sync/read.py) -------------------------------------------------
+class _Folder:
+    """A run folder whose reads fail ``failing`` times, then answer with no whole boundary."""
+
+    label = "hf://buckets/org/b/run/id"
+
+    def __init__(self, failing: int) -> None:
+        self.failing, self.reads = failing, 0
+
+    def whole_manifests(self) -> list[p.Manifest]:
+        self.reads += 1
+        if self.reads <= self.failing:
+            raise ConnectionError("reset by peer")
+        return []
+
+    def other_runs(self) -> list[str]:
+        return []
+
+
+def _sources(folder: _Folder, fake: _Clock, **kwargs: object) -> list[object]:
+    with clock.use(fake):
+        return list(read.bucket_sources(folder, began=fake.now, **kwargs))  # type: ignore[arg-type]
+
+
+def test_a_bucket_read_failing_at_resume_is_read_again_in_short_pauses_until_it_answers() -> None:
+    fake, folder = _Clock(), _Folder(failing=2)
+    assert _sources(folder, fake, run_known=True, read_for=60.0) == [] and folder.reads == 3
+    assert fake.now == 1000.0 + 2 * 5.0, "a pause of a tenth of the deadline, five seconds at most"
+    fake, folder = _Clock(), _Folder(failing=1)
+    _sources(folder, fake, run_known=False, read_for=2.0)
+    assert fake.now == 1000.5, "half a second at least"
+
+
+def test_a_bucket_unreadable_past_the_deadline_refuses_a_known_run_and_goes_on_for_a_new_one() -> None:
+    with pytest.raises(StoreUnreadableError) as refused:
+        _sources(_Folder(failing=99), _Clock(), run_known=True, read_for=30.0)
+    assert refused.value.message == (
+        "cannot read hf://buckets/org/b/run/id for 30 s (ConnectionError), and the run's newest"
+        " epochs may be there alone: not starting over, nothing written"
+    )
+    assert refused.value.hint == "start it again once the bucket answers (a retryable exit)"
+    fake, folder = _Clock(), _Folder(failing=99)
+    assert _sources(folder, fake, run_known=False, read_for=30.0) == [] and fake.now >= 1030.0
+    fake, folder = _Clock(), _Folder(failing=99)
+    assert _sources(folder, fake, run_known=None, read_for=30.0) == [] and folder.reads == 1, "a reader only looks"
