@@ -4,12 +4,15 @@ tests/integration/test_protocol_orderings.py drives the same fences with the rea
 
 from __future__ import annotations
 
+import json
+from hashlib import sha256
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from entrypoint.errors import StoreUnreadableError, TakenOverError
+from entrypoint.state import STATE_FILE
 from entrypoint.sync import clock, read, volume_lock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
@@ -236,3 +239,32 @@ def test_a_bucket_unreadable_past_the_deadline_refuses_a_known_run_and_goes_on_f
     assert _sources(folder, fake, run_known=False, read_for=30.0) == [] and fake.now >= 1030.0
     fake, folder = _Clock(), _Folder(failing=99)
     assert _sources(folder, fake, run_known=None, read_for=30.0) == [] and folder.reads == 1, "a reader only looks"
+
+
+class _Bucket:
+    """A bucket folder holding one whole boundary whose trainbox.json is ``state`` (``size``: what its manifest
+    says of it)."""
+
+    bucket_id, run_name, run_id, label = "org/b", "run", "id", "hf://buckets/org/b/run/id"
+
+    def __init__(self, state: bytes, size: object) -> None:
+        self.state, self.bucket = state, self
+        entry = {"key": "run/id/o/trainbox.json", "sha256": sha256(state).hexdigest(), "size": size, "epoch": 3}
+        self.manifest = p.Manifest("run/id/manifests/m.json", "id", "run", ME, 1, "c", 3, 0.0, {STATE_FILE: entry})
+
+    def whole_manifests(self) -> list[p.Manifest]:
+        return [self.manifest]
+
+    def download(self, wanted: dict[str, Path]) -> None:
+        for local in wanted.values():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(self.state)
+
+
+def test_a_bucket_states_trainbox_json_is_read_within_its_bound_and_never_over_it(tmp_path: Path) -> None:
+    state = json.dumps({"run_name": "run", "phase": "training"}).encode()
+    assert read.bucket_state(_Bucket(state, len(state)), tmp_path, max_bytes=len(state)) == json.loads(state)  # type: ignore[arg-type]
+    assert read.bucket_state(_Bucket(state, len(state)), tmp_path / "a") == json.loads(state)  # type: ignore[arg-type]
+    for size in (len(state) + 1, None, "12"):  # over the bound, or a size the manifest does not give as bytes
+        assert read.bucket_state(_Bucket(state, size), tmp_path / "b", max_bytes=len(state)) is None  # type: ignore[arg-type]
+    assert read.bucket_state(_Bucket(b"[1, 2]", 6), tmp_path / "c") is None, "not a JSON object"  # type: ignore[arg-type]
