@@ -223,6 +223,9 @@ def test_a_bucket_read_failing_at_resume_is_read_again_in_short_pauses_until_it_
     assert _sources(folder, fake, run_known=True, read_for=60.0) == [] and folder.reads == 3
     assert fake.now == 1000.0 + 2 * 5.0, "a pause of a tenth of the deadline, five seconds at most"
     fake, folder = _Clock(), _Folder(failing=1)
+    _sources(folder, fake, run_known=False, read_for=30.0)
+    assert fake.now == 1003.0
+    fake, folder = _Clock(), _Folder(failing=1)
     _sources(folder, fake, run_known=False, read_for=2.0)
     assert fake.now == 1000.5, "half a second at least"
 
