@@ -9,9 +9,11 @@ from hashlib import sha256
 from pathlib import Path
 from unittest import mock
 
+import httpx2
 import pytest
+from huggingface_hub.errors import HfHubHTTPError
 
-from entrypoint.errors import StoreUnreadableError, TakenOverError
+from entrypoint.errors import LeaseRefusedError, StoreUnreadableError, TakenOverError
 from entrypoint.state import STATE_FILE
 from entrypoint.sync import clock, read, volume_lock
 from entrypoint.sync import lease as lease_module
@@ -271,3 +273,24 @@ def test_a_bucket_states_trainbox_json_is_read_within_its_bound_and_never_over_i
     for size in (len(state) + 1, None, "12"):  # over the bound, or a size the manifest does not give as bytes
         assert read.bucket_state(_Bucket(state, size), tmp_path / "b", max_bytes=len(state)) is None  # type: ignore[arg-type]
     assert read.bucket_state(_Bucket(b"[1, 2]", 6), tmp_path / "c") is None, "not a JSON object"  # type: ignore[arg-type]
+
+
+# -- a lease commit refused (sync/lease.py) ----------------------------------------------------------------
+def _refused(status: int, headers: dict[str, str] | None = None) -> HfHubHTTPError:
+    request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
+    return HfHubHTTPError("scripted", response=httpx2.Response(status, headers=headers or {}, request=request))
+
+
+def test_a_rate_limited_lease_take_waits_out_the_reset_then_looks_again_and_ends_past_the_bound() -> None:
+    fake = _Clock()
+    with clock.use(fake):
+        taker = lease_module.RunLease(mock.Mock(), "org/model", "run", 120.0, None)
+        assert taker._refused(_refused(429, {"Retry-After": "90"})) is False  # look again, after the reset
+        assert (fake.now, taker.retry_after) == (1090.0, 90.0)
+        assert taker._refused(_refused(429)) is False and fake.now == 1150.0, "no reset said: a minute"
+        assert taker.retry_after == 90.0, "the longest wait asked for"
+        assert taker._refused(_refused(412)) is False and fake.now == 1150.0, "the repo moved: read again at once"
+        with pytest.raises(LeaseRefusedError) as refused:
+            taker._refused(_refused(429, {"Retry-After": "500"}))  # 150 s waited: 650 s is past the bound
+    assert refused.value.message.startswith("org/model rate-limits commits for 500 s more")
+    assert fake.now == 1150.0, "past the bound, nothing more is waited"
