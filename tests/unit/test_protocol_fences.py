@@ -270,6 +270,9 @@ def test_a_bucket_states_trainbox_json_is_read_within_its_bound_and_never_over_i
     state = json.dumps({"run_name": "run", "phase": "training"}).encode()
     assert read.bucket_state(_Bucket(state, len(state)), tmp_path, max_bytes=len(state)) == json.loads(state)  # type: ignore[arg-type]
     assert read.bucket_state(_Bucket(state, len(state)), tmp_path / "a") == json.loads(state)  # type: ignore[arg-type]
+    over = _Bucket(state, len(state))  # its manifest tells its true size: over the bound, it is never downloaded
+    assert read.bucket_state(over, tmp_path / "o", max_bytes=len(state) - 1) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "o").exists()
     for size in (len(state) + 1, None, "12"):  # over the bound, or a size the manifest does not give as bytes
         assert read.bucket_state(_Bucket(state, size), tmp_path / "b", max_bytes=len(state)) is None  # type: ignore[arg-type]
     assert read.bucket_state(_Bucket(b"[1, 2]", 6), tmp_path / "c") is None, "not a JSON object"  # type: ignore[arg-type]
