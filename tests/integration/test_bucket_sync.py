@@ -68,6 +68,7 @@ def resumed(folder: RunFolder, tmp_path: Path, name: str) -> read.Copy | None:
     return read.find_newest(run_dir, work, folder=folder)
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_boundaries_go_to_new_keys_and_the_superseded_ones_go_once_the_new_manifest_landed(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:
@@ -144,6 +145,7 @@ def test_a_boundary_the_bucket_refuses_in_part_leaves_the_last_whole_one_loadabl
     assert keys(hub_ctx, folder) == newest.keys() | {newest.key}, "the torn boundary's leftovers were not tidied"
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_a_manifest_naming_a_missing_file_is_not_whole_and_the_one_before_is_used(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:
@@ -190,6 +192,7 @@ def test_500s_resets_and_lost_answers_lose_nothing_and_land_nothing_twice(hub_ct
     assert found is not None and found.epochs == 4
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_another_run_id_under_the_same_run_name_is_never_read_nor_deleted(
     hub_ctx: HubContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -222,6 +225,7 @@ def test_another_run_id_under_the_same_run_name_is_never_read_nor_deleted(
     assert resumed(new, tmp_path, "again").epochs == 1  # type: ignore[union-attr]
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_a_newer_attempt_fences_the_older_writer(hub_ctx: HubContext, tmp_path: Path) -> None:
     folder = folder_of(hub_ctx)
     told: list[TakenOverError] = []
@@ -294,6 +298,7 @@ def test_a_failing_bucket_falls_back_to_repo_commits_and_comes_back(hub_ctx: Hub
     assert found is not None and found.epochs == 4
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_unavailable_buckets_are_said_in_one_line(hub_ctx: HubContext) -> None:
     hub = Hub(token=hub_ctx.token, endpoint=hub_ctx.url)
     hub_ctx.hub.set_buckets(False)
@@ -313,6 +318,7 @@ def test_unavailable_buckets_are_said_in_one_line(hub_ctx: HubContext) -> None:
     Bucket(hub, f"{hub_ctx.user}/existing").open(write=False)
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_a_newer_attempt_is_later_even_on_a_clock_behind() -> None:
     ahead = f"{int(time.time() * 1000) + 3_600_000:013d}-abcdef"  # the last writer's clock was an hour ahead
     assert new_attempt(after=ahead) > ahead
@@ -332,6 +338,7 @@ def _staged(run_dir: Path, staging: Path) -> list[Any]:
     return out
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_huggingface_hubs_own_retries_never_nest_inside_ours(hub_ctx: HubContext) -> None:
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -384,6 +391,7 @@ def test_a_failing_cas_fails_a_bucket_write_in_seconds_not_minutes(hub_ctx: HubC
     assert float(verdict[-1]) < 15.0, child.stdout
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_several_machines_resume_from_the_bucket_at_the_same_boundary(hub_ctx: HubContext, tmp_path: Path) -> None:
     """Node 0 writes the bucket; every node resumes from the stores alone (volume=False): the same epoch."""
     folder = folder_of(hub_ctx)
@@ -471,6 +479,7 @@ def test_a_bucket_that_cannot_be_read_at_resume_is_said_and_the_other_stores_ser
     assert f"cannot read {folder.label}" in caplog.text
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_a_full_disk_while_staging_keeps_the_bucket_at_the_last_whole_boundary(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:
@@ -500,6 +509,7 @@ def test_a_full_disk_while_staging_keeps_the_bucket_at_the_last_whole_boundary(
     assert newest.epoch == 2
 
 
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
 def test_the_clean_up_never_deletes_a_newer_attempts_objects_nor_a_file_it_does_not_know(
     hub_ctx: HubContext, tmp_path: Path
 ) -> None:

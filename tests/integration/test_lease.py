@@ -14,6 +14,8 @@ from entrypoint.sync.bucket import new_attempt
 from entrypoint.sync.lease import RunLease
 from tests.hubfixtures import HubContext
 
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
 PERIOD = 2.0
 RUN_A, RUN_B = "a" * 16, "b" * 16
 

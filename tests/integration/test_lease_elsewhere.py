@@ -23,6 +23,8 @@ from entrypoint.sync.lease import RunLease
 from tests.fakes.provider_accounts import RunPodAccount, VastAccount
 from tests.hubfixtures import HubContext
 
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
 OLD, NEW = "101", "202"  # the holder's instance, the relaunch's own
 KEY = "provider-key-0123456789"
 

@@ -4,15 +4,22 @@ tests/integration/test_protocol_orderings.py drives the same fences with the rea
 
 from __future__ import annotations
 
+import json
+from hashlib import sha256
 from pathlib import Path
 from unittest import mock
 
+import httpx2
 import pytest
+from huggingface_hub.errors import HfHubHTTPError
 
-from entrypoint.errors import TakenOverError
-from entrypoint.sync import clock, volume_lock
+from entrypoint.errors import LeaseRefusedError, StoreUnreadableError, TakenOverError
+from entrypoint.state import STATE_FILE
+from entrypoint.sync import clock, read, volume_lock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
+
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
 ME, OTHER = "0000000000002-bbbbbb", "0000000000001-aaaaaa"
 LEASE = p.Lease("run", OTHER, taken_at=1000.0, period=120.0)
@@ -187,3 +194,106 @@ def test_a_bucket_write_long_after_the_last_lease_read_reads_it_first() -> None:
         fake.now += 29.0  # 30 s since the read began: a quarter period
         held.check()
         assert began == [1000.0, 1030.0]
+
+
+# -- a bucket that cannot be read at resume (sync/read.py) -------------------------------------------------
+class _Folder:
+    """A run folder whose reads fail ``failing`` times, then answer with no whole boundary."""
+
+    label = "hf://buckets/org/b/run/id"
+
+    def __init__(self, failing: int) -> None:
+        self.failing, self.reads = failing, 0
+
+    def whole_manifests(self) -> list[p.Manifest]:
+        self.reads += 1
+        if self.reads <= self.failing:
+            raise ConnectionError("reset by peer")
+        return []
+
+    def other_runs(self) -> list[str]:
+        return []
+
+
+def _sources(folder: _Folder, fake: _Clock, **kwargs: object) -> list[object]:
+    with clock.use(fake):
+        return list(read.bucket_sources(folder, began=fake.now, **kwargs))  # type: ignore[arg-type]
+
+
+def test_a_bucket_read_failing_at_resume_is_read_again_in_short_pauses_until_it_answers() -> None:
+    fake, folder = _Clock(), _Folder(failing=2)
+    assert _sources(folder, fake, run_known=True, read_for=60.0) == [] and folder.reads == 3
+    assert fake.now == 1000.0 + 2 * 5.0, "a pause of a tenth of the deadline, five seconds at most"
+    fake, folder = _Clock(), _Folder(failing=1)
+    _sources(folder, fake, run_known=False, read_for=30.0)
+    assert fake.now == 1003.0
+    fake, folder = _Clock(), _Folder(failing=1)
+    _sources(folder, fake, run_known=False, read_for=2.0)
+    assert fake.now == 1000.5, "half a second at least"
+
+
+def test_a_bucket_unreadable_past_the_deadline_refuses_a_known_run_and_goes_on_for_a_new_one() -> None:
+    with pytest.raises(StoreUnreadableError) as refused:
+        _sources(_Folder(failing=99), _Clock(), run_known=True, read_for=30.0)
+    assert refused.value.message == (
+        "cannot read hf://buckets/org/b/run/id for 30 s (ConnectionError), and the run's newest"
+        " epochs may be there alone: not starting over, nothing written"
+    )
+    assert refused.value.hint == "start it again once the bucket answers (a retryable exit)"
+    fake, folder = _Clock(), _Folder(failing=99)
+    assert _sources(folder, fake, run_known=False, read_for=30.0) == [] and fake.now >= 1030.0
+    fake, folder = _Clock(), _Folder(failing=99)
+    assert _sources(folder, fake, run_known=None, read_for=30.0) == [] and folder.reads == 1, "a reader only looks"
+
+
+class _Bucket:
+    """A bucket folder holding one whole boundary whose trainbox.json is ``state`` (``size``: what its manifest
+    says of it)."""
+
+    bucket_id, run_name, run_id, label = "org/b", "run", "id", "hf://buckets/org/b/run/id"
+
+    def __init__(self, state: bytes, size: object) -> None:
+        self.state, self.bucket = state, self
+        entry = {"key": "run/id/o/trainbox.json", "sha256": sha256(state).hexdigest(), "size": size, "epoch": 3}
+        self.manifest = p.Manifest("run/id/manifests/m.json", "id", "run", ME, 1, "c", 3, 0.0, {STATE_FILE: entry})
+
+    def whole_manifests(self) -> list[p.Manifest]:
+        return [self.manifest]
+
+    def download(self, wanted: dict[str, Path]) -> None:
+        for local in wanted.values():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_bytes(self.state)
+
+
+def test_a_bucket_states_trainbox_json_is_read_within_its_bound_and_never_over_it(tmp_path: Path) -> None:
+    state = json.dumps({"run_name": "run", "phase": "training"}).encode()
+    assert read.bucket_state(_Bucket(state, len(state)), tmp_path, max_bytes=len(state)) == json.loads(state)  # type: ignore[arg-type]
+    assert read.bucket_state(_Bucket(state, len(state)), tmp_path / "a") == json.loads(state)  # type: ignore[arg-type]
+    over = _Bucket(state, len(state))  # its manifest tells its true size: over the bound, it is never downloaded
+    assert read.bucket_state(over, tmp_path / "o", max_bytes=len(state) - 1) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "o").exists()
+    for size in (len(state) + 1, None, "12"):  # over the bound, or a size the manifest does not give as bytes
+        assert read.bucket_state(_Bucket(state, size), tmp_path / "b", max_bytes=len(state)) is None  # type: ignore[arg-type]
+    assert read.bucket_state(_Bucket(b"[1, 2]", 6), tmp_path / "c") is None, "not a JSON object"  # type: ignore[arg-type]
+
+
+# -- a lease commit refused (sync/lease.py) ----------------------------------------------------------------
+def _refused(status: int, headers: dict[str, str] | None = None) -> HfHubHTTPError:
+    request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
+    return HfHubHTTPError("scripted", response=httpx2.Response(status, headers=headers or {}, request=request))
+
+
+def test_a_rate_limited_lease_take_waits_out_the_reset_then_looks_again_and_ends_past_the_bound() -> None:
+    fake = _Clock()
+    with clock.use(fake):
+        taker = lease_module.RunLease(mock.Mock(), "org/model", "run", 120.0, None)
+        assert taker._refused(_refused(429, {"Retry-After": "90"})) is False  # look again, after the reset
+        assert (fake.now, taker.retry_after) == (1090.0, 90.0)
+        assert taker._refused(_refused(429)) is False and fake.now == 1150.0, "no reset said: a minute"
+        assert taker.retry_after == 90.0, "the longest wait asked for"
+        assert taker._refused(_refused(412)) is False and fake.now == 1150.0, "the repo moved: read again at once"
+        with pytest.raises(LeaseRefusedError) as refused:
+            taker._refused(_refused(429, {"Retry-After": "500"}))  # 150 s waited: 650 s is past the bound
+    assert refused.value.message.startswith("org/model rate-limits commits for 500 s more")
+    assert fake.now == 1150.0, "past the bound, nothing more is waited"

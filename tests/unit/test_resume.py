@@ -130,6 +130,7 @@ def recorded(run_dir: Path, epochs: int) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"epoch": n}) + "\n" for n in range(1, epochs + 1)))
 
 
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_a_checkpoint_whose_row_was_cut_off_is_redone_from_the_recorded_epoch(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 4)
     saved(tmp_path, "epoch_3.pt", 3)
@@ -139,12 +140,14 @@ def test_a_checkpoint_whose_row_was_cut_off_is_redone_from_the_recorded_epoch(tm
     assert found is not None and found[0].name == "epoch_3.pt" and found[1].completed_epochs == 3
 
 
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_the_first_epoch_cut_off_before_its_row_starts_again(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 1)
     (tmp_path / "status.json").write_text("{}")  # libreyolo started the run, recorded no epoch
     assert newest_local(tmp_path) is None
 
 
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_a_recorded_epoch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 4)
     saved(tmp_path, "epoch_3.pt", 3)
@@ -153,6 +156,7 @@ def test_a_recorded_epoch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     assert found is not None and found[0].name == "last.pt" and found[1].completed_epochs == 4
 
 
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_redoing_more_than_the_cut_off_epoch_is_not_worth_a_row(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 10)  # save_period=5: no checkpoint at the recorded epoch 9
     saved(tmp_path, "epoch_5.pt", 5)
@@ -161,6 +165,7 @@ def test_redoing_more_than_the_cut_off_epoch_is_not_worth_a_row(tmp_path: Path) 
     assert found is not None and found[0].name == "last.pt"
 
 
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_a_folder_with_no_run_record_keeps_its_newest_checkpoint(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 2)  # a checkpoint placed by hand: nothing to judge it by
     found = newest_local(tmp_path)

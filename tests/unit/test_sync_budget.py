@@ -1,20 +1,28 @@
 """The committer's bookkeeping: the commit budget (a token bucket the Hub's 429 empties) and the ledger of
-what the Hub holds, on a clock the test moves; what a failed final upload says."""
+what the Hub holds, on a clock the test moves; what a failed final upload says; a commit whose answer was lost
+may have landed, and the next turn asks the store before sending it again."""
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
 import pytest
 
+from entrypoint.sync import committer as c
 from entrypoint.sync import ledger as sync_ledger
 from entrypoint.sync.job import sync_error
+from entrypoint.sync.lane import Lane
 from entrypoint.sync.ledger import CommitBudget, Ledger
 from entrypoint.sync.staging import StagedFile
+from entrypoint.sync.stores import Store as AStore
 from entrypoint.sync.uploader import Uploader
+
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
 
 class Clock:
@@ -170,3 +178,89 @@ def test_a_flush_that_staged_nothing_names_the_last_snapshot_not_zero_files() ->
     assert sync_error(uploader([])).message == "the run's last snapshot is not on org/model (out of time)"
     named = sync_error(uploader(["weights/last.pt"]), " (stopped by a signal)").message
     assert named == "1 file(s) are not on org/model (stopped by a signal): weights/last.pt (out of time)"
+
+
+# -- a commit whose answer was lost ------------------------------------------------------------------------
+
+
+class AnsweringStore:
+    """A store whose first commit lands but loses its answer (a reset after the Hub wrote it)."""
+
+    name = "org/model"
+
+    def __init__(self, *, lands: bool) -> None:
+        self.lands = lands
+        self.commits: list[tuple[str, list[str]]] = []  # commit id, files: what reached the store
+        self.asked: list[str] = []
+
+    def commit(self, files: Sequence[StagedFile], message: str, *, deadline: float | None, commit_id: str) -> str:
+        if not self.commits and self.lands:
+            self.commits.append((commit_id, [f.relative for f in files]))
+            raise ConnectionError("connection reset")  # landed; the answer is lost
+        if not self.lands and not self.asked:
+            raise ConnectionError("connection reset")  # never reached the store
+        self.commits.append((commit_id, [f.relative for f in files]))
+        return f"sha{len(self.commits)}"
+
+    def landed(self, commit_id: str, *, deadline: float | None) -> str | None:
+        self.asked.append(commit_id)
+        return "sha1" if any(done == commit_id for done, _ in self.commits) else None
+
+    def tidy(self, *, deadline: float | None) -> None:
+        return None
+
+
+def committers(tmp_path: Path, store: AnsweringStore) -> tuple[c.Committers, Lane, StagedFile]:
+    lane = Lane(cast(AStore, store), tmp_path, takes=lambda _: True, budget=None)
+    up = SimpleNamespace(
+        changed=threading.Condition(),
+        flush_deadlines=[],
+        cutoff=0.0,
+        repo=lane,
+        bucket=None,
+        lanes=[lane],
+        routing=SimpleNamespace(working=lane),
+        lease=None,
+        taken_over=None,
+        owes_run_id=False,
+        kept_epochs=0,
+        card_refused=None,
+        on_commit=None,
+        on_card=None,
+        poll_interval=1.0,
+        fallback=None,
+        fallback_after=60.0,
+    )
+    copy = tmp_path / "copy"
+    copy.write_bytes(b"weights")
+    item = StagedFile("weights/last.pt", copy, "a" * 64, None, 7, epochs=3)
+    lane.pending[item.relative] = item
+    return c.Committers(cast(c.Shared, up)), lane, item
+
+
+def test_a_commit_whose_answer_was_lost_but_landed_is_not_sent_again(tmp_path: Path) -> None:
+    store = AnsweringStore(lands=True)
+    run, lane, item = committers(tmp_path, store)
+
+    assert c.step(run, lane) is None  # the commit landed, its answer was lost
+    unconfirmed = lane.unconfirmed
+    assert unconfirmed is not None and unconfirmed[1] == [item] and lane.pending and lane.failures == 1
+    lane.retry_at = 0.0
+    c.step(run, lane)
+
+    assert store.asked == [store.commits[0][0]], "the store was asked about that very commit"
+    assert len(store.commits) == 1, "landed once, never sent again"
+    assert (lane.pending, lane.unconfirmed, lane.commits, lane.failures) == ({}, None, ["sha1"], 0)
+    assert run.up.kept_epochs == 3
+
+
+def test_a_commit_that_never_landed_is_sent_again(tmp_path: Path) -> None:
+    store = AnsweringStore(lands=False)
+    run, lane, _ = committers(tmp_path, store)
+
+    c.step(run, lane)
+    lane.retry_at = 0.0
+    c.step(run, lane)
+
+    assert len(store.asked) == 1 and store.commits and store.commits[0][1] == ["weights/last.pt"]
+    assert not lane.pending and lane.unconfirmed is None and lane.commits == ["sha1"]
