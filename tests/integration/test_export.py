@@ -158,6 +158,19 @@ def test_a_finished_run_publishes_a_scored_onnx_file_that_onnxruntime_runs(hub_c
     assert refused["within"] is False and refused["images"] == 2 and refused["max_abs_diff"] > 0.001, refused
 
 
+def exporting(agent: int) -> list[int]:
+    """The processes below ``agent``, once one of them runs ``libreyolo export``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        below = procs.descendants(agent)
+        for pid in below:
+            with contextlib.suppress(OSError):
+                if b"\0export\0--model\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return below
+        time.sleep(0.05)
+    raise AssertionError("the agent never ran its export")
+
+
 def _head_doubled(source: Path, target: Path) -> Path:
     """A copy of an ONNX file whose detection head's convolution weights are doubled."""
     import numpy as np
@@ -197,7 +210,7 @@ def test_kill_9_during_an_export_then_a_restart_makes_it(hub_ctx: HubContext, tm
         for line in process.stdout:
             if " export --model " in line:
                 break
-        below = procs.descendants(process.pid)
+        below = exporting(process.pid)  # the agent prints the command, then spawns it: once it runs
         process.kill()
         process.wait(timeout=30)
         for pid in below:  # the machine goes whole, as a container does: the export child with its agent
