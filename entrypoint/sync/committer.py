@@ -105,6 +105,9 @@ class Committers:
         with self.up.changed:
             if not lane.pending or self.up.taken_over is not None:
                 return None
+            routing = self.up.routing
+            if lane is self.up.repo and routing.repo_holds(self.up.snapshots.answered(routing.final_ticket)):
+                return None  # the end's snapshot stages newer milestones: one commit of the newest, not two
         wait = max(0.0, lane.retry_at - clock.monotonic())
         if self._flush_deadline() is not None or (lane is self.up.repo and self.up.owes_run_id):
             return max(wait, lane.budget.hold())  # a final upload spends over budget, not over a 429

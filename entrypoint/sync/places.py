@@ -84,6 +84,9 @@ class Routing:
         self.final = False  # the end: the repo takes the final last.pt too
         self.everywhere = False  # a flush waits for the repo's milestones too
         self.restage_waiting = False  # the end: the final last.pt is still to be staged again for the repo
+        # The end's snapshot ticket the repo's milestones wait for: what it holds from earlier boundaries is
+        # older than what the end stages, and one commit of the newest state is the repo's end (0: none).
+        self.final_ticket = 0
         if bucket is not None:
             repo.takes = milestone
             repo.budget = publish_budget(publish_every, repo.ledger.commit_times)
@@ -131,6 +134,11 @@ class Routing:
             self.repo.takes = final_milestone
             self.restage_waiting = True
         return True
+
+    def repo_holds(self, answered: bool) -> bool:
+        """Bucket mode, the end: whether the repo's committer waits for the end's snapshot (``answered``: it
+        has run). The working state never waits: with the fallback the repo holds it, and it goes at once."""
+        return self.final_ticket > 0 and self.fallback is None and not answered
 
     def restage_due(self, *, pressed: bool, boundary_staged: bool) -> bool:
         """Whether the final last.pt is to be staged again for the repo now: at once, or under a stop that

@@ -174,6 +174,8 @@ class Uploader:
                 self.routing.to_final()  # bucket mode: the repo takes the final last.pt too
             self.routing.everywhere = everywhere
             ticket = self.snapshots.ask()
+            if final and self.bucket is not None:
+                self.routing.final_ticket = ticket  # the repo's milestones wait for the end's own snapshot
             self.flush_deadlines.append(deadline)
             for lane in self.lanes:
                 lane.retry_at = 0.0  # someone waits now: no backoff left over from before
@@ -223,6 +225,7 @@ class Uploader:
             with self.changed:
                 self.flush_deadlines.remove(deadline)
                 self.routing.everywhere = False
+                self.routing.final_ticket = 0
         self._account(final, answered)
         if done:
             return True

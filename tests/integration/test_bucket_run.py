@@ -90,7 +90,11 @@ class Run:
             return []
         found = []
         for key in sorted(k for k in self.hub.bucket_files(self.bucket_id) if "/manifests/" in k):
-            manifest = Manifest.parse(key, self.hub.bucket_bytes(self.bucket_id, key))
+            try:
+                content = self.hub.bucket_bytes(self.bucket_id, key)
+            except KeyError:  # tidied away by the agent since the listing
+                continue
+            manifest = Manifest.parse(key, content)
             if manifest is not None:
                 found.append(manifest)
         return found

@@ -7,6 +7,7 @@ failing bucket falls back to repo commits. Synthetic run folders (stand-in check
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -525,3 +526,44 @@ def test_the_clean_up_never_deletes_a_newer_attempts_objects_nor_a_file_it_does_
     store.tidy(deadline=None)
     left = keys(hub_ctx, folder)
     assert older not in left and {newer, unknown} <= left
+
+
+@pytest.mark.protocol  # the protocol lane (no retry pauses)
+def test_the_end_gives_the_repo_one_commit_of_the_newest_milestones_not_an_older_one_first(
+    hub_ctx: HubContext, tmp_path: Path
+) -> None:
+    """PUBLISH_EVERY=off: the repo holds a boundary's milestones until the end; the end's own snapshot stages
+    newer ones, and the repo waits for them however slow that snapshot is: one commit, the newest state."""
+    folder = folder_of(hub_ctx)
+    run_dir = tmp_path / "run"
+    repo = hub_ctx.repo_id("milestones")
+    hub = Hub(token=hub_ctx.token, endpoint=hub_ctx.url)
+    hub.ensure_writable_repo(repo)
+    slow = threading.Event()
+    up = Uploader(
+        hub,
+        repo,
+        run_dir,
+        tmp_path / "work",
+        poll_interval=0.05,
+        bucket=BucketStore.begin(folder),
+        publish_every=None,
+        before_snapshot=lambda: slow.is_set() and time.sleep(1.0),  # the end's snapshot is slow to stage
+    )
+    up.start()
+    try:
+        boundary(run_dir, 1)
+        give_up = time.monotonic() + WAIT
+        while up.kept_epochs < 1 and time.monotonic() < give_up:  # epoch 1 in the bucket
+            time.sleep(0.05)
+        with up.changed:
+            assert "metrics.jsonl" in up.repo.pending, "off: the boundary's milestones wait for the end"
+        slow.set()
+        boundary(run_dir, 2)
+        assert up.flush(WAIT), up.last_error
+    finally:
+        up.stop()
+    commits = hub_ctx.hub.commits(repo)
+    versions = [commit.files["metrics.jsonl"].sha256 for commit in commits if "metrics.jsonl" in commit.files]
+    assert set(versions) == {sha256_of(run_dir / "metrics.jsonl")}, "the repo got an older metrics.jsonl first"
+    assert len(up.repo.commits) == 1, "one commit at the end: the milestones and the final last.pt"

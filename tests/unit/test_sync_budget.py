@@ -15,6 +15,7 @@ import pytest
 
 from entrypoint.sync import committer as c
 from entrypoint.sync import ledger as sync_ledger
+from entrypoint.sync import places
 from entrypoint.sync.job import sync_error
 from entrypoint.sync.lane import Lane
 from entrypoint.sync.ledger import CommitBudget, Ledger
@@ -219,7 +220,8 @@ def committers(tmp_path: Path, store: AnsweringStore) -> tuple[c.Committers, Lan
         repo=lane,
         bucket=None,
         lanes=[lane],
-        routing=SimpleNamespace(working=lane),
+        routing=places.Routing(lane, None, None),
+        snapshots=SimpleNamespace(answered=lambda _ticket: True),
         lease=None,
         taken_over=None,
         owes_run_id=False,
