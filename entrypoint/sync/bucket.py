@@ -22,7 +22,7 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,9 +152,11 @@ class Bucket:
         *,
         deadline: float | None = None,
         attempts: int = 2,
+        before_retry: Callable[[], None] | None = None,
     ) -> None:
         """One batch: ``(source, key)`` adds in one Xet upload session, in order, then deletes. Not
-        transactional: on an error some may have been applied."""
+        transactional: on an error some may have been applied. ``before_retry`` runs before the batch is sent
+        again (the lease's check: a writer frozen in its retry's pause must not write on its thaw)."""
         adds: list[tuple[str | Path | bytes, str]] = [
             (str(source) if isinstance(source, Path) else source, key) for source, key in add
         ]
@@ -166,6 +168,7 @@ class Bucket:
                 f"writing to the bucket {self.bucket_id}",
                 deadline=deadline,
                 attempts=attempts,
+                before_retry=before_retry,
             )
         except HfHubHTTPError as error:
             if status_of(error) in (401, 403):

@@ -113,7 +113,11 @@ class BucketStore:
         self._known[manifest.key] = manifest
         # The manifest last: a reader of the bucket sees the objects before the manifest naming them.
         self.before_write(deadline)
-        self.folder.bucket.batch([*add, (manifest.to_bytes(), manifest.key)], deadline=deadline)
+        self.folder.bucket.batch(
+            [*add, (manifest.to_bytes(), manifest.key)],
+            deadline=deadline,
+            before_retry=lambda: self.before_write(deadline),
+        )
         self._took(manifest)
         return manifest.key
 
@@ -153,7 +157,9 @@ class BucketStore:
         )
         if garbage:
             self.before_write(deadline)
-            self.folder.bucket.batch(delete=garbage, deadline=deadline)
+            self.folder.bucket.batch(
+                delete=garbage, deadline=deadline, before_retry=lambda: self.before_write(deadline)
+            )
             self._present -= set(garbage)
             for key in garbage:
                 self._known.pop(key, None)

@@ -341,7 +341,7 @@ class RunLease:
             self._beats += 1
             key = f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats:06d}"
             old = [f"{folder.prefix}/{HEARTBEAT}/{self.attempt}-{self._beats - 1:06d}"] if self._beats > 1 else []
-            self.bucket.batch([(b"{}", key)], old)
+            self.bucket.batch([(b"{}", key)], old, before_retry=self.check)
         else:
             if not self.may_commit():
                 return

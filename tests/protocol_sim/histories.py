@@ -97,6 +97,16 @@ ORDERINGS: dict[str, Options] = {
     "5e-a-batch-frozen-in-its-call-lands-after-the-takers-read": Options(
         containers=2, starts=[0.0, 80.0], freezes=[("c1", "batch", 2, 137.0)], skews={"c1": 0.0, "c2": 0.0}
     ),
+    # (5f) the holder's first bucket batch is applied and its answer lost, and the holder freezes three periods
+    # before it hears so; the taker (started at 150 s, watching) takes the run meanwhile. On thaw the holder's
+    # retry would send the batch again a period after the take: it checks its lease first and stops.
+    "5f-frozen-before-a-lost-batch-is-sent-again": Options(
+        containers=2,
+        starts=[0.0, 150.0],
+        outages=[Outage("batch", 0.0, 1e9, "lost", "c1", 1)],
+        freezes=[("c1", "batch:answered", 1, 3 * PERIOD)],
+        skews={"c1": 0.0, "c2": 0.0},
+    ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(
