@@ -103,6 +103,18 @@ class Run:
         self.committers = c.Committers(cast(c.Shared, self.up))
 
 
+def fallback_of(run: Run) -> str | None:
+    return run.routing.fallback
+
+
+def unconfirmed(lane: Lane) -> tuple[str, list[StagedFile]] | None:
+    return lane.unconfirmed
+
+
+def failing_since(lane: Lane) -> float | None:
+    return lane.failing_since
+
+
 # -- the bucket keeps failing: the repo takes the working state ----------------------------------------------
 def test_a_failing_bucket_hands_the_working_state_to_the_repo_once_and_says_so(
     tmp_path: Path, fake: _Clock, caplog: pytest.LogCaptureFixture
@@ -171,7 +183,7 @@ def test_the_bucket_falls_back_after_three_failed_boundaries_over_the_fallback_t
     run.bucket.commits.append("m/x-000002.json")
     run.up.fallback = run.routing.fallback
     run.committers._after_try(run.bucket, ok=True)
-    assert run.routing.fallback is None and run.bucket.failures == 0 and run.bucket.failing_since is None
+    assert (fallback_of(run), run.bucket.failures, failing_since(run.bucket)) == (None, 0, None)
 
 
 # -- a model card the Hub refuses ----------------------------------------------------------------------------
@@ -244,17 +256,16 @@ def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_pat
     last = item(tmp_path, "weights/last.pt", epochs=6)
     run.repo.pending = {last.relative: last}
     run.repo.unconfirmed = ("commit-1", [last])
-    run.repo.ledger.record = lambda batch, sha: None  # type: ignore[method-assign]
 
     run.committers._confirm_earlier(run.repo, 7000.0)
 
     assert store.asked == [("commit-1", 7000.0)], "asked about that commit, within the deadline"
-    assert run.repo.unconfirmed is None and run.repo.pending == {} and run.repo.commits == ["sha-landed"]
+    assert (unconfirmed(run.repo), run.repo.pending, run.repo.commits) == (None, {}, ["sha-landed"])
     assert list(run.repo.latencies) == [], "its latency is not known: not measured"
     assert run.repo.in_flight == [] and run.committers._discard == [last]
 
     store.answer = None
     run.repo.unconfirmed = ("commit-2", [last])
     run.committers._confirm_earlier(run.repo, None)
-    assert store.asked[-1] == ("commit-2", None) and run.repo.unconfirmed is None
+    assert store.asked[-1] == ("commit-2", None) and unconfirmed(run.repo) is None
     assert run.repo.commits == ["sha-landed"], "not landed: sent again by the next commit"

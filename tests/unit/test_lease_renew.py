@@ -6,7 +6,8 @@ the holder, writing nothing; a token refused stops it too; the heartbeat thread 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 from unittest import mock
 
 import httpx2
@@ -67,7 +68,7 @@ def fake() -> Any:
 
 
 def holder(
-    *, bucket: _Bucket | None = None, reads: list[p.Lease | None] | None = None, slow: float = 0.0
+    *, bucket: _Bucket | None = None, reads: Sequence[p.Lease | None] | None = None, slow: float = 0.0
 ) -> lease_module.RunLease:
     """The holder of run ``run-id`` (attempt ME); its lease reads answer ``reads`` in turn (the last one again),
     each taking ``slow`` seconds."""
@@ -85,10 +86,14 @@ def holder(
     return held
 
 
-def commits(held: lease_module.RunLease) -> list[tuple[p.Lease, str, str]]:
+def api(held: lease_module.RunLease) -> mock.Mock:
+    return cast(mock.Mock, held.hub.api)
+
+
+def commits(held: lease_module.RunLease) -> list[tuple[p.Lease | None, str, str]]:
     """The lease commits sent: the lease, the parent commit, the message."""
-    sent = []
-    for call in held.hub.api.create_commit.call_args_list:
+    sent: list[tuple[p.Lease | None, str, str]] = []
+    for call in api(held).create_commit.call_args_list:
         (repo_id, operations), kwargs = call.args, call.kwargs
         assert repo_id == "org/model" and [op.path_in_repo for op in operations] == [lease_module.LEASE_FILE]
         sent.append((p.Lease.parse(operations[0].path_or_fileobj), kwargs["parent_commit"], kwargs["commit_message"]))
@@ -183,7 +188,7 @@ def test_a_holder_already_taken_over_renews_nothing(fake: _Clock) -> None:
 def test_a_token_that_may_no_longer_commit_the_lease_stops_the_holder(fake: _Clock, status: int) -> None:
     held = holder()
     held._checked_at = fake.now
-    held.hub.api.create_commit.side_effect = http_error(status)
+    api(held).create_commit.side_effect = http_error(status)
 
     with pytest.raises(LeaseRefusedError) as refused:
         held.renew(in_bucket=False)
@@ -202,12 +207,12 @@ def test_a_renewal_the_repo_moved_under_or_rate_limited_is_no_loss(fake: _Clock,
     held._checked_at = fake.now
     fake.now += 70.0
     held._checked_at = fake.now
-    held.hub.api.create_commit.side_effect = http_error(status)
+    api(held).create_commit.side_effect = http_error(status)
 
     held.renew(in_bucket=False)
 
     assert held.lost is None and held.quiet() == 0.0, "a commit of ours moved the repo, or one comes later"
-    assert held.hub.api.create_commit.call_count == 1, "a rate limit is not waited out here"
+    assert api(held).create_commit.call_count == 1, "a rate limit is not waited out here"
 
 
 def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clock) -> None:
@@ -216,7 +221,7 @@ def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clo
     held.landed()
     fake.now += 70.0
     held._checked_at = fake.now
-    held.hub.api.create_commit.side_effect = http_error(400)
+    api(held).create_commit.side_effect = http_error(400)
 
     with pytest.raises(HfHubHTTPError):
         held.renew(in_bucket=False)
@@ -225,7 +230,7 @@ def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clo
 
 # -- tick and keep -------------------------------------------------------------------------------------------
 def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_of_quiet(fake: _Clock) -> None:
-    bucket, lost = _Bucket(), []
+    bucket, lost = _Bucket(), cast(list[TakenOverError], [])
     held = holder(bucket=bucket)
     held.landed()
     fake.now += PERIOD / 2 - 1
@@ -241,14 +246,14 @@ def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_
 
 
 def test_a_tick_that_finds_the_run_taken_tells_it_and_ends_the_heartbeat(fake: _Clock) -> None:
-    held, lost = holder(reads=[p.Lease("run-id", OTHER, 0.0)]), []
+    held, lost = holder(reads=[p.Lease("run-id", OTHER, 0.0)]), cast(list[TakenOverError], [])
 
     assert held.tick(True, lost.append) is False
     assert len(lost) == 1 and isinstance(lost[0], TakenOverError) and lost[0] is held.lost
 
 
 def test_a_tick_whose_read_fails_tries_again_at_the_next(fake: _Clock, caplog: pytest.LogCaptureFixture) -> None:
-    held, lost = holder(), []
+    held, lost = holder(), cast(list[TakenOverError], [])
 
     def unreadable(deadline: float | None = None) -> Any:
         raise ConnectionError("reset by peer")
@@ -263,7 +268,8 @@ def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_onc
     bucket = _Bucket()
     held = holder(bucket=bucket, reads=[p.Lease("run-id", ME, 0.0)] * 3 + [taker])
     held.landed()
-    asked, lost = [], []
+    asked: list[float] = []
+    lost: list[TakenOverError] = []
 
     def in_bucket() -> bool:
         asked.append(fake.now)
@@ -279,11 +285,15 @@ def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_onc
 
 
 def test_a_released_lease_stops_the_heartbeat_thread_before_its_next_tick(fake: _Clock) -> None:
-    held, asked = holder(), []
+    held, asked = holder(), cast(list[float], [])
     held.may_commit = lambda: False  # release commits nothing here
     held.release()
 
-    held.keep(lambda: asked.append(1) or True, lambda error: None)
+    def in_bucket() -> bool:
+        asked.append(fake.now)
+        return True
+
+    held.keep(in_bucket, lambda error: None)
     assert held._thread is not None
     held._thread.join(10.0)
 
