@@ -242,6 +242,9 @@ def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_
     assert len(bucket.batches) == 1 and held.quiet() == 0.0
     assert held.tick(False, lost.append) is True
     assert len(bucket.batches) == 1 and commits(held) == [], "just beaten: a check"
+    fake.now += PERIOD / 2
+    assert held.tick(False, lost.append) is True  # the bucket not opened (or failing): the beat is a lease commit
+    assert len(bucket.batches) == 1 and len(commits(held)) == 1 and held.quiet() == 0.0
     assert lost == []
 
 
