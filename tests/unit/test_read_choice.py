@@ -111,13 +111,15 @@ def test_a_repo_holding_a_newer_epoch_than_the_volume_keeps_its_files_but_trainb
     files = {"weights/last.pt": checkpoint(5), "metrics.jsonl": b"{}\n", STATE_FILE: state(run_name="r")}
 
     with caplog.at_level(logging.INFO, logger="trainbox"):
-        kept = read.hub_newer(cast(Hub, hub(files)), REPO, run_dir, work)
+        kept = read.hub_newer(cast(Hub, repo_hub := hub(files)), REPO, run_dir, work)
 
     assert kept == frozenset({"weights/last.pt", "metrics.jsonl"}), "trainbox.json is the volume's to write"
     assert (
         "sync: org/model holds epoch 5, this volume only 3: its older files stay off the Hub until written again"
         in caplog.text
     )
+    downloads = [call[3] for call in repo_hub.calls if call[0] == "download"]
+    assert downloads and all(work in target.parents for target in downloads), "read into a scratch on the volume"
     assert list(work.iterdir()) == [], "its scratch is gone"
 
 
@@ -176,11 +178,11 @@ class _BucketState:
     ``answer``, the bucket's trainbox.json."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[str, str, str, bool]] = []
+        self.asked: list[tuple[str, str, str, Path]] = []
         self.answer: dict[str, Any] | None = None
 
     def __call__(self, folder: RunFolder, scratch: Path, **_: Any) -> dict[str, Any] | None:
-        self.asked.append((folder.bucket.bucket_id, folder.run_name, folder.run_id, scratch.is_dir()))
+        self.asked.append((folder.bucket.bucket_id, folder.run_name, folder.run_id, scratch.parent))
         return self.answer
 
 
@@ -210,7 +212,9 @@ def test_a_resume_reads_the_newer_of_the_repos_and_its_buckets_trainbox_json(
     found = newest(tmp_path, {**BUCKETED, "updated_at": repo_at, "from": "repo"})
 
     assert found is not None and found["from"] == wins
-    assert in_bucket.asked == [("org/ckpt", "run-a", "1234abcd", True)], "the run's own folder, read into a scratch"
+    assert in_bucket.asked == [("org/ckpt", "run-a", "1234abcd", tmp_path / "w")], (
+        "the run's folder, read on the volume"
+    )
     assert list((tmp_path / "w").iterdir()) == [], "its scratch is gone"
 
 
