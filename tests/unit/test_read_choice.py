@@ -106,7 +106,7 @@ def test_the_repos_names_say_a_snapshots_epochs_and_its_lfs_sha_says_whether_the
 def test_a_repo_holding_a_newer_epoch_than_the_volume_keeps_its_files_but_trainbox_json(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run_dir, work = tmp_path / "run", tmp_path / "work"
+    run_dir, work = tmp_path / "run", tmp_path / "volume" / "work"  # not made yet
     volume(run_dir, 3)
     files = {"weights/last.pt": checkpoint(5), "metrics.jsonl": b"{}\n", STATE_FILE: state(run_name="r")}
 
@@ -148,7 +148,7 @@ def test_a_repo_whose_last_pt_is_the_volumes_is_not_downloaded_and_not_newer(tmp
 
 def test_an_empty_volume_takes_any_epoch_of_the_repo_as_newer_and_no_repo_as_nothing(tmp_path: Path) -> None:
     files = {"weights/last.pt": checkpoint(1), STATE_FILE: state()}
-    assert read.hub_newer(cast(Hub, hub(files)), REPO, tmp_path / "run", tmp_path / "w") == {"weights/last.pt"}
+    assert read.hub_newer(cast(Hub, hub(files)), REPO, tmp_path / "run", tmp_path / "v" / "w") == {"weights/last.pt"}
     none = hub(None)
     assert read.hub_newer(cast(Hub, none), REPO, tmp_path / "run", tmp_path / "w2") == frozenset()
     assert none.calls == [("head", REPO)] and not (tmp_path / "w2").exists()
@@ -194,7 +194,9 @@ def in_bucket(monkeypatch: pytest.MonkeyPatch) -> _BucketState:
 
 
 def newest(tmp_path: Path, repo_state: dict[str, Any]) -> dict[str, Any] | None:
-    return read.newest_state(cast(Hub, hub({STATE_FILE: json.dumps(repo_state).encode()})), REPO, tmp_path / "w")
+    return read.newest_state(
+        cast(Hub, hub({STATE_FILE: json.dumps(repo_state).encode()})), REPO, tmp_path / "volume" / "w"
+    )
 
 
 BUCKETED = {"storage": {"mode": "bucket", "bucket": "org/ckpt"}, "run_name": "run-a", "run_id": "1234abcd"}
@@ -212,10 +214,10 @@ def test_a_resume_reads_the_newer_of_the_repos_and_its_buckets_trainbox_json(
     found = newest(tmp_path, {**BUCKETED, "updated_at": repo_at, "from": "repo"})
 
     assert found is not None and found["from"] == wins
-    assert in_bucket.asked == [("org/ckpt", "run-a", "1234abcd", tmp_path / "w")], (
+    assert in_bucket.asked == [("org/ckpt", "run-a", "1234abcd", tmp_path / "volume" / "w")], (
         "the run's folder, read on the volume"
     )
-    assert list((tmp_path / "w").iterdir()) == [], "its scratch is gone"
+    assert list((tmp_path / "volume" / "w").iterdir()) == [], "its scratch is gone"
 
 
 def test_a_bucket_without_a_state_leaves_the_repos(tmp_path: Path, in_bucket: _BucketState) -> None:
@@ -250,5 +252,5 @@ def test_a_state_that_names_no_bucket_of_a_known_run_is_the_repos_own(
 
 
 def test_no_repo_no_state(tmp_path: Path, in_bucket: _BucketState) -> None:
-    assert read.newest_state(cast(Hub, hub(None)), REPO, tmp_path / "w") is None and in_bucket.asked == []
-    assert list((tmp_path / "w").iterdir()) == []
+    assert read.newest_state(cast(Hub, hub(None)), REPO, tmp_path / "volume" / "w") is None and in_bucket.asked == []
+    assert list((tmp_path / "volume" / "w").iterdir()) == []
