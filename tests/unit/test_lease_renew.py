@@ -279,7 +279,7 @@ def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_onc
         return True
 
     held.keep(in_bucket, lost.append)
-    assert held._thread is not None
+    assert held._thread is not None and held._thread.daemon, "a heartbeat never holds the process at its exit"
     held._thread.join(10.0)
 
     assert not held._thread.is_alive() and len(lost) == 1 and lost[0] is held.lost
@@ -324,7 +324,7 @@ def test_a_token_that_may_not_commit_the_lease_ends_the_start_writing_nothing(fa
 def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusal_is_raised(fake: _Clock) -> None:
     taker = holder()
     with pytest.raises(LeaseRefusedError) as refused:
-        taker._refused(http_error(429).__class__("429", response=_limited(3600)))
+        taker._refused(HfHubHTTPError("429: scripted", response=_limited(3600)))
     assert refused.value.message == (
         "org/model rate-limits commits for 3600 s more: the run's lease cannot be taken before; nothing written"
     )

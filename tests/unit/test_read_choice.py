@@ -35,11 +35,11 @@ class _Hub:
 
     def head(self, repo_id: str) -> str | None:
         self.calls.append(("head", repo_id))
-        return None if self.files is None else "c0ffee"
+        return None if self.files is None or repo_id != REPO else "c0ffee"  # only OUTPUT_REPO is there
 
     def list_files(self, repo_id: str, revision: str | None = None) -> list[Any]:
         self.calls.append(("list", repo_id, revision))
-        assert self.files is not None, "a repo that does not exist is never listed"
+        assert self.files is not None and repo_id == REPO, "a repo that does not exist is never listed"
         return [
             SimpleNamespace(
                 path=name,
@@ -50,7 +50,7 @@ class _Hub:
 
     def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
         self.calls.append(("download", repo_id, filename, target_dir, revision))
-        assert self.files is not None
+        assert self.files is not None and repo_id == REPO
         path = target_dir / filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(self.files[filename])
