@@ -1,0 +1,341 @@
+"""The holder's side of the run's lease between boundaries (sync/lease.py, docs/stores.md "The run's lease"), on a
+clock the test moves and a Hub whose lease reads are scripted: quiet for half a period, the heartbeat is a small
+object in the bucket (the one before it deleted) or a lease commit on the head it read; a lease another took stops
+the holder, writing nothing; a token refused stops it too; the heartbeat thread tells a lost run once and ends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, cast
+from unittest import mock
+
+import httpx2
+import pytest
+from huggingface_hub.errors import HfHubHTTPError
+
+from entrypoint.errors import LeaseRefusedError, TakenOverError
+from entrypoint.sync import clock
+from entrypoint.sync import lease as lease_module
+from entrypoint.sync import protocol as p
+
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
+ME, OTHER = "0000000000002-bbbbbb", "0000000000003-cccccc"
+PERIOD = 120.0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.waits: list[float | None] = []
+
+    def time(self) -> float:
+        return self.now + 7.0  # the wall clock, apart from the monotonic one
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        self.waits.append(timeout)
+        self.now += timeout or 0.0
+        return event.is_set()
+
+
+class _Bucket:
+    bucket_id = "org/ckpt"
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[tuple[bytes, str]], list[str]]] = []
+
+    def batch(self, adds: list[tuple[bytes, str]], deletes: list[str]) -> None:
+        self.batches.append((adds, deletes))
+
+
+def http_error(status: int) -> HfHubHTTPError:
+    request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
+    return HfHubHTTPError(f"{status}: scripted", response=httpx2.Response(status, request=request))
+
+
+@pytest.fixture
+def fake() -> Any:
+    moved = _Clock()
+    with clock.use(moved):
+        yield moved
+
+
+def holder(
+    *, bucket: _Bucket | None = None, reads: Sequence[p.Lease | None] | None = None, slow: float = 0.0
+) -> lease_module.RunLease:
+    """The holder of run ``run-id`` (attempt ME); its lease reads answer ``reads`` in turn (the last one again),
+    each taking ``slow`` seconds."""
+    held = lease_module.RunLease(mock.Mock(), "org/model", "run", PERIOD, bucket, machine="vol-1")  # type: ignore[arg-type]
+    held.attempt, held.run_id = ME, "run-id"
+    answers = list(reads if reads is not None else [p.Lease("run-id", ME, 0.0)])
+    held.reads = 0  # type: ignore[attr-defined]
+
+    def read(deadline: float | None = None) -> tuple[p.Lease | None, str, float | None]:
+        held.reads += 1  # type: ignore[attr-defined]
+        clock.sleep(slow)
+        return (answers.pop(0) if len(answers) > 1 else answers[0]), f"head{held.reads}", None  # type: ignore[attr-defined]
+
+    held.read = read  # type: ignore[method-assign]
+    return held
+
+
+def api(held: lease_module.RunLease) -> mock.Mock:
+    return cast(mock.Mock, held.hub.api)
+
+
+def commits(held: lease_module.RunLease) -> list[tuple[p.Lease | None, str, str]]:
+    """The lease commits sent: the lease, the parent commit, the message."""
+    sent: list[tuple[p.Lease | None, str, str]] = []
+    for call in api(held).create_commit.call_args_list:
+        (repo_id, operations), kwargs = call.args, call.kwargs
+        assert repo_id == "org/model" and [op.path_in_repo for op in operations] == [lease_module.LEASE_FILE]
+        sent.append((p.Lease.parse(operations[0].path_or_fileobj), kwargs["parent_commit"], kwargs["commit_message"]))
+    return sent
+
+
+# -- renew ---------------------------------------------------------------------------------------------------
+def test_a_quiet_holder_beats_in_the_bucket_each_beat_a_new_object_the_one_before_deleted(fake: _Clock) -> None:
+    bucket = _Bucket()
+    held = holder(bucket=bucket)
+    held._checked_at = fake.now  # a fresh read: no read needed
+
+    held.renew(in_bucket=True)
+    fake.now += 60.0
+    held._checked_at = fake.now
+    held.renew(in_bucket=True)
+
+    beat = "run/run-id/heartbeat/" + ME
+    assert bucket.batches == [([(b"{}", f"{beat}-000001")], []), ([(b"{}", f"{beat}-000002")], [f"{beat}-000001"])]
+    assert held.quiet() == 0.0, "a beat is a write of this attempt"
+    assert commits(held) == [] and held.reads == 0  # type: ignore[attr-defined]
+
+
+def test_without_a_bucket_the_beat_is_a_lease_commit_on_the_head_it_read(fake: _Clock) -> None:
+    for bucket, in_bucket in ((None, True), (_Bucket(), False)):
+        held = holder(bucket=bucket, reads=[p.Lease("run-id", ME, 0.0)])
+        held.instance = ("runpod", "7h9k2m4n6p")
+        held._checked_at = fake.now
+
+        held.renew(in_bucket=in_bucket)
+
+        renewed = p.Lease(
+            "run-id", ME, fake.now + 7.0, PERIOD, machine="vol-1", provider="runpod", instance="7h9k2m4n6p"
+        )
+        assert commits(held) == [(renewed, "head1", "Renew the run's lease")]
+        assert held.quiet() == 0.0
+        assert bucket is None or bucket.batches == []
+
+
+def test_a_beat_is_never_sent_while_the_repo_rate_limits_the_runs_commits(fake: _Clock) -> None:
+    held = holder()
+    held.landed()
+    fake.now += 70.0
+    held._checked_at = fake.now
+    held.may_commit = lambda: False
+
+    held.renew(in_bucket=False)
+
+    assert commits(held) == [] and held.reads == 0  # type: ignore[attr-defined]
+    assert held.quiet() == 70.0, "no beat landed"
+
+
+@pytest.mark.parametrize("found", [p.Lease("run-id", OTHER, 0.0), None], ids=["another", "gone"])
+def test_a_lease_another_took_or_deleted_stops_the_renewal_and_the_holder_writing_nothing(
+    fake: _Clock, found: p.Lease | None
+) -> None:
+    held = holder(reads=[found], slow=PERIOD / 4)  # a read that takes a quarter period
+    held._checked_at = fake.now  # fresh: only the renewal's own read finds it
+
+    with pytest.raises(TakenOverError) as lost:
+        held.renew(in_bucket=False)
+
+    assert commits(held) == [] and held.lost is lost.value
+    assert held.reads == 2, "the renewal's read, then the check's"  # type: ignore[attr-defined]
+    assert ("another container" in lost.value.message) is (found is not None)
+    assert ("the run's lease is gone from org/model" in lost.value.message) is (found is None)
+
+
+def test_a_lease_another_took_within_the_last_reads_licence_is_not_renewed(fake: _Clock) -> None:
+    held = holder(reads=[p.Lease("run-id", OTHER, 0.0)])
+    held._checked_at = fake.now
+    held.landed()
+    fake.now += 70.0
+    held._checked_at = fake.now
+
+    held.renew(in_bucket=False)  # the taker writes only a quarter period after its take: this one stops then
+
+    assert commits(held) == [] and held.quiet() == 70.0 and held.reads == 1  # type: ignore[attr-defined]
+
+
+def test_a_holder_already_taken_over_renews_nothing(fake: _Clock) -> None:
+    bucket = _Bucket()
+    held = holder(bucket=bucket)
+    held.lost = TakenOverError("taken over", "leave it")
+
+    with pytest.raises(TakenOverError):
+        held.renew(in_bucket=True)
+    assert bucket.batches == [] and commits(held) == []
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_token_that_may_no_longer_commit_the_lease_stops_the_holder(fake: _Clock, status: int) -> None:
+    held = holder()
+    held._checked_at = fake.now
+    api(held).create_commit.side_effect = http_error(status)
+
+    with pytest.raises(LeaseRefusedError) as refused:
+        held.renew(in_bucket=False)
+
+    assert held.lost is refused.value
+    assert refused.value.message == (
+        f"HF_TOKEN may no longer commit the run's lease to org/model (HTTP {status}): this one stops writing and"
+        " training; this volume's epochs are kept"
+    )
+    assert refused.value.hint == "give HF_TOKEN write access to OUTPUT_REPO"
+
+
+@pytest.mark.parametrize("status", [412, 429])
+def test_a_renewal_the_repo_moved_under_or_rate_limited_is_no_loss(fake: _Clock, status: int) -> None:
+    held = holder()
+    held._checked_at = fake.now
+    fake.now += 70.0
+    held._checked_at = fake.now
+    api(held).create_commit.side_effect = http_error(status)
+
+    held.renew(in_bucket=False)
+
+    assert held.lost is None and held.quiet() == 0.0, "a commit of ours moved the repo, or one comes later"
+    assert api(held).create_commit.call_count == 1, "a rate limit is not waited out here"
+
+
+def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clock) -> None:
+    held = holder()
+    held._checked_at = fake.now
+    held.landed()
+    fake.now += 70.0
+    held._checked_at = fake.now
+    api(held).create_commit.side_effect = http_error(400)
+
+    with pytest.raises(HfHubHTTPError):
+        held.renew(in_bucket=False)
+    assert held.quiet() == 70.0 and held.lost is None
+
+
+# -- tick and keep -------------------------------------------------------------------------------------------
+def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_of_quiet(fake: _Clock) -> None:
+    bucket, lost = _Bucket(), cast(list[TakenOverError], [])
+    held = holder(bucket=bucket)
+    held.landed()
+    fake.now += PERIOD / 2 - 1
+
+    assert held.tick(True, lost.append) is True
+    assert held.reads == 1 and bucket.batches == [], "a check (the last read is old), no beat"  # type: ignore[attr-defined]
+    fake.now += 1.0  # half a period quiet
+    assert held.tick(True, lost.append) is True
+    assert len(bucket.batches) == 1 and held.quiet() == 0.0
+    assert held.tick(False, lost.append) is True
+    assert len(bucket.batches) == 1 and commits(held) == [], "just beaten: a check"
+    fake.now += PERIOD / 2
+    assert held.tick(False, lost.append) is True  # the bucket not opened (or failing): the beat is a lease commit
+    assert len(bucket.batches) == 1 and len(commits(held)) == 1 and held.quiet() == 0.0
+    assert lost == []
+
+
+def test_a_tick_that_finds_the_run_taken_tells_it_and_ends_the_heartbeat(fake: _Clock) -> None:
+    held, lost = holder(reads=[p.Lease("run-id", OTHER, 0.0)]), cast(list[TakenOverError], [])
+
+    assert held.tick(True, lost.append) is False
+    assert len(lost) == 1 and isinstance(lost[0], TakenOverError) and lost[0] is held.lost
+
+
+def test_a_tick_whose_read_fails_tries_again_at_the_next(fake: _Clock, caplog: pytest.LogCaptureFixture) -> None:
+    held, lost = holder(), cast(list[TakenOverError], [])
+
+    def unreadable(deadline: float | None = None) -> Any:
+        raise ConnectionError("reset by peer")
+
+    held.read = unreadable  # type: ignore[method-assign]
+    assert held.tick(False, lost.append) is True and lost == []
+    assert "lease: renewing the lease failed (ConnectionError); trying again" in caplog.text
+
+
+def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_once(fake: _Clock) -> None:
+    taker = p.Lease("run-id", OTHER, 0.0)
+    bucket = _Bucket()
+    held = holder(bucket=bucket, reads=[p.Lease("run-id", ME, 0.0)] * 3 + [taker])
+    held.landed()
+    asked: list[float] = []
+    lost: list[TakenOverError] = []
+
+    def in_bucket() -> bool:
+        asked.append(fake.now)
+        return True
+
+    held.keep(in_bucket, lost.append)
+    assert held._thread is not None and held._thread.daemon, "a heartbeat never holds the process at its exit"
+    held._thread.join(10.0)
+
+    assert not held._thread.is_alive() and len(lost) == 1 and lost[0] is held.lost
+    assert set(fake.waits) == {PERIOD / 8} and len(asked) == len(fake.waits)
+    assert bucket.batches, "quiet half a period meanwhile: it beat in the bucket"
+
+
+def test_a_released_lease_stops_the_heartbeat_thread_before_its_next_tick(fake: _Clock) -> None:
+    held, asked = holder(), cast(list[float], [])
+    held.may_commit = lambda: False  # release commits nothing here
+    held.release()
+
+    def in_bucket() -> bool:
+        asked.append(fake.now)
+        return True
+
+    held.keep(in_bucket, lambda error: None)
+    assert held._thread is not None
+    held._thread.join(10.0)
+
+    assert not held._thread.is_alive() and asked == [] and fake.waits == [PERIOD / 8]
+
+
+def test_trainbox_json_names_the_attempt_its_period_and_the_lease_file() -> None:
+    held = holder()
+    assert held.describe() == {"attempt": ME, "period": PERIOD, "file": ".trainbox/lease.json"}
+
+
+# -- a lease take refused ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_token_that_may_not_commit_the_lease_ends_the_start_writing_nothing(fake: _Clock, status: int) -> None:
+    taker = holder()
+    with pytest.raises(LeaseRefusedError) as refused:
+        taker._refused(http_error(status))
+    assert refused.value.message == (
+        f"HF_TOKEN may not commit the run's lease to org/model (HTTP {status}): a run is never written without its"
+        " lease; nothing written"
+    )
+    assert refused.value.hint == "give HF_TOKEN write access to OUTPUT_REPO" and fake.now == 1000.0
+
+
+def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusal_is_raised(fake: _Clock) -> None:
+    taker = holder()
+    with pytest.raises(LeaseRefusedError) as refused:
+        taker._refused(HfHubHTTPError("429: scripted", response=_limited(3600)))
+    assert refused.value.message == (
+        "org/model rate-limits commits for 3600 s more: the run's lease cannot be taken before; nothing written"
+    )
+    assert refused.value.hint == "start it again after the Hub's rate limit resets (a retryable exit)"
+    assert fake.now == 1000.0 and taker.retry_after == 0.0, "nothing waited"
+    error = http_error(400)
+    with pytest.raises(HfHubHTTPError) as raised:
+        taker._refused(error)
+    assert raised.value is error
+
+
+def _limited(seconds: int) -> httpx2.Response:
+    request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
+    return httpx2.Response(429, headers={"Retry-After": str(seconds)}, request=request)

@@ -1,0 +1,256 @@
+"""What the read side (sync/read.py) picks from OUTPUT_REPO: which trainbox.json a resume reads (the repo's, or the
+newer one of the bucket it names), whether the repo holds a newer epoch than the volume (``trainbox sync`` on an
+older volume keeps the repo's files), and what the repo's files say before a download. A Hub stand-in that
+answers the three calls the read side makes (head, list_files, download) over files held in memory; stand-in
+checkpoints (tests/fakes/libreyolo.py), no training."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from entrypoint.hub import Hub
+from entrypoint.state import STATE_FILE
+from entrypoint.sync import read
+from entrypoint.sync.bucket import RunFolder
+from tests.fakes import libreyolo as fake_libreyolo
+
+pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
+
+REPO = "org/model"
+
+
+class _Hub:
+    """OUTPUT_REPO's files at its head (``None``: no repo): each listed with its LFS sha256 when it is a checkpoint."""
+
+    def __init__(self, files: dict[str, bytes] | None) -> None:
+        self.files = files
+        self.calls: list[tuple[Any, ...]] = []
+
+    def head(self, repo_id: str) -> str | None:
+        self.calls.append(("head", repo_id))
+        return None if self.files is None or repo_id != REPO else "c0ffee"  # only OUTPUT_REPO is there
+
+    def list_files(self, repo_id: str, revision: str | None = None) -> list[Any]:
+        self.calls.append(("list", repo_id, revision))
+        assert self.files is not None and repo_id == REPO, "a repo that does not exist is never listed"
+        return [
+            SimpleNamespace(
+                path=name,
+                lfs=SimpleNamespace(sha256=hashlib.sha256(data).hexdigest()) if name.endswith(".pt") else None,
+            )
+            for name, data in self.files.items()
+        ]
+
+    def download(self, repo_id: str, filename: str, target_dir: Path, revision: str | None = None) -> Path:
+        self.calls.append(("download", repo_id, filename, target_dir, revision))
+        assert self.files is not None and repo_id == REPO
+        path = target_dir / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.files[filename])
+        return path
+
+
+def hub(files: dict[str, bytes] | None) -> Any:
+    return _Hub(files)
+
+
+def checkpoint(epochs: int) -> bytes:
+    return fake_libreyolo._checkpoint(epochs, 30)
+
+
+def volume(run_dir: Path, epochs: int) -> Path:
+    last = run_dir / "weights" / "last.pt"
+    last.parent.mkdir(parents=True, exist_ok=True)
+    last.write_bytes(checkpoint(epochs))
+    return last
+
+
+def state(**values: Any) -> bytes:
+    return json.dumps(values).encode()
+
+
+# -- RepoSource ---------------------------------------------------------------------------------------------
+def test_the_repos_names_say_a_snapshots_epochs_and_its_lfs_sha_says_whether_the_volume_holds_it(
+    tmp_path: Path,
+) -> None:
+    files = {"weights/last.pt": checkpoint(4), "weights/epoch_12.pt": checkpoint(12), "status.json": b"{}"}
+    repo_hub = hub(files)
+    source = read.RepoSource(cast(Hub, repo_hub), REPO, {e.path: e for e in repo_hub.list_files(REPO)}, "abc")
+
+    assert (source.hub, source.repo_id, source.revision, source.label) == (repo_hub, REPO, "abc", "on the Hub")
+    assert sorted(source.names()) == sorted(files)
+    assert source.epochs_hint("weights/epoch_12.pt") == 12
+    assert source.epochs_hint("weights/last.pt") is None, "last.pt: its epochs are known only once read"
+    assert source.epochs_hint("weights/epoch_12.pt.tmp") is None
+    same = volume(tmp_path / "run", 4)
+    assert source.same_as("weights/last.pt", same)
+    assert not source.same_as("weights/epoch_12.pt", same), "other bytes"
+    assert not source.same_as("weights/last.pt", tmp_path / "absent.pt"), "nothing on the volume"
+    (tmp_path / "status.json").write_bytes(b"{}")
+    assert not source.same_as("status.json", tmp_path / "status.json"), "a file kept in git: no sha256 listed"
+    assert not source.same_as("weights/best.pt", same), "not in the repo"
+
+    fetched = source.fetch("weights/epoch_12.pt", tmp_path / "scratch")
+    assert fetched == tmp_path / "scratch" / "repo" / "weights" / "epoch_12.pt"
+    assert repo_hub.calls[-1] == ("download", REPO, "weights/epoch_12.pt", tmp_path / "scratch" / "repo", "abc")
+
+
+# -- hub_newer: trainbox sync on an older volume -------------------------------------------------------------
+def test_a_repo_holding_a_newer_epoch_than_the_volume_keeps_its_files_but_trainbox_json(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_dir, work = tmp_path / "run", tmp_path / "volume" / "work"  # not made yet
+    volume(run_dir, 3)
+    files = {"weights/last.pt": checkpoint(5), "metrics.jsonl": b"{}\n", STATE_FILE: state(run_name="r")}
+
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        kept = read.hub_newer(cast(Hub, repo_hub := hub(files)), REPO, run_dir, work)
+
+    assert kept == frozenset({"weights/last.pt", "metrics.jsonl"}), "trainbox.json is the volume's to write"
+    assert (
+        "sync: org/model holds epoch 5, this volume only 3: its older files stay off the Hub until written again"
+        in caplog.text
+    )
+    downloads = [call[3] for call in repo_hub.calls if call[0] == "download"]
+    assert downloads and all(work in target.parents for target in downloads), "read into a scratch on the volume"
+    assert list(work.iterdir()) == [], "its scratch is gone"
+
+
+@pytest.mark.parametrize(
+    ("on_volume", "in_repo"), [(5, 5), (6, 5), (5, None)], ids=["same-epoch", "volume-newer", "repo-without-last"]
+)
+def test_a_repo_no_newer_than_the_volume_keeps_nothing_from_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, on_volume: int, in_repo: int | None
+) -> None:
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    volume(run_dir, on_volume)
+    files = {STATE_FILE: state(run_name="r"), "README.md": b"# model"}
+    if in_repo is not None:
+        files["weights/last.pt"] = checkpoint(in_repo) + b"\n"  # other bytes than the volume's: downloaded, read
+    assert read.hub_newer(cast(Hub, hub(files)), REPO, run_dir, work) == frozenset()
+    assert list(work.iterdir()) == [] and "corrupt" not in caplog.text, "read whole, and no newer"
+
+
+def test_a_repo_whose_last_pt_is_the_volumes_is_not_downloaded_and_not_newer(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    volume(run_dir, 2)
+    repo_hub = hub({"weights/last.pt": checkpoint(2)})
+    assert read.hub_newer(cast(Hub, repo_hub), REPO, run_dir, tmp_path / "work") == frozenset()
+    assert not [call for call in repo_hub.calls if call[0] == "download"]
+
+
+def test_an_empty_volume_takes_any_epoch_of_the_repo_as_newer_and_no_repo_as_nothing(tmp_path: Path) -> None:
+    files = {"weights/last.pt": checkpoint(1), STATE_FILE: state()}
+    assert read.hub_newer(cast(Hub, hub(files)), REPO, tmp_path / "run", tmp_path / "v" / "w") == {"weights/last.pt"}
+    none = hub(None)
+    assert read.hub_newer(cast(Hub, none), REPO, tmp_path / "run", tmp_path / "w2") == frozenset()
+    assert none.calls == [("head", REPO)] and not (tmp_path / "w2").exists()
+
+
+# -- remote_state --------------------------------------------------------------------------------------------
+def test_the_repos_trainbox_json_is_read_when_it_holds_one(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert read.remote_state(cast(Hub, hub(None)), REPO, tmp_path) is None, "no repo yet"
+    assert read.remote_names(cast(Hub, hub(None)), REPO) == set()
+    assert read.remote_state(cast(Hub, hub({"README.md": b"#"})), REPO, tmp_path) is None, "a repo of no run"
+    held = hub({STATE_FILE: state(run_id="abc", phase="training"), "README.md": b"#"})
+    assert read.remote_names(cast(Hub, held), REPO) == {STATE_FILE, "README.md"}
+    assert read.remote_state(cast(Hub, held), REPO, tmp_path / "s") == {"run_id": "abc", "phase": "training"}
+    assert held.calls[-1] == ("download", REPO, STATE_FILE, tmp_path / "s", None)
+    listed = hub({STATE_FILE: state(run_id="abc")})
+    assert read.remote_state(cast(Hub, listed), REPO, tmp_path / "n", names={STATE_FILE}) == {"run_id": "abc"}
+    assert [call[0] for call in listed.calls] == ["download"], "the names given: no listing"
+    assert read.remote_state(cast(Hub, listed), REPO, tmp_path / "n", names={"README.md"}) is None
+    for torn in (b"{not json", b"[1, 2]"):
+        assert read.remote_state(cast(Hub, hub({STATE_FILE: torn})), REPO, tmp_path / "t") is None
+    assert "resume: trainbox.json in org/model is unreadable; ignoring its history" in caplog.text
+
+
+# -- newest_state: the repo's trainbox.json, or its bucket's newer one ----------------------------------------
+class _BucketState:
+    """bucket_state as newest_state calls it: the folders asked (bucket, run name, run id, a scratch there), and
+    ``answer``, the bucket's trainbox.json."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str, Path]] = []
+        self.answer: dict[str, Any] | None = None
+
+    def __call__(self, folder: RunFolder, scratch: Path, **_: Any) -> dict[str, Any] | None:
+        self.asked.append((folder.bucket.bucket_id, folder.run_name, folder.run_id, scratch.parent))
+        return self.answer
+
+
+@pytest.fixture
+def in_bucket(monkeypatch: pytest.MonkeyPatch) -> _BucketState:
+    stand_in = _BucketState()
+    monkeypatch.setattr(read, "bucket_state", stand_in)
+    return stand_in
+
+
+def newest(tmp_path: Path, repo_state: dict[str, Any]) -> dict[str, Any] | None:
+    return read.newest_state(
+        cast(Hub, hub({STATE_FILE: json.dumps(repo_state).encode()})), REPO, tmp_path / "volume" / "w"
+    )
+
+
+BUCKETED = {"storage": {"mode": "bucket", "bucket": "org/ckpt"}, "run_name": "run-a", "run_id": "1234abcd"}
+
+
+@pytest.mark.parametrize(
+    ("repo_at", "bucket_at", "wins"),
+    [("2026-12-07T10:00:00", "2026-12-07T11:00:00", "bucket"), ("2026-12-07T12:00:00", "2026-12-07T11:00:00", "repo")],
+)
+def test_a_resume_reads_the_newer_of_the_repos_and_its_buckets_trainbox_json(
+    tmp_path: Path, in_bucket: _BucketState, repo_at: str, bucket_at: str, wins: str
+) -> None:
+    in_bucket.answer = {**BUCKETED, "updated_at": bucket_at, "from": "bucket"}
+
+    found = newest(tmp_path, {**BUCKETED, "updated_at": repo_at, "from": "repo"})
+
+    assert found is not None and found["from"] == wins
+    assert in_bucket.asked == [("org/ckpt", "run-a", "1234abcd", tmp_path / "volume" / "w")], (
+        "the run's folder, read on the volume"
+    )
+    assert list((tmp_path / "volume" / "w").iterdir()) == [], "its scratch is gone"
+
+
+def test_a_bucket_without_a_state_leaves_the_repos(tmp_path: Path, in_bucket: _BucketState) -> None:
+    repo_state = {**BUCKETED, "updated_at": "2026-12-07T10:00:00"}
+    assert newest(tmp_path, repo_state) == repo_state and len(in_bucket.asked) == 1
+
+
+@pytest.mark.parametrize("undated", ["repo", "bucket"])
+def test_an_undated_state_loses_to_a_dated_one(tmp_path: Path, in_bucket: _BucketState, undated: str) -> None:
+    dated = {"updated_at": "2026-12-07T10:00:00"}
+    in_bucket.answer = {**BUCKETED, "from": "bucket", **(dated if undated == "repo" else {})}
+    found = newest(tmp_path, {**BUCKETED, "from": "repo", **(dated if undated == "bucket" else {})})
+    assert found is not None and found["from"] != undated
+
+
+@pytest.mark.parametrize(
+    "repo_state",
+    [
+        {"run_name": "run-a", "run_id": "1234abcd"},  # no bucket: the repo is the working store
+        {**BUCKETED, "storage": {"mode": "repo", "bucket": None}},
+        {**BUCKETED, "storage": "org/ckpt"},  # not an object
+        {**BUCKETED, "run_id": None},
+        {**BUCKETED, "run_name": ""},
+    ],
+    ids=["no-storage", "no-bucket", "storage-not-an-object", "no-run-id", "no-run-name"],
+)
+def test_a_state_that_names_no_bucket_of_a_known_run_is_the_repos_own(
+    tmp_path: Path, in_bucket: _BucketState, repo_state: dict[str, Any]
+) -> None:
+    in_bucket.answer = {"from": "bucket", "updated_at": "9999"}
+    assert newest(tmp_path, repo_state) == repo_state and in_bucket.asked == [], "no bucket read"
+
+
+def test_no_repo_no_state(tmp_path: Path, in_bucket: _BucketState) -> None:
+    assert read.newest_state(cast(Hub, hub(None)), REPO, tmp_path / "volume" / "w") is None and in_bucket.asked == []
+    assert list((tmp_path / "volume" / "w").iterdir()) == []
