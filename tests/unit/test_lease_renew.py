@@ -6,7 +6,7 @@ the holder, writing nothing; a token refused stops it too; the heartbeat thread 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 from unittest import mock
 
@@ -50,9 +50,13 @@ class _Bucket:
 
     def __init__(self) -> None:
         self.batches: list[tuple[list[tuple[bytes, str]], list[str]]] = []
+        self.before_retry: list[Callable[[], None] | None] = []
 
-    def batch(self, adds: list[tuple[bytes, str]], deletes: list[str]) -> None:
+    def batch(
+        self, adds: list[tuple[bytes, str]], deletes: list[str], before_retry: Callable[[], None] | None = None
+    ) -> None:
         self.batches.append((adds, deletes))
+        self.before_retry.append(before_retry)
 
 
 def http_error(status: int) -> HfHubHTTPError:
@@ -113,6 +117,7 @@ def test_a_quiet_holder_beats_in_the_bucket_each_beat_a_new_object_the_one_befor
 
     beat = "run/run-id/heartbeat/" + ME
     assert bucket.batches == [([(b"{}", f"{beat}-000001")], []), ([(b"{}", f"{beat}-000002")], [f"{beat}-000001"])]
+    assert bucket.before_retry == [held.check, held.check], "a beat sent again checks the lease first"
     assert held.quiet() == 0.0, "a beat is a write of this attempt"
     assert commits(held) == [] and held.reads == 0  # type: ignore[attr-defined]
 
