@@ -6,7 +6,6 @@ a commit whose answer was lost and that landed is settled as landed, not measure
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -19,31 +18,15 @@ from entrypoint.sync import committer as c
 from entrypoint.sync.lane import Lane
 from entrypoint.sync.staging import StagedFile
 from entrypoint.sync.stores import Store
+from tests.fakes.committers import shared
+from tests.fakes.manual_clock import ManualClock
 
 pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def wait(self, event: threading.Event, timeout: float | None) -> bool:
-        self.now += timeout or 0.0
-        return event.is_set()
-
-
 @pytest.fixture
 def fake() -> Any:
-    moved = _Clock()
+    moved = ManualClock(5000.0)
     with clock.use(moved):
         yield moved
 
@@ -76,29 +59,14 @@ class Run:
         self.storage: list[dict[str, Any]] = []
         self.cards: list[str | None] = []
         self.lost: list[TakenOverError] = []
-        self.up = SimpleNamespace(
-            changed=threading.Condition(),
-            stopping=threading.Event(),
-            flush_deadlines=[],
-            cutoff=0.0,
-            repo_id="org/model",
-            repo=self.repo,
-            bucket=self.bucket,
-            lanes=[self.bucket, self.repo],
+        self.up = shared(
+            self.repo,
+            self.bucket,
             routing=self.routing,
             snapshots=SimpleNamespace(again=self.again.append, answered=lambda _ticket: True),
-            lease=None,
-            taken_over=None,
-            owes_run_id=False,
-            kept_epochs=0,
-            card_refused=None,
-            on_commit=None,
             on_card=self.cards.append,
             on_storage=self.storage.append,
             on_taken_over=self.lost.append,
-            poll_interval=1.0,
-            fallback=None,
-            fallback_after=60.0,
         )
         self.committers = c.Committers(cast(c.Shared, self.up))
 
@@ -117,7 +85,7 @@ def failing_since(lane: Lane) -> float | None:
 
 # -- the bucket keeps failing: the repo takes the working state ----------------------------------------------
 def test_a_failing_bucket_hands_the_working_state_to_the_repo_once_and_says_so(
-    tmp_path: Path, fake: _Clock, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, fake: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = Run(tmp_path)
     assert not run.repo.takes("weights/last.pt"), "bucket mode: the repo takes milestones only"
@@ -143,7 +111,7 @@ def test_a_failing_bucket_hands_the_working_state_to_the_repo_once_and_says_so(
 
 
 def test_the_bucket_answering_again_takes_the_working_state_back_and_drops_what_the_repo_no_longer_takes(
-    tmp_path: Path, fake: _Clock, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, fake: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     run = Run(tmp_path)
     run.committers._bucket_back()  # never fell back: nothing to say
@@ -168,7 +136,7 @@ def test_the_bucket_answering_again_takes_the_working_state_back_and_drops_what_
 
 
 def test_the_bucket_falls_back_after_three_failed_boundaries_over_the_fallback_time_and_back_on_a_commit(
-    tmp_path: Path, fake: _Clock
+    tmp_path: Path, fake: ManualClock
 ) -> None:
     run = Run(tmp_path)
     for _ in range(3):
@@ -249,7 +217,7 @@ def test_a_run_taken_over_stops_every_write_and_the_job_is_told_once(
     assert run.committers._time_to_commit(run.repo) is None, "nothing more is committed"
 
 
-def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_path: Path, fake: _Clock) -> None:
+def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_path: Path, fake: ManualClock) -> None:
     run = Run(tmp_path)
     store = _Store("org/model", landed="sha-landed")
     run.repo.store = cast(Store, store)

@@ -5,7 +5,6 @@ the holder, writing nothing; a token refused stops it too; the heartbeat thread 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 from unittest import mock
@@ -18,31 +17,12 @@ from entrypoint.errors import LeaseRefusedError, TakenOverError
 from entrypoint.sync import clock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
+from tests.fakes.manual_clock import ManualClock
 
 pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
 ME, OTHER = "0000000000002-bbbbbb", "0000000000003-cccccc"
 PERIOD = 120.0
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.waits: list[float | None] = []
-
-    def time(self) -> float:
-        return self.now + 7.0  # the wall clock, apart from the monotonic one
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def wait(self, event: threading.Event, timeout: float | None) -> bool:
-        self.waits.append(timeout)
-        self.now += timeout or 0.0
-        return event.is_set()
 
 
 class _Bucket:
@@ -66,7 +46,7 @@ def http_error(status: int) -> HfHubHTTPError:
 
 @pytest.fixture
 def fake() -> Any:
-    moved = _Clock()
+    moved = ManualClock(1000.0, wall_offset=7.0)  # the wall clock apart from the monotonic one
     with clock.use(moved):
         yield moved
 
@@ -105,7 +85,7 @@ def commits(held: lease_module.RunLease) -> list[tuple[p.Lease | None, str, str]
 
 
 # -- renew ---------------------------------------------------------------------------------------------------
-def test_a_quiet_holder_beats_in_the_bucket_each_beat_a_new_object_the_one_before_deleted(fake: _Clock) -> None:
+def test_a_quiet_holder_beats_in_the_bucket_each_beat_a_new_object_the_one_before_deleted(fake: ManualClock) -> None:
     bucket = _Bucket()
     held = holder(bucket=bucket)
     held._checked_at = fake.now  # a fresh read: no read needed
@@ -122,7 +102,7 @@ def test_a_quiet_holder_beats_in_the_bucket_each_beat_a_new_object_the_one_befor
     assert commits(held) == [] and held.reads == 0  # type: ignore[attr-defined]
 
 
-def test_without_a_bucket_the_beat_is_a_lease_commit_on_the_head_it_read(fake: _Clock) -> None:
+def test_without_a_bucket_the_beat_is_a_lease_commit_on_the_head_it_read(fake: ManualClock) -> None:
     for bucket, in_bucket in ((None, True), (_Bucket(), False)):
         held = holder(bucket=bucket, reads=[p.Lease("run-id", ME, 0.0)])
         held.instance = ("runpod", "7h9k2m4n6p")
@@ -138,7 +118,7 @@ def test_without_a_bucket_the_beat_is_a_lease_commit_on_the_head_it_read(fake: _
         assert bucket is None or bucket.batches == []
 
 
-def test_a_beat_is_never_sent_while_the_repo_rate_limits_the_runs_commits(fake: _Clock) -> None:
+def test_a_beat_is_never_sent_while_the_repo_rate_limits_the_runs_commits(fake: ManualClock) -> None:
     held = holder()
     held.landed()
     fake.now += 70.0
@@ -153,7 +133,7 @@ def test_a_beat_is_never_sent_while_the_repo_rate_limits_the_runs_commits(fake: 
 
 @pytest.mark.parametrize("found", [p.Lease("run-id", OTHER, 0.0), None], ids=["another", "gone"])
 def test_a_lease_another_took_or_deleted_stops_the_renewal_and_the_holder_writing_nothing(
-    fake: _Clock, found: p.Lease | None
+    fake: ManualClock, found: p.Lease | None
 ) -> None:
     held = holder(reads=[found], slow=PERIOD / 4)  # a read that takes a quarter period
     held._checked_at = fake.now  # fresh: only the renewal's own read finds it
@@ -167,7 +147,7 @@ def test_a_lease_another_took_or_deleted_stops_the_renewal_and_the_holder_writin
     assert ("the run's lease is gone from org/model" in lost.value.message) is (found is None)
 
 
-def test_a_lease_another_took_within_the_last_reads_licence_is_not_renewed(fake: _Clock) -> None:
+def test_a_lease_another_took_within_the_last_reads_licence_is_not_renewed(fake: ManualClock) -> None:
     held = holder(reads=[p.Lease("run-id", OTHER, 0.0)])
     held._checked_at = fake.now
     held.landed()
@@ -179,7 +159,7 @@ def test_a_lease_another_took_within_the_last_reads_licence_is_not_renewed(fake:
     assert commits(held) == [] and held.quiet() == 70.0 and held.reads == 1  # type: ignore[attr-defined]
 
 
-def test_a_holder_already_taken_over_renews_nothing(fake: _Clock) -> None:
+def test_a_holder_already_taken_over_renews_nothing(fake: ManualClock) -> None:
     bucket = _Bucket()
     held = holder(bucket=bucket)
     held.lost = TakenOverError("taken over", "leave it")
@@ -190,7 +170,7 @@ def test_a_holder_already_taken_over_renews_nothing(fake: _Clock) -> None:
 
 
 @pytest.mark.parametrize("status", [401, 403])
-def test_a_token_that_may_no_longer_commit_the_lease_stops_the_holder(fake: _Clock, status: int) -> None:
+def test_a_token_that_may_no_longer_commit_the_lease_stops_the_holder(fake: ManualClock, status: int) -> None:
     held = holder()
     held._checked_at = fake.now
     api(held).create_commit.side_effect = http_error(status)
@@ -207,7 +187,7 @@ def test_a_token_that_may_no_longer_commit_the_lease_stops_the_holder(fake: _Clo
 
 
 @pytest.mark.parametrize("status", [412, 429])
-def test_a_renewal_the_repo_moved_under_or_rate_limited_is_no_loss(fake: _Clock, status: int) -> None:
+def test_a_renewal_the_repo_moved_under_or_rate_limited_is_no_loss(fake: ManualClock, status: int) -> None:
     held = holder()
     held._checked_at = fake.now
     fake.now += 70.0
@@ -220,7 +200,7 @@ def test_a_renewal_the_repo_moved_under_or_rate_limited_is_no_loss(fake: _Clock,
     assert api(held).create_commit.call_count == 1, "a rate limit is not waited out here"
 
 
-def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clock) -> None:
+def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: ManualClock) -> None:
     held = holder()
     held._checked_at = fake.now
     held.landed()
@@ -234,7 +214,7 @@ def test_any_other_refusal_of_a_renewal_is_raised_and_no_beat_counted(fake: _Clo
 
 
 # -- tick and keep -------------------------------------------------------------------------------------------
-def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_of_quiet(fake: _Clock) -> None:
+def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_of_quiet(fake: ManualClock) -> None:
     bucket, lost = _Bucket(), cast(list[TakenOverError], [])
     held = holder(bucket=bucket)
     held.landed()
@@ -253,14 +233,14 @@ def test_a_tick_checks_the_lease_while_writes_come_and_beats_from_half_a_period_
     assert lost == []
 
 
-def test_a_tick_that_finds_the_run_taken_tells_it_and_ends_the_heartbeat(fake: _Clock) -> None:
+def test_a_tick_that_finds_the_run_taken_tells_it_and_ends_the_heartbeat(fake: ManualClock) -> None:
     held, lost = holder(reads=[p.Lease("run-id", OTHER, 0.0)]), cast(list[TakenOverError], [])
 
     assert held.tick(True, lost.append) is False
     assert len(lost) == 1 and isinstance(lost[0], TakenOverError) and lost[0] is held.lost
 
 
-def test_a_tick_whose_read_fails_tries_again_at_the_next(fake: _Clock, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_tick_whose_read_fails_tries_again_at_the_next(fake: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
     held, lost = holder(), cast(list[TakenOverError], [])
 
     def unreadable(deadline: float | None = None) -> Any:
@@ -271,7 +251,7 @@ def test_a_tick_whose_read_fails_tries_again_at_the_next(fake: _Clock, caplog: p
     assert "lease: renewing the lease failed (ConnectionError); trying again" in caplog.text
 
 
-def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_once(fake: _Clock) -> None:
+def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_once(fake: ManualClock) -> None:
     taker = p.Lease("run-id", OTHER, 0.0)
     bucket = _Bucket()
     held = holder(bucket=bucket, reads=[p.Lease("run-id", ME, 0.0)] * 3 + [taker])
@@ -292,7 +272,7 @@ def test_the_heartbeat_thread_ticks_every_eighth_period_and_tells_a_lost_run_onc
     assert bucket.batches, "quiet half a period meanwhile: it beat in the bucket"
 
 
-def test_a_released_lease_stops_the_heartbeat_thread_before_its_next_tick(fake: _Clock) -> None:
+def test_a_released_lease_stops_the_heartbeat_thread_before_its_next_tick(fake: ManualClock) -> None:
     held, asked = holder(), cast(list[float], [])
     held.may_commit = lambda: False  # release commits nothing here
     held.release()
@@ -315,7 +295,7 @@ def test_trainbox_json_names_the_attempt_its_period_and_the_lease_file() -> None
 
 # -- a lease take refused ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("status", [401, 403])
-def test_a_token_that_may_not_commit_the_lease_ends_the_start_writing_nothing(fake: _Clock, status: int) -> None:
+def test_a_token_that_may_not_commit_the_lease_ends_the_start_writing_nothing(fake: ManualClock, status: int) -> None:
     taker = holder()
     with pytest.raises(LeaseRefusedError) as refused:
         taker._refused(http_error(status))
@@ -326,7 +306,7 @@ def test_a_token_that_may_not_commit_the_lease_ends_the_start_writing_nothing(fa
     assert refused.value.hint == "give HF_TOKEN write access to OUTPUT_REPO" and fake.now == 1000.0
 
 
-def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusal_is_raised(fake: _Clock) -> None:
+def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusal_is_raised(fake: ManualClock) -> None:
     taker = holder()
     with pytest.raises(LeaseRefusedError) as refused:
         taker._refused(HfHubHTTPError("429: scripted", response=_limited(3600)))

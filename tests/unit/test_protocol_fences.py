@@ -18,6 +18,7 @@ from entrypoint.state import STATE_FILE
 from entrypoint.sync import clock, read, volume_lock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
+from tests.fakes.manual_clock import ManualClock
 
 pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
@@ -135,27 +136,7 @@ def test_a_lease_read_licenses_writes_for_a_quarter_period_from_when_it_began() 
     assert not p.lease_read_fresh(began=100.0, now=100.0 + 3 * 120.0, period=120.0), "frozen mid-read"
 
 
-class _Clock:
-    """A clock that moves only when told (a read that takes ``slow`` seconds)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def time(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def wait(self, event: object, timeout: float | None) -> bool:
-        self.now += timeout or 0.0
-        return False
-
-
-def _holder(reads: list[tuple[float, p.Lease | None]], fake: _Clock) -> tuple[lease_module.RunLease, list[float]]:
+def _holder(reads: list[tuple[float, p.Lease | None]], fake: ManualClock) -> tuple[lease_module.RunLease, list[float]]:
     """A holder whose lease reads take (seconds, answer) in turn; the times each read began."""
     held = lease_module.RunLease(mock.Mock(), "org/model", "run", 120.0, None)
     held.attempt, held.run_id = ME, "run"
@@ -174,7 +155,7 @@ def _holder(reads: list[tuple[float, p.Lease | None]], fake: _Clock) -> tuple[le
 def test_a_lease_read_frozen_past_a_quarter_period_is_read_again_and_sees_the_taker() -> None:
     # The head read before a freeze of three periods still names this attempt; read again, the lease is the
     # taker's: this one stops, and nothing of it is written.
-    fake = _Clock()
+    fake = ManualClock()
     mine, taker = p.Lease("run", ME, 0.0), p.Lease("run", "0000000000003-cccccc", 0.0)
     with clock.use(fake):
         held, began = _holder([(3 * 120.0, mine), (1.0, taker)], fake)
@@ -184,7 +165,7 @@ def test_a_lease_read_frozen_past_a_quarter_period_is_read_again_and_sees_the_ta
 
 
 def test_a_bucket_write_long_after_the_last_lease_read_reads_it_first() -> None:
-    fake = _Clock()
+    fake = ManualClock()
     mine = p.Lease("run", ME, 0.0)
     with clock.use(fake):
         held, began = _holder([(1.0, mine), (1.0, mine)], fake)
@@ -215,34 +196,34 @@ class _Folder:
         return []
 
 
-def _sources(folder: _Folder, fake: _Clock, **kwargs: object) -> list[object]:
+def _sources(folder: _Folder, fake: ManualClock, **kwargs: object) -> list[object]:
     with clock.use(fake):
         return list(read.bucket_sources(folder, began=fake.now, **kwargs))  # type: ignore[arg-type]
 
 
 def test_a_bucket_read_failing_at_resume_is_read_again_in_short_pauses_until_it_answers() -> None:
-    fake, folder = _Clock(), _Folder(failing=2)
+    fake, folder = ManualClock(), _Folder(failing=2)
     assert _sources(folder, fake, run_known=True, read_for=60.0) == [] and folder.reads == 3
     assert fake.now == 1000.0 + 2 * 5.0, "a pause of a tenth of the deadline, five seconds at most"
-    fake, folder = _Clock(), _Folder(failing=1)
+    fake, folder = ManualClock(), _Folder(failing=1)
     _sources(folder, fake, run_known=False, read_for=30.0)
     assert fake.now == 1003.0
-    fake, folder = _Clock(), _Folder(failing=1)
+    fake, folder = ManualClock(), _Folder(failing=1)
     _sources(folder, fake, run_known=False, read_for=2.0)
     assert fake.now == 1000.5, "half a second at least"
 
 
 def test_a_bucket_unreadable_past_the_deadline_refuses_a_known_run_and_goes_on_for_a_new_one() -> None:
     with pytest.raises(StoreUnreadableError) as refused:
-        _sources(_Folder(failing=99), _Clock(), run_known=True, read_for=30.0)
+        _sources(_Folder(failing=99), ManualClock(), run_known=True, read_for=30.0)
     assert refused.value.message == (
         "cannot read hf://buckets/org/b/run/id for 30 s (ConnectionError), and the run's newest"
         " epochs may be there alone: not starting over, nothing written"
     )
     assert refused.value.hint == "start it again once the bucket answers (a retryable exit)"
-    fake, folder = _Clock(), _Folder(failing=99)
+    fake, folder = ManualClock(), _Folder(failing=99)
     assert _sources(folder, fake, run_known=False, read_for=30.0) == [] and fake.now >= 1030.0
-    fake, folder = _Clock(), _Folder(failing=99)
+    fake, folder = ManualClock(), _Folder(failing=99)
     assert _sources(folder, fake, run_known=None, read_for=30.0) == [] and folder.reads == 1, "a reader only looks"
 
 
@@ -285,7 +266,7 @@ def _refused(status: int, headers: dict[str, str] | None = None) -> HfHubHTTPErr
 
 
 def test_a_rate_limited_lease_take_waits_out_the_reset_then_looks_again_and_ends_past_the_bound() -> None:
-    fake = _Clock()
+    fake = ManualClock()
     with clock.use(fake):
         taker = lease_module.RunLease(mock.Mock(), "org/model", "run", 120.0, None)
         assert taker._refused(_refused(429, {"Retry-After": "90"})) is False  # look again, after the reset

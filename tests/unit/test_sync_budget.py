@@ -5,7 +5,6 @@ may have landed, and the next turn asks the store before sending it again."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,36 +14,21 @@ import pytest
 
 from entrypoint.sync import committer as c
 from entrypoint.sync import ledger as sync_ledger
-from entrypoint.sync import places
 from entrypoint.sync.job import sync_error
 from entrypoint.sync.lane import Lane
 from entrypoint.sync.ledger import CommitBudget, Ledger
 from entrypoint.sync.staging import StagedFile
 from entrypoint.sync.stores import Store as AStore
 from entrypoint.sync.uploader import Uploader
+from tests.fakes.committers import shared
+from tests.fakes.manual_clock import ManualClock
 
 pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
 
 
-class Clock:
-    """Stands in for the ``time`` module inside entrypoint.sync.ledger: both clocks move only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fake = Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    fake = ManualClock(1_000_000.0)  # stands in for the ``time`` module inside entrypoint.sync.ledger
     monkeypatch.setattr(sync_ledger, "time", fake)
     return fake
 
@@ -56,7 +40,7 @@ def spend(budget: CommitBudget, times: int) -> None:
         budget.spend()
 
 
-def test_a_burst_is_free_then_commits_come_at_the_hourly_rate(clock: Clock) -> None:
+def test_a_burst_is_free_then_commits_come_at_the_hourly_rate(clock: ManualClock) -> None:
     budget = CommitBudget(per_hour=360, burst=3)  # one commit every 10 s
     spend(budget, 3)
 
@@ -68,7 +52,7 @@ def test_a_burst_is_free_then_commits_come_at_the_hourly_rate(clock: Clock) -> N
     assert budget.wait_time() == pytest.approx(10.0)
 
 
-def test_an_idle_hour_refills_no_more_than_the_burst(clock: Clock) -> None:
+def test_an_idle_hour_refills_no_more_than_the_burst(clock: ManualClock) -> None:
     budget = CommitBudget(per_hour=360, burst=3)
     spend(budget, 3)
     clock.advance(3600.0)
@@ -77,7 +61,7 @@ def test_an_idle_hour_refills_no_more_than_the_burst(clock: Clock) -> None:
     assert budget.wait_time() == pytest.approx(10.0)
 
 
-def test_commits_of_an_earlier_attempt_in_the_last_hour_still_count(clock: Clock) -> None:
+def test_commits_of_an_earlier_attempt_in_the_last_hour_still_count(clock: ManualClock) -> None:
     budget = CommitBudget(per_hour=360, burst=3, recent=[clock.now - 60, clock.now - 30])
 
     spend(budget, 1)
@@ -85,7 +69,7 @@ def test_commits_of_an_earlier_attempt_in_the_last_hour_still_count(clock: Clock
     assert CommitBudget(per_hour=360, burst=3, recent=[clock.now] * 10).wait_time() == pytest.approx(10.0)
 
 
-def test_a_429_empties_the_budget_and_holds_everything_until_retry_after(clock: Clock) -> None:
+def test_a_429_empties_the_budget_and_holds_everything_until_retry_after(clock: ManualClock) -> None:
     budget = CommitBudget(per_hour=3600, burst=20)
     budget.drain(retry_after=120.0)
 
@@ -98,7 +82,7 @@ def test_a_429_empties_the_budget_and_holds_everything_until_retry_after(clock: 
     assert budget.hold() == 0.0 and budget.wait_time() == 0.0
 
 
-def test_a_429_after_overspending_keeps_the_debt(clock: Clock) -> None:
+def test_a_429_after_overspending_keeps_the_debt(clock: ManualClock) -> None:
     budget = CommitBudget(per_hour=360, burst=1)
     budget.spend()
     budget.spend()  # a final commit may go over the budget
@@ -112,7 +96,7 @@ def staged(relative: str, sha256: str, git_oid: str | None = None) -> StagedFile
     return StagedFile(relative, Path("/nonexistent") / relative, sha256, git_oid, 1)
 
 
-def test_what_is_recorded_survives_a_restart(clock: Clock, tmp_path: Path) -> None:
+def test_what_is_recorded_survives_a_restart(clock: ManualClock, tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     ledger = Ledger(path)
     ledger.record([staged("weights/last.pt", "a" * 64), staged("status.json", "b" * 64, "c" * 40)], head="h1")
@@ -126,7 +110,7 @@ def test_what_is_recorded_survives_a_restart(clock: Clock, tmp_path: Path) -> No
     assert again.commit_times == [clock.now]
 
 
-def test_a_new_version_replaces_the_old_one(clock: Clock, tmp_path: Path) -> None:
+def test_a_new_version_replaces_the_old_one(clock: ManualClock, tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.json")
     ledger.record([staged("weights/last.pt", "a" * 64)], head="h1")
     ledger.record([staged("weights/last.pt", "d" * 64)], head="h2")
@@ -135,7 +119,7 @@ def test_a_new_version_replaces_the_old_one(clock: Clock, tmp_path: Path) -> Non
     assert ledger.head == "h2"
 
 
-def test_commit_times_older_than_an_hour_are_forgotten(clock: Clock, tmp_path: Path) -> None:
+def test_commit_times_older_than_an_hour_are_forgotten(clock: ManualClock, tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     ledger = Ledger(path)
     ledger.record([staged("a.txt", "1" * 64)], head="h1")
@@ -150,7 +134,7 @@ def test_commit_times_older_than_an_hour_are_forgotten(clock: Clock, tmp_path: P
 
 
 @pytest.mark.parametrize("content", [None, "", "{not json", json.dumps({"head": "h", "files": {}})[:-1]])
-def test_a_missing_or_torn_ledger_starts_empty(clock: Clock, tmp_path: Path, content: str | None) -> None:
+def test_a_missing_or_torn_ledger_starts_empty(clock: ManualClock, tmp_path: Path, content: str | None) -> None:
     path = tmp_path / "ledger.json"
     if content is not None:
         path.write_text(content)
@@ -160,7 +144,7 @@ def test_a_missing_or_torn_ledger_starts_empty(clock: Clock, tmp_path: Path, con
     assert ledger.files == {} and ledger.head is None and ledger.commit_times == []
 
 
-def test_rebuild_starts_over_from_the_hubs_listing(clock: Clock, tmp_path: Path) -> None:
+def test_rebuild_starts_over_from_the_hubs_listing(clock: ManualClock, tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     ledger = Ledger(path)
     ledger.record([staged("gone.txt", "1" * 64), staged("weights/last.pt", "a" * 64)], head="h1")
@@ -213,26 +197,7 @@ class AnsweringStore:
 
 def committers(tmp_path: Path, store: AnsweringStore) -> tuple[c.Committers, Lane, StagedFile]:
     lane = Lane(cast(AStore, store), tmp_path, takes=lambda _: True, budget=None)
-    up = SimpleNamespace(
-        changed=threading.Condition(),
-        flush_deadlines=[],
-        cutoff=0.0,
-        repo=lane,
-        bucket=None,
-        lanes=[lane],
-        routing=places.Routing(lane, None, None),
-        snapshots=SimpleNamespace(answered=lambda _ticket: True),
-        lease=None,
-        taken_over=None,
-        owes_run_id=False,
-        kept_epochs=0,
-        card_refused=None,
-        on_commit=None,
-        on_card=None,
-        poll_interval=1.0,
-        fallback=None,
-        fallback_after=60.0,
-    )
+    up = shared(lane)
     copy = tmp_path / "copy"
     copy.write_bytes(b"weights")
     item = StagedFile("weights/last.pt", copy, "a" * 64, None, 7, epochs=3)
