@@ -1,18 +1,25 @@
 """The committers' turns of the working state (sync/committer.py) on a clock the test moves: the repo takes it
 when the bucket keeps failing and gives it back when the bucket answers, each said once to trainbox.json; a
 model card the Hub refuses is dropped and said once; a newer attempt stops every write and the job is told once;
-a commit whose answer was lost and that landed is settled as landed, not measured."""
+a commit whose answer was lost and that landed is settled as landed, not measured. The committer's
+turns too: the pause before a failed commit is tried again (short while a flush waits or the bucket counts its way to
+the fallback, longer beside training), a bucket that refuses the token handing the working state to the repo at
+once, a flush's deadline reaching the lease check, the commit, its confirmation and the tidy, a lost answer
+confirmed by the commit id it was sent with, a card refused inside a commit, the staging folder's copies deleted
+once no lane holds them, and the thread's loop around ``step``."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
-from entrypoint.errors import StopRequested, TakenOverError
+from entrypoint.errors import AccessError, AgentError, StopRequested, TakenOverError
+from entrypoint.hub import CardRefusedError, RateLimitedError
 from entrypoint.sync import clock, places
 from entrypoint.sync import committer as c
 from entrypoint.sync.lane import Lane
@@ -32,13 +39,43 @@ def fake() -> Any:
 
 
 class _Store:
-    def __init__(self, name: str, landed: str | None = None) -> None:
-        self.name, self.answer = name, landed
-        self.asked: list[tuple[str, float | None]] = []
+    """Answers each commit with the next of ``answers`` (an exception is raised), recording every call."""
+
+    def __init__(self, name: str, *answers: object, landed: str | None = None) -> None:
+        self.name, self.answers, self.landed_answer = name, list(answers), landed
+        self.calls: list[tuple[Any, ...]] = []
+
+    def commit(self, files: list[StagedFile], message: str, *, deadline: float | None, commit_id: str) -> str:
+        self.calls.append(("commit", sorted(item.relative for item in files), deadline, commit_id))
+        answer = self.answers.pop(0) if self.answers else "sha-1"
+        if isinstance(answer, BaseException):
+            raise answer
+        return str(answer)
 
     def landed(self, commit_id: str, *, deadline: float | None) -> str | None:
-        self.asked.append((commit_id, deadline))
-        return self.answer
+        self.calls.append(("landed", commit_id, deadline))
+        return self.landed_answer
+
+    def tidy(self, *, deadline: float | None) -> None:
+        self.calls.append(("tidy", deadline))
+
+
+class _Lease:
+    def __init__(self) -> None:
+        self.checks: list[float | None] = []
+
+    def check(self, deadline: float | None) -> None:
+        self.checks.append(deadline)
+
+    def landed(self) -> None:
+        pass
+
+
+def staged(tmp_path: Path, relative: str) -> StagedFile:
+    copy = tmp_path / "staging" / f"{relative.replace('/', '_')}-{len(list(tmp_path.rglob('*')))}"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(relative.encode())
+    return StagedFile(relative, copy, "a" * 64, None, len(relative), epochs=3, seen_at=1.0)
 
 
 def item(tmp_path: Path, relative: str, epochs: int | None = None) -> StagedFile:
@@ -49,16 +86,19 @@ def item(tmp_path: Path, relative: str, epochs: int | None = None) -> StagedFile
 
 
 class Run:
-    """Committers of a repo lane and a bucket lane, bucket mode, with every hook recorded."""
+    """Committers of a repo lane and a bucket lane, bucket mode, with every hook recorded; ``repo``, ``bucket``: the
+    stores' scripted answers."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.repo = Lane(cast(Store, _Store("org/model")), tmp_path / "repo", takes=lambda _: True, budget=None)
-        self.bucket = Lane(cast(Store, _Store("org/ckpt")), tmp_path / "bucket", takes=lambda _: True, budget=None)
+    def __init__(self, tmp_path: Path, repo: _Store | None = None, bucket: _Store | None = None) -> None:
+        self.repo_store, self.bucket_store = repo or _Store("org/model"), bucket or _Store("org/ckpt")
+        self.repo = Lane(cast(Store, self.repo_store), tmp_path / "repo", takes=lambda _: True, budget=None)
+        self.bucket = Lane(cast(Store, self.bucket_store), tmp_path / "bucket", takes=lambda _: True, budget=None)
         self.routing = places.Routing(self.repo, self.bucket, 3600.0)
         self.again: list[Any] = []
         self.storage: list[dict[str, Any]] = []
         self.cards: list[str | None] = []
         self.lost: list[TakenOverError] = []
+        self.lease = _Lease()
         self.up = shared(
             self.repo,
             self.bucket,
@@ -67,6 +107,8 @@ class Run:
             on_card=self.cards.append,
             on_storage=self.storage.append,
             on_taken_over=self.lost.append,
+            lease=self.lease,
+            cutoff=9000.0,
         )
         self.committers = c.Committers(cast(c.Shared, self.up))
 
@@ -227,13 +269,222 @@ def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_pat
 
     run.committers._confirm_earlier(run.repo, 7000.0)
 
-    assert store.asked == [("commit-1", 7000.0)], "asked about that commit, within the deadline"
+    assert store.calls == [("landed", "commit-1", 7000.0)], "asked about that commit, within the deadline"
     assert (unconfirmed(run.repo), run.repo.pending, run.repo.commits) == (None, {}, ["sha-landed"])
     assert list(run.repo.latencies) == [], "its latency is not known: not measured"
     assert run.repo.in_flight == [] and run.committers._discard == [last]
 
-    store.answer = None
+    store.landed_answer = None
     run.repo.unconfirmed = ("commit-2", [last])
     run.committers._confirm_earlier(run.repo, None)
-    assert store.asked[-1] == ("commit-2", None) and unconfirmed(run.repo) is None
+    assert store.calls[-1] == ("landed", "commit-2", None) and unconfirmed(run.repo) is None
     assert run.repo.commits == ["sha-landed"], "not landed: sent again by the next commit"
+
+
+# -- the pause before a failed commit is tried again ------------------------------------------------------------
+def test_a_failed_commit_beside_training_waits_longer_each_time_up_to_a_minute(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    run.committers._after_try(run.repo, ok=True)
+    assert run.repo.retry_at == 0.0, "a commit that landed is not held back"
+    pauses = []
+    for _ in range(8):
+        run.committers._after_try(run.repo, ok=False)
+        pauses.append(run.repo.retry_at - fake.now)
+    assert pauses == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert run.repo.failing_since == 5000.0 and run.repo.failures == 8
+
+
+def test_a_failed_commit_is_tried_again_within_a_second_while_a_flush_waits(tmp_path: Path, fake: ManualClock) -> None:
+    run = Run(tmp_path)
+    run.up.flush_deadlines = [5100.0]
+    for _ in range(4):
+        run.committers._after_try(run.repo, ok=False)
+        assert run.repo.retry_at - fake.now == 1.0, "someone waits on it: short retries"
+
+
+def test_the_bucket_retries_within_a_second_while_it_counts_its_way_to_the_fallback_then_longer(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    run.committers._after_try(run.bucket, ok=False)
+    assert run.bucket.retry_at - fake.now == 1.0, "each try carries the newest boundary"
+    run.up.fallback = "HTTP 503"  # the repo holds the working state: the bucket is tried beside training
+    for expected in (4.0, 8.0):
+        run.committers._after_try(run.bucket, ok=False)
+        assert run.bucket.retry_at - fake.now == expected
+
+
+# -- a bucket that refuses the token -------------------------------------------------------------------------------
+def test_a_bucket_refusing_the_token_hands_the_working_state_to_the_repo_at_once_and_is_forgiven_once_it_answers(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path, bucket=_Store("org/ckpt", AccessError("HTTP 403 on the bucket", "give the token write")))
+    run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}
+
+    assert c.step(run.committers, run.bucket) is None
+    assert run.bucket.denied_at == 5000.0 and run.bucket.unconfirmed is None, "a refusal is a clear no"
+    assert run.routing.fallback == "HTTP 403 on the bucket — give the token write", "one failure, no wait"
+
+    run.up.fallback = run.routing.fallback
+    fake.now = run.bucket.retry_at
+    run.bucket_store.answers = ["m/attempt-000002.json"]
+    assert c.step(run.committers, run.bucket) is None
+    assert run.bucket.denied_at == 0.0, "the refusal is forgotten once the bucket answers"
+    assert run.routing.fallback is None, "and the working state goes back to it"
+
+
+def test_the_bucket_takes_the_working_state_back_only_after_a_commit_of_its_own_landed(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    run.committers._fall_back("HTTP 503")
+    run.up.fallback = run.routing.fallback
+    run.repo.commits.append("sha-of-the-repo")
+    run.committers._after_try(run.repo, ok=True)
+    assert run.routing.fallback == "HTTP 503", "the repo's commit says nothing of the bucket"
+    run.committers._after_try(run.bucket, ok=True)
+    assert run.routing.fallback == "HTTP 503", "a bucket try with nothing landed proves nothing"
+
+
+# -- a flush's deadline reaches every call the commit makes --------------------------------------------------------
+def test_a_flush_hands_its_deadline_to_the_lease_check_the_confirmation_the_commit_and_the_tidy(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    run.up.flush_deadlines = [5200.0, 5300.0]
+    last = staged(tmp_path, "weights/last.pt")
+    run.repo.pending = {last.relative: last}
+    run.repo.unconfirmed = ("lost-commit", [last])
+
+    assert run.committers._commit_pending(run.repo)
+
+    assert run.lease.checks == [5300.0, 5300.0], "before the commit and before the tidy"
+    assert [call[0] for call in run.repo_store.calls] == ["landed", "commit", "tidy"]
+    assert run.repo_store.calls[0] == ("landed", "lost-commit", 5300.0)
+    assert run.repo_store.calls[1][2] == 5300.0 and run.repo_store.calls[2] == ("tidy", 5300.0)
+
+    run.up.flush_deadlines, run.up.cutoff = [9500.0], 9000.0
+    run.repo.pending = {last.relative: staged(tmp_path, "weights/last.pt")}
+    run.committers._commit_pending(run.repo)
+    assert run.repo_store.calls[-2][2] == 9000.0, "never past the cutoff"
+
+    run.up.flush_deadlines = []
+    run.repo.pending = {last.relative: staged(tmp_path, "weights/last.pt")}
+    run.committers._commit_pending(run.repo)
+    assert run.repo_store.calls[-2][2] is None and run.lease.checks[-1] is None, "beside training: no deadline"
+
+
+def test_a_final_upload_spends_over_the_budget_but_a_boundary_of_the_working_store_waits_for_it(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    last = staged(tmp_path, "weights/last.pt")
+    run.bucket.pending = {last.relative: last}
+    run.repo.pending = {last.relative: last}
+    for lane in (run.repo, run.bucket):
+        lane.budget = cast(Any, SimpleNamespace(hold=lambda: 0.0, wait_time=lambda: 30.0))
+    run.up.owes_run_id = True  # trainbox.json still owed to the repo
+    assert run.committers._time_to_commit(run.repo) == 0.0, "the run id goes to the repo over budget"
+    assert run.committers._time_to_commit(run.bucket) == 30.0, "the repo's debt is not the bucket's"
+
+
+# -- a commit's answer lost, a card refused --------------------------------------------------------------------------
+def test_a_lost_answer_is_kept_with_the_commit_id_it_was_sent_with_and_confirmed_by_it(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path, repo=_Store("org/model", ConnectionError("reset by peer"), landed="sha-landed"))
+    last = staged(tmp_path, "weights/last.pt")
+    run.repo.pending = {last.relative: last}
+
+    assert not run.committers._commit_pending(run.repo)
+    sent_with = run.repo_store.calls[0][3]
+    assert isinstance(sent_with, str) and len(sent_with) >= 16
+    assert run.repo.unconfirmed == (sent_with, [last]) and run.repo.last_error == "ConnectionError: reset by peer"
+    assert run.repo.pending == {last.relative: last}, "kept for the next try"
+
+    run.committers._commit_pending(run.repo)
+    assert run.repo_store.calls[1] == ("landed", sent_with, None), "asked about that very commit"
+    assert run.repo.commits == ["sha-landed"] and run.repo.pending == {}, "it landed: not sent again"
+    assert [call[0] for call in run.repo_store.calls] == ["commit", "landed"]
+
+
+def test_a_429_is_a_clear_no_that_quiets_the_lane_and_an_agent_error_is_said_plainly(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(
+        tmp_path, repo=_Store("org/model", RateLimitedError("HTTP 429 on commits", 120.0), AgentError("HTTP 500"))
+    )
+    run.repo.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}
+    assert not run.committers._commit_pending(run.repo)
+    assert run.repo.unconfirmed is None and run.repo.last_error == "HTTP 429 on commits", "refused: it did not land"
+    assert run.repo.budget.wait_time() >= 119.0, "quiet until the Hub allows commits again"
+    assert run.repo.denied_at == 0.0
+
+    assert not run.committers._commit_pending(run.repo)
+    assert run.repo.last_error == "HTTP 500", "an error of ours is said as it is, without its type"
+    assert run.repo.unconfirmed is not None, "no answer is not a no"
+
+
+def test_a_card_refused_inside_a_commit_is_dropped_and_the_rest_goes_at_once(tmp_path: Path, fake: ManualClock) -> None:
+    run = Run(tmp_path, repo=_Store("org/model", CardRefusedError("YAML metadata error: license")))
+    card, metrics = staged(tmp_path, "README.md"), staged(tmp_path, "metrics.jsonl")
+    run.repo.pending = {card.relative: card, metrics.relative: metrics}
+
+    assert run.committers._commit_pending(run.repo), "not a failure: no retry pause"
+    assert run.repo.pending == {"metrics.jsonl": metrics}, "the rest stays pending, to go at once"
+    assert run.up.card_refused == "YAML metadata error: license"
+    assert run.repo.in_flight == [] and run.committers._discard == [card]
+    assert run.repo.commits == [] and run.repo.unconfirmed is None
+
+    assert run.committers._commit_pending(run.repo)
+    assert run.repo_store.calls[-2][1] == ["metrics.jsonl"] and run.repo.pending == {}
+
+
+# -- the staging folder ----------------------------------------------------------------------------------------------
+def test_copies_no_lane_holds_are_deleted_and_one_already_gone_is_no_error(tmp_path: Path, fake: ManualClock) -> None:
+    run = Run(tmp_path)
+    held, superseded, gone = (staged(tmp_path, name) for name in ("weights/last.pt", "weights/last.pt", "a.json"))
+    run.bucket.pending = {held.relative: held}
+    run.committers._discard = [held, superseded, gone]
+    gone.path.unlink()
+
+    run.committers._drop_discarded()
+
+    assert held.path.exists() and not superseded.path.exists()
+    assert run.committers._discard == [held], "kept until no lane holds it"
+
+
+def test_a_failed_commit_lets_go_of_the_copies_a_newer_one_superseded_and_keeps_the_current_ones(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    run = Run(tmp_path)
+    older, current = staged(tmp_path, "weights/last.pt"), staged(tmp_path, "metrics.jsonl")
+    newer = staged(tmp_path, "weights/last.pt")
+    run.repo.pending = {newer.relative: newer, current.relative: current}
+    run.committers._settle(run.repo, [older, current], committed=False)
+    assert run.committers._discard == [older] and run.repo.pending == {newer.relative: newer, current.relative: current}
+
+
+# -- the thread's loop -------------------------------------------------------------------------------------------------
+def test_the_committer_thread_waits_the_turn_step_asks_for_and_stops_when_told(
+    tmp_path: Path, fake: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = Run(tmp_path)
+    turns = iter([2.5, None, 0.75])
+
+    def one_turn(_committers: c.Committers, lane: Lane) -> float | None:
+        wait = next(turns, None)
+        if wait == 0.75:
+            run.up.stopping.set()
+        lane.work.set()
+        return wait
+
+    monkeypatch.setattr(c, "step", one_turn)
+    worker = threading.Thread(target=run.committers.run, args=(run.repo,), daemon=True)
+    worker.start()
+    worker.join(5.0)
+    assert not worker.is_alive(), "a stop ends the loop"
+    assert fake.waits == [2.5, 0.75], "a turn that committed goes again at once"
+    assert not run.repo.work.is_set(), "the work flag is cleared after each wait"

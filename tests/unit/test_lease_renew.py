@@ -5,6 +5,7 @@ the holder, writing nothing; a token refused stops it too; the heartbeat thread 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 from unittest import mock
@@ -14,6 +15,7 @@ import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
 from entrypoint.errors import LeaseRefusedError, TakenOverError
+from entrypoint.retry import describe
 from entrypoint.sync import clock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
@@ -52,19 +54,28 @@ def fake() -> Any:
 
 
 def holder(
-    *, bucket: _Bucket | None = None, reads: Sequence[p.Lease | None] | None = None, slow: float = 0.0
+    *,
+    bucket: _Bucket | None = None,
+    reads: Sequence[p.Lease | Exception | None] | None = None,
+    slow: float | list[float] = 0.0,
+    period: float = PERIOD,
 ) -> lease_module.RunLease:
-    """The holder of run ``run-id`` (attempt ME); its lease reads answer ``reads`` in turn (the last one again),
-    each taking ``slow`` seconds."""
-    held = lease_module.RunLease(mock.Mock(), "org/model", "run", PERIOD, bucket, machine="vol-1")  # type: ignore[arg-type]
+    """The holder of run ``run-id`` (attempt ME); its lease reads answer ``reads`` in turn (the last one again; an
+    exception is raised), each taking ``slow`` seconds."""
+    held = lease_module.RunLease(mock.Mock(), "org/model", "run", period, bucket, machine="vol-1")  # type: ignore[arg-type]
     held.attempt, held.run_id = ME, "run-id"
     answers = list(reads if reads is not None else [p.Lease("run-id", ME, 0.0)])
     held.reads = 0  # type: ignore[attr-defined]
+    held.read_deadlines = []  # type: ignore[attr-defined]
 
     def read(deadline: float | None = None) -> tuple[p.Lease | None, str, float | None]:
         held.reads += 1  # type: ignore[attr-defined]
-        clock.sleep(slow)
-        return (answers.pop(0) if len(answers) > 1 else answers[0]), f"head{held.reads}", None  # type: ignore[attr-defined]
+        held.read_deadlines.append(deadline)  # type: ignore[attr-defined]
+        clock.sleep(slow if isinstance(slow, float) else slow.pop(0) if len(slow) > 1 else slow[0])
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer, f"head{held.reads}", None  # type: ignore[attr-defined]
 
     held.read = read  # type: ignore[method-assign]
     return held
@@ -143,8 +154,14 @@ def test_a_lease_another_took_or_deleted_stops_the_renewal_and_the_holder_writin
 
     assert commits(held) == [] and held.lost is lost.value
     assert held.reads == 2, "the renewal's read, then the check's"  # type: ignore[attr-defined]
-    assert ("another container" in lost.value.message) is (found is not None)
-    assert ("the run's lease is gone from org/model" in lost.value.message) is (found is None)
+    assert lost.value.message == (
+        f"another container (attempt {OTHER}) took this run over after this one (attempt {ME}) was quiet a whole"
+        " lease period; this one stops writing and training"
+        if found is not None
+        else f"the run's lease is gone from org/model (deleted or rewritten by hand): this one (attempt {ME}) cannot"
+        " prove it holds the run, and stops writing and training"
+    )
+    assert lost.value.hint == "leave the other one running; this volume's epochs are kept"
 
 
 def test_a_lease_another_took_within_the_last_reads_licence_is_not_renewed(fake: ManualClock) -> None:
@@ -288,6 +305,63 @@ def test_a_released_lease_stops_the_heartbeat_thread_before_its_next_tick(fake: 
     assert not held._thread.is_alive() and asked == [] and fake.waits == [PERIOD / 8]
 
 
+# -- release -----------------------------------------------------------------------------------------------------
+def test_the_holder_releases_its_lease_at_the_end_on_the_head_it_read_within_the_deadline(fake: ManualClock) -> None:
+    held = holder(reads=[p.Lease("run-id", ME, 1000.0, PERIOD)])
+    deadlines: list[float | None] = []
+    read = held.read
+
+    def recorded(deadline: float | None = None) -> tuple[p.Lease | None, str, float | None]:
+        deadlines.append(deadline)
+        return read(deadline)
+
+    held.read = recorded  # type: ignore[method-assign]
+    held.release(1234.0)
+
+    assert deadlines == [1234.0]
+    assert commits(held) == [(p.Lease("run-id", ME, 1000.0, PERIOD, released=True), "head1", "Release the run's lease")]
+    assert held._stop.is_set(), "the heartbeat stops"
+
+
+@pytest.mark.parametrize(
+    "found",
+    [p.Lease("run-id", OTHER, 1000.0), p.Lease("run-id", ME, 1000.0, released=True), None],
+    ids=["another-holds-it", "released-already", "gone"],
+)
+def test_a_lease_this_holder_no_longer_holds_is_not_released(fake: ManualClock, found: p.Lease | None) -> None:
+    held = holder(reads=[found])
+    held.release()
+    assert commits(held) == [] and held.reads == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("why", ["taken-over", "never-held", "rate-limited"])
+def test_a_holder_that_lost_the_run_never_held_it_or_may_not_commit_releases_nothing(
+    fake: ManualClock, why: str
+) -> None:
+    held = holder()
+    if why == "taken-over":
+        held.lost = TakenOverError("taken over by attempt c", "leave it")
+    elif why == "never-held":
+        held.attempt = None
+    else:
+        held.may_commit = lambda: False
+    held.release()
+    assert commits(held) == [] and held.reads == 0, "not even read"  # type: ignore[attr-defined]
+    assert held._stop.is_set()
+
+
+def test_a_release_that_fails_is_said_and_the_lease_left_to_expire(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = holder()
+    api(held).create_commit.side_effect = http_error(412)  # the lease moved meanwhile
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        held.release()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"lease: not released ({describe(api(held).create_commit.side_effect)}); it expires after {PERIOD:.0f} s"
+    ]
+
+
 def test_trainbox_json_names_the_attempt_its_period_and_the_lease_file() -> None:
     held = holder()
     assert held.describe() == {"attempt": ME, "period": PERIOD, "file": ".trainbox/lease.json"}
@@ -324,3 +398,93 @@ def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusa
 def _limited(seconds: int) -> httpx2.Response:
     request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
     return httpx2.Response(429, headers={"Retry-After": str(seconds)}, request=request)
+
+
+# -- a taker's first write -----------------------------------------------------------------------------------------
+def test_a_taker_writes_only_a_quarter_period_after_its_take_and_a_deadline_before_that_is_a_failed_write(
+    fake: ManualClock,
+) -> None:
+    """The holder taken over may have read its lease just before the take: it writes for a quarter period more."""
+    taker = holder()
+    taker._checked_at = fake.now
+    taker._writes_from = fake.now + PERIOD / 4
+
+    with pytest.raises(TimeoutError) as waits:
+        taker.check(deadline=fake.now + PERIOD / 4 - 1.0)
+    assert str(waits.value) == "the run was taken over 0 s ago: its first write waits"
+    assert fake.now == 1000.0, "nothing waited past the deadline"
+
+    fake.now += 10.0
+    with pytest.raises(TimeoutError) as waits:
+        taker.check(deadline=fake.now + 5.0)
+    assert str(waits.value) == "the run was taken over 10 s ago: its first write waits"
+
+    taker.check(deadline=taker._writes_from)  # the wait ends on the deadline: within it
+    assert fake.now == 1000.0 + PERIOD / 4 and taker.reads == 1, "waited, then read the lease again"  # type: ignore[attr-defined]
+
+
+def test_a_taker_less_than_a_second_from_its_first_write_waits_that_fraction(fake: ManualClock) -> None:
+    taker = holder()
+    taker._checked_at = fake.now
+    taker._writes_from = fake.now + 0.5
+    taker.check()
+    assert fake.now == 1000.5
+    taker._writes_from = fake.now  # now: no wait
+    taker._checked_at = fake.now
+    taker.check()
+    assert fake.now == 1000.5 and taker.reads == 0, "a fresh read licenses the write"  # type: ignore[attr-defined]
+
+
+# -- a check that reads the lease ----------------------------------------------------------------------------------
+def test_a_check_reads_the_lease_within_the_writes_deadline_once_its_last_read_is_stale(fake: ManualClock) -> None:
+    held = holder()
+    held._checked_at = fake.now - PERIOD  # a whole period old
+    held.check(deadline=fake.now + 30.0)
+    assert held.read_deadlines == [1030.0] and held._checked_at == fake.now  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_token_that_may_no_longer_read_the_lease_stops_the_holder_for_good(fake: ManualClock, status: int) -> None:
+    held = holder(reads=[http_error(status), p.Lease("run-id", ME, 0.0)])
+    held._checked_at = fake.now - PERIOD
+    with pytest.raises(LeaseRefusedError) as refused:
+        held.check()
+    assert refused.value.message == (
+        f"HF_TOKEN may no longer read the run's lease in org/model (HTTP {status}): this one stops writing and"
+        " training; this volume's epochs are kept"
+    )
+    assert refused.value.hint == "give HF_TOKEN write access to OUTPUT_REPO"
+    with pytest.raises(LeaseRefusedError):
+        held.check()  # never a licence to write again, whatever a later read would say
+    assert held.reads == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("status", [404, 500, 429])
+def test_any_other_failed_read_of_the_lease_fails_this_write_only(fake: ManualClock, status: int) -> None:
+    error = http_error(status)
+    held = holder(reads=[error, p.Lease("run-id", ME, 0.0)])
+    held._checked_at = fake.now - PERIOD
+    with pytest.raises(HfHubHTTPError) as raised:
+        held.check()
+    assert raised.value is error and held.lost is None
+    held.check()  # the next write reads it again
+    assert held.reads == 2  # type: ignore[attr-defined]
+
+
+def test_a_read_of_the_lease_slower_than_a_quarter_of_the_runs_own_period_is_read_again(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run's period (LEASE_PERIOD), not the default one, says how old a read may be."""
+    held = holder(slow=[40.0, 1.0], period=600.0)
+    held._checked_at = fake.now - 600.0
+    held.check()
+    assert held.reads == 1, "40 s is under a quarter of 600 s"  # type: ignore[attr-defined]
+
+    slow = holder(slow=[160.0, 1.0], period=600.0)
+    slow._checked_at = fake.now - 600.0
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        slow.check()
+    assert slow.reads == 2  # type: ignore[attr-defined]
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease: its read took over a quarter period (150 s); reading it again"
+    ]

@@ -83,6 +83,20 @@ def test_a_rate_limited_lease_is_waited_out_within_a_bound_then_ends() -> None:
     assert p.lease_refused(429, 3600.0, 0.0) is p.LeaseAnswer.END, "an hour's reset: end, retryable"
     assert p.lease_refused(429, 60.0, p.LEASE_RATE_LIMIT_WAIT - 30.0) is p.LeaseAnswer.END
     assert p.lease_refused(412, None, 0.0) is p.LeaseAnswer.LOOK_AGAIN
+    bound = p.LEASE_RATE_LIMIT_WAIT
+    assert p.lease_refused(429, None, bound - 60.0) is p.LeaseAnswer.WAIT, "no reset said: a minute, to the bound"
+    assert p.lease_refused(429, None, bound - 59.0) is p.LeaseAnswer.END
+    assert p.lease_refused(429, 10.0, bound - 10.0) is p.LeaseAnswer.WAIT, "a wait ending on the bound is within it"
+
+
+# -- the bucket's fallback -------------------------------------------------------------------------------------
+def test_the_repo_takes_the_working_state_after_three_failed_boundaries_over_the_fallback_time_or_a_refused_token() -> (
+    None
+):
+    assert p.fall_back(p.FALLBACK_BOUNDARIES, 60.0, False, 60.0), "three boundaries, for the whole fallback time"
+    assert not p.fall_back(p.FALLBACK_BOUNDARIES - 1, 3600.0, False, 60.0), "long, but not three boundaries"
+    assert not p.fall_back(p.FALLBACK_BOUNDARIES, 59.0, False, 60.0), "three boundaries, but not long"
+    assert p.fall_back(1, 0.0, True, 60.0), "a refused token: at once"
 
 
 # -- a holder provably gone (ordering 3) ----------------------------------------------------------------

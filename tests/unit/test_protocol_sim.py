@@ -5,13 +5,25 @@ bench/protocol_sim.py runs the long lane (100 000 histories)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+from huggingface_hub.errors import HfHubHTTPError
 
-from tests.protocol_sim.container import PERIOD
+from entrypoint.sync.bucket import Bucket, RunFolder
+from entrypoint.sync.bucket_store import BucketStore
+from entrypoint.sync.staging import StagedFile
+from tests.protocol_sim.clock import Scheduler
+from tests.protocol_sim.container import BUCKET, PERIOD, RUN
+from tests.protocol_sim.faults import Faults
 from tests.protocol_sim.histories import ALONE, FENCED, ORDERINGS, SWITCHED_OFF
-from tests.protocol_sim.world import Options, Violation, run
+from tests.protocol_sim.hub import Server, SimApi, SimHub
+from tests.protocol_sim.world import Options, Violation, _seam, run
 
 pytestmark = pytest.mark.protocol
 
@@ -99,3 +111,50 @@ def test_a_relaunch_after_a_kill_waits_one_lease_period_at_most() -> None:
     waited = float(started[0][1]) - 310.0
     said = f"the relaunch started {waited:.0f} s after its launch"
     assert PERIOD + PERIOD / 4 <= waited <= PERIOD + PERIOD / 4 + 60.0, said
+
+
+# -- the seam alone: one container's bucket store against the in-memory Hub -----------------------------------------
+@contextmanager
+def bucket_folder(**script: list[str]) -> Iterator[tuple[Server, RunFolder]]:
+    """The run's folder in the in-memory Hub's bucket, its calls meeting ``script``'s outcomes in turn (per call)."""
+    rng = random.Random(0)
+    scheduler = Scheduler(rng)
+    server = Server(scheduler, Faults(rng, slow=0.0, script=dict(script)))
+    api = SimApi(server)
+    with _seam(scheduler, api, rng):
+        yield server, RunFolder(Bucket(SimHub(token="hf_sim", sim_api=api), BUCKET), RUN, "run-id")
+
+
+def staged(tmp_path: Path, relative: str, data: bytes, epochs: int | None = None) -> StagedFile:
+    copy = tmp_path / "staging" / f"{relative.replace('/', '_')}-{hashlib.sha256(data).hexdigest()[:8]}"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(data)
+    return StagedFile(relative, copy, hashlib.sha256(data).hexdigest(), None, len(data), epochs=epochs, seen_at=0.0)
+
+
+def test_a_boundary_whose_answer_was_lost_but_that_landed_is_taken_as_landed(tmp_path: Path) -> None:
+    with bucket_folder(batch=["lost", "lost"]) as (server, folder):  # applied, its answer lost, twice
+        store = BucketStore.begin(folder)
+        last = staged(tmp_path, "weights/last.pt", b"epoch 3", epochs=3)
+        with pytest.raises(TimeoutError):
+            store.commit([last], "Epoch boundary", deadline=None, commit_id="c-1")
+        assert store.head() is None, "no answer: not known to have landed"
+
+        key = store.landed("c-1", deadline=None)
+
+        assert key is not None and key in server.bucket and store.head() == key
+        assert store.remote_ids() == {"weights/last.pt": last.sha256}
+        assert store.landed("c-1", deadline=None) is None, "settled: never confirmed twice"
+        before = len(server.journal)
+        assert store.commit([last], "Epoch boundary", deadline=None, commit_id="c-2").endswith("000002.json")
+        sent = [entry[2] for entry in server.journal[before:] if entry[2].startswith("put ")]
+        assert sent == [f"put {folder.prefix}/manifests/{store.attempt}-000002.json"], "its object is not sent again"
+
+
+def test_a_boundary_that_never_reached_the_bucket_is_not_taken_as_landed(tmp_path: Path) -> None:
+    with bucket_folder(batch=["503", "503"]) as (server, folder):
+        store = BucketStore.begin(folder)
+        with pytest.raises(HfHubHTTPError):
+            store.commit([staged(tmp_path, "weights/last.pt", b"x", epochs=1)], "b", deadline=None, commit_id="c-1")
+        assert store.landed("c-1", deadline=None) is None and store.head() is None and server.bucket == {}
+        assert store.landed("never-sent", deadline=None) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -18,7 +19,8 @@ import pytest
 from entrypoint.hub import Hub
 from entrypoint.state import STATE_FILE
 from entrypoint.sync import read
-from entrypoint.sync.bucket import RunFolder
+from entrypoint.sync.bucket import Bucket, RunFolder
+from entrypoint.sync.protocol import Manifest
 from tests.fakes import libreyolo as fake_libreyolo
 
 pytestmark = pytest.mark.protocol  # the protocol lane: fast, real tests of the store protocol's code
@@ -254,3 +256,156 @@ def test_a_state_that_names_no_bucket_of_a_known_run_is_the_repos_own(
 def test_no_repo_no_state(tmp_path: Path, in_bucket: _BucketState) -> None:
     assert read.newest_state(cast(Hub, hub(None)), REPO, tmp_path / "volume" / "w") is None and in_bucket.asked == []
     assert list((tmp_path / "volume" / "w").iterdir()) == []
+
+
+# -- the read's own folders: one already there, a scratch already gone ------------------------------------------
+def test_a_volume_checkpoint_that_records_no_epoch_takes_the_repos_first_epoch_as_newer(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    volume(run_dir, 0)  # a checkpoint saved before its first epoch completed
+    files = {"weights/last.pt": checkpoint(1), STATE_FILE: state()}
+    assert read.hub_newer(cast(Hub, hub(files)), REPO, run_dir, tmp_path / "work") == {"weights/last.pt"}
+
+
+def test_the_reads_run_again_in_a_work_folder_already_there(tmp_path: Path, in_bucket: _BucketState) -> None:
+    work = tmp_path / "volume" / "w"
+    (work / "kept").mkdir(parents=True)  # an earlier attempt's work folder, with its files
+    files = {"weights/last.pt": checkpoint(4), STATE_FILE: state(**BUCKETED, updated_at="2026-12-07T10:00:00")}
+    for _ in range(2):
+        assert read.hub_newer(cast(Hub, hub(files)), REPO, tmp_path / "run", work) == {"weights/last.pt"}
+        found = read.newest_state(cast(Hub, hub(files)), REPO, work)
+        assert found is not None and found["run_id"] == "1234abcd"
+    assert [path.name for path in work.iterdir()] == ["kept"], "only the scratch folders go"
+
+
+def test_a_scratch_folder_already_gone_when_the_read_ends_leaves_its_answer_standing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_bucket: _BucketState
+) -> None:
+    """A cleaner of the volume (or a person) removed the read's scratch folder: its removal fails, the read
+    stands."""
+    work = tmp_path / "w"
+    in_bucket.answer = {**BUCKETED, "updated_at": "2026-12-07T11:00:00", "from": "bucket"}
+    real_bucket_state = in_bucket.__call__
+
+    def bucket_state_then_cleaned(folder: RunFolder, scratch: Path, **options: Any) -> dict[str, Any] | None:
+        answer = real_bucket_state(folder, scratch, **options)
+        shutil.rmtree(scratch)
+        return answer
+
+    monkeypatch.setattr(read, "bucket_state", bucket_state_then_cleaned)
+    repo_state = {**BUCKETED, "updated_at": "2026-12-07T10:00:00", "from": "repo"}
+    found = read.newest_state(cast(Hub, hub({STATE_FILE: json.dumps(repo_state).encode()})), REPO, work)
+    assert found is not None and found["from"] == "bucket"
+
+    real_newest_in = read.newest_in
+
+    def newest_in_then_cleaned(source: Any, scratch: Path, *args: Any, **options: Any) -> Any:
+        found = real_newest_in(source, scratch, *args, **options)
+        shutil.rmtree(scratch)
+        return found
+
+    monkeypatch.setattr(read, "newest_in", newest_in_then_cleaned)
+    files = {"weights/last.pt": checkpoint(4)}
+    assert read.hub_newer(cast(Hub, hub(files)), REPO, tmp_path / "run", work) == {"weights/last.pt"}
+
+
+def test_the_buckets_trainbox_json_is_read_through_the_repos_hub(tmp_path: Path, in_bucket: _BucketState) -> None:
+    seen: list[object] = []
+    real = in_bucket.__call__
+    repo_hub = hub({STATE_FILE: json.dumps({**BUCKETED, "updated_at": "1"}).encode()})
+
+    def recording(folder: RunFolder, scratch: Path, **options: Any) -> dict[str, Any] | None:
+        seen.append(folder.bucket.hub)
+        return real(folder, scratch, **options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(read, "bucket_state", recording)
+        read.newest_state(cast(Hub, repo_hub), REPO, tmp_path / "w")
+    assert seen == [repo_hub], "the same client, its token and endpoint"
+
+
+# -- BucketSource: what a boundary's manifest says of a file ------------------------------------------------------
+def test_a_boundarys_manifest_says_each_files_epochs_and_whether_the_volume_holds_its_bytes(tmp_path: Path) -> None:
+    on_volume = volume(tmp_path / "run", 6)
+    other = checkpoint(7)
+    manifest = Manifest(
+        key="run/1234abcd/manifests/a-000003.json",
+        run_id="1234abcd",
+        run_name="run",
+        attempt="a",
+        seq=3,
+        commit="c",
+        epoch=7,
+        written_at=0.0,
+        files={
+            "weights/last.pt": {"key": "k1", "sha256": hashlib.sha256(on_volume.read_bytes()).hexdigest(), "epoch": 6},
+            "weights/epoch_7.pt": {"key": "k2", "sha256": hashlib.sha256(other).hexdigest(), "epoch": 7},
+            "metrics.jsonl": {"key": "k3", "sha256": "0" * 64},  # no epoch of its own
+        },
+    )
+    source = read.BucketSource(RunFolder(Bucket(cast(Hub, hub(None)), "org/ckpt"), "run", "1234abcd"), manifest)
+
+    assert [source.epochs_hint(name) for name in source.names()] == [6, 7, 0]
+    assert source.same_as("weights/last.pt", on_volume), "the volume's bytes: not downloaded again"
+    assert not source.same_as("weights/epoch_7.pt", on_volume), "other bytes: downloaded"
+    assert not source.same_as("weights/last.pt", tmp_path / "run" / "weights" / "missing.pt")
+
+
+# -- restore_history: the run's rows and best weights come along -----------------------------------------------
+@pytest.mark.parametrize("volume_state", ["new", "there"])
+def test_a_stores_history_is_restored_into_a_run_folder_new_or_already_there(tmp_path: Path, volume_state: str) -> None:
+    run_dir = tmp_path / "volume" / "runs" / "run"  # on a new volume, not even its parent yet
+    if volume_state == "there":
+        (run_dir / "weights").mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    files = {"metrics.jsonl": b'{"epoch": 1}\n{"epoch": 2}\n', "weights/best.pt": checkpoint(2), "other.txt": b"x"}
+    repo_hub = hub(files)
+    source = read.RepoSource(cast(Hub, repo_hub), REPO, {entry.path: entry for entry in repo_hub.list_files(REPO)})
+
+    read.restore_history(source, run_dir, tmp_path / "scratch")
+
+    assert (run_dir / "metrics.jsonl").read_bytes() == files["metrics.jsonl"]
+    assert (run_dir / "weights" / "best.pt").read_bytes() == files["weights/best.pt"]
+    assert not (run_dir / "other.txt").exists(), "only the run's history"
+
+
+def test_a_downloaded_object_is_used_only_when_its_size_and_sha256_are_the_manifests(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good, bad = checkpoint(5), bytearray(checkpoint(5))
+    bad[-1] ^= 0xFF  # the same size, other bytes (a torn or tampered object)
+    objects = {"k-good": good, "k-bad": bytes(bad), "k-short": good[:-1]}
+
+    def download_bucket_files(bucket_id: str, files: list[tuple[str, Path]], **_: Any) -> None:
+        for key, local in files:
+            local.write_bytes(objects[key])
+
+    bucket = Bucket(cast(Hub, SimpleNamespace(api=SimpleNamespace(download_bucket_files=download_bucket_files))), "b")
+    entry = {"sha256": hashlib.sha256(good).hexdigest(), "size": len(good), "epoch": 5}
+    manifest = Manifest(
+        key="run/id/manifests/a-000001.json",
+        run_id="id",
+        run_name="run",
+        attempt="a",
+        seq=1,
+        commit="c",
+        epoch=5,
+        written_at=0.0,
+        files={
+            "weights/last.pt": {**entry, "key": "k-good"},
+            "weights/epoch_5.pt": {**entry, "key": "k-bad"},
+            "weights/best.pt": {**entry, "key": "k-short"},
+        },
+    )
+    source = read.BucketSource(RunFolder(bucket, "run", "id"), manifest)
+
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        fetched = [
+            source.fetch(name, tmp_path) for name in ("weights/last.pt", "weights/epoch_5.pt", "weights/best.pt")
+        ]
+
+    assert fetched[0] is not None and fetched[0].read_bytes() == good and fetched[1:] == [None, None]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"resume: weights/{name} in hf://buckets/b/run/id (epoch 5) does not match its manifest; not using it"
+        for name in ("epoch_5.pt", "best.pt")
+    ]

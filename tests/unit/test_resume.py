@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,66 @@ def test_a_folder_with_no_run_record_keeps_its_newest_checkpoint(tmp_path: Path)
     saved(tmp_path, "last.pt", 2)  # a checkpoint placed by hand: nothing to judge it by
     found = newest_local(tmp_path)
     assert found is not None and found[1].completed_epochs == 2
+
+
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
+def test_the_checkpoint_of_the_most_epochs_wins_whatever_its_name_sorts_as(tmp_path: Path) -> None:
+    saved(tmp_path, "epoch_9.pt", 9)
+    saved(tmp_path, "epoch_10.pt", 10)  # "epoch_9" sorts after "epoch_10" as a name
+    recorded(tmp_path, 10)
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "epoch_10.pt"
+
+    saved(tmp_path, "last.pt", 3)  # a last.pt older than the snapshots (copied back by hand)
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "epoch_10.pt"
+
+
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
+def test_a_checkpoint_of_the_recorded_epoch_is_taken_without_a_word(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    saved(tmp_path, "last.pt", 4)
+    recorded(tmp_path, 4)
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        found = newest_local(tmp_path)
+    assert found is not None and found[1].completed_epochs == 4 and caplog.records == []
+
+
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
+def test_a_run_that_recorded_no_epoch_keeps_a_checkpoint_of_several_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    saved(tmp_path, "last.pt", 3)  # metrics.jsonl lost or emptied: only epoch 1 would be cut off
+    recorded(tmp_path, 0)
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        found = newest_local(tmp_path)
+    assert found is not None and found[1].completed_epochs == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "resume: epoch 3 has no row in metrics.jsonl (cut off before libreyolo wrote it)"
+    ]
+
+
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
+def test_the_cut_off_epoch_is_said_when_it_is_redone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    saved(tmp_path, "last.pt", 4)
+    saved(tmp_path, "epoch_3.pt", 3)
+    recorded(tmp_path, 3)
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        newest_local(tmp_path)
+    assert [r.getMessage() for r in caplog.records] == [
+        "resume: epoch 4 was saved but never recorded (cut off): redoing it"
+    ]
+    caplog.clear()
+    for path in (tmp_path / "weights").iterdir():
+        path.unlink()
+    saved(tmp_path, "last.pt", 1)
+    recorded(tmp_path, 0)
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert newest_local(tmp_path) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "resume: epoch 1 was saved but never recorded (cut off): starting it again"
+    ]
 
 
 def test_an_orphaned_trainer_of_several_nodes_is_stopped_by_its_recorded_argv() -> None:
