@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
+from entrypoint.errors import TakenOverError
 from entrypoint.sync.bucket import Bucket, RunFolder
 from entrypoint.sync.bucket_store import BucketStore
+from entrypoint.sync.protocol import Manifest
 from entrypoint.sync.staging import StagedFile
 from tests.protocol_sim.clock import Scheduler
 from tests.protocol_sim.container import BUCKET, PERIOD, RUN
@@ -158,3 +160,72 @@ def test_a_boundary_that_never_reached_the_bucket_is_not_taken_as_landed(tmp_pat
             store.commit([staged(tmp_path, "weights/last.pt", b"x", epochs=1)], "b", deadline=None, commit_id="c-1")
         assert store.landed("c-1", deadline=None) is None and store.head() is None and server.bucket == {}
         assert store.landed("never-sent", deadline=None) is None
+
+
+def manifest_at(server: Server, key: str) -> Manifest:
+    manifest = Manifest.parse(key, server.bucket[key])
+    assert manifest is not None, f"{key} is not a manifest"
+    return manifest
+
+
+def test_a_boundary_is_its_objects_then_its_manifest_carrying_what_the_folder_held_at_the_start(
+    tmp_path: Path,
+) -> None:
+    with bucket_folder() as (server, folder):
+        earlier = BucketStore.begin(folder)  # an earlier attempt left a snapshot the volume no longer holds
+        snap = staged(tmp_path, "weights/epoch_3.pt", b"e3", epochs=3)
+        earlier.commit([snap], "m", deadline=None, commit_id="c-0")
+
+        store = BucketStore.begin(folder)
+        assert store.attempt > earlier.attempt, "later than every attempt already there"
+        fences: list[float | None] = []
+        store.before_write = fences.append
+        metrics = staged(tmp_path, "metrics.jsonl", b'{"epoch": 4}\n{"epoch": 5}\n')
+        last = staged(tmp_path, "weights/last.pt", b"e5", epochs=5)
+        before = len(server.journal)
+
+        key = store.commit([metrics, last], "Epoch boundary", deadline=1e12, commit_id="c-1")
+
+        writes = [entry[2] for entry in server.journal[before:]]
+        assert writes[-1] == f"put {key}" and len(writes) == 3, "the objects, then the manifest naming them"
+        assert fences == [1e12], "the lease checked before the batch, with its deadline"
+        manifest = manifest_at(server, key)
+        assert (manifest.run_id, manifest.run_name, manifest.attempt, manifest.seq, manifest.commit) == (
+            "run-id",
+            RUN,
+            store.attempt,
+            1,
+            "c-1",
+        )
+        assert manifest.epoch == 5, "the metrics' last row"
+        assert manifest.files["weights/last.pt"]["key"] == folder.object_key(store.attempt, last.sha256, last.relative)
+        assert manifest.files["weights/last.pt"]["epoch"] == 5 and manifest.files["metrics.jsonl"]["size"] == 26
+        assert manifest.files["weights/epoch_3.pt"] == manifest_at(server, earlier.head() or "").files[snap.relative]
+
+        second = store.commit([last], "Epoch boundary", deadline=None, commit_id="c-2")
+        kept = manifest_at(server, second)
+        assert kept.seq == 2 and kept.epoch == 5, "no metrics this time: the folder's newest epoch"
+        assert set(kept.files) == {"weights/epoch_3.pt", "metrics.jsonl", "weights/last.pt"}
+
+
+def test_the_tidy_deletes_what_no_newer_manifest_names_and_stops_at_a_newer_attempt(tmp_path: Path) -> None:
+    with bucket_folder() as (server, folder):
+        store = BucketStore.begin(folder)
+        store.tidy(deadline=None)  # nothing landed yet: nothing to tidy
+        first = store.commit([staged(tmp_path, "weights/last.pt", b"e1", epochs=1)], "b", deadline=None, commit_id="1")
+        old_object = manifest_at(server, first).files["weights/last.pt"]["key"]
+        second = store.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="2")
+        fences: list[float | None] = []
+        store.before_write = fences.append
+
+        store.tidy(deadline=5e12)
+
+        assert first not in server.bucket and old_object not in server.bucket, "the superseded boundary went"
+        assert second in server.bucket and set(manifest_at(server, second).keys()) <= set(server.bucket)
+        assert fences == [5e12]
+
+        newer = BucketStore.begin(folder)
+        newer.commit([staged(tmp_path, "weights/last.pt", b"e3", epochs=3)], "b", deadline=None, commit_id="3")
+        with pytest.raises(TakenOverError, match=f"another agent \\(attempt {newer.attempt}\\) writes"):
+            store.tidy(deadline=None)
+        assert newer.head() in server.bucket and second in server.bucket, "nothing deleted"

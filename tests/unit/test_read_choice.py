@@ -409,3 +409,84 @@ def test_a_downloaded_object_is_used_only_when_its_size_and_sha256_are_the_manif
         f"resume: weights/{name} in hf://buckets/b/run/id (epoch 5) does not match its manifest; not using it"
         for name in ("epoch_5.pt", "best.pt")
     ]
+
+
+# -- newest_in: which of a store's checkpoints a resume takes ------------------------------------------------------
+class _Source:
+    """A store's checkpoints: ``name → (epochs its name or manifest says, bytes)``; records every fetch."""
+
+    label = "in the test store"
+
+    def __init__(self, files: dict[str, tuple[int | None, bytes]], local_bytes: bytes | None = None) -> None:
+        self.files, self.local_bytes, self.fetched = files, local_bytes, cast(list[str], [])
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def epochs_hint(self, name: str) -> int | None:
+        return self.files[name][0]
+
+    def same_as(self, name: str, local: Path) -> bool:
+        return local.is_file() and local.read_bytes() == self.files[name][1]
+
+    def fetch(self, name: str, scratch: Path) -> Path | None:
+        self.fetched.append(name)
+        data = self.files[name][1]
+        if not data:
+            return None  # not whole against its manifest
+        path = scratch / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return path
+
+
+def test_a_stores_newest_checkpoint_is_its_last_pt_of_unknown_epochs_first_then_the_most_epochs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = _Source(
+        {
+            "weights/epoch_3.pt": (3, checkpoint(3)),
+            "weights/epoch_12.pt": (12, b"not a checkpoint"),
+            "weights/last.pt": (None, b""),  # a download that does not match its manifest
+            "weights/epoch_9.pt": (9, checkpoint(9)),  # "epoch_9" sorts after "epoch_10" as a name
+            "weights/epoch_10.pt": (10, checkpoint(10)),
+            "weights/epoch_2.pt": (2, checkpoint(2)),
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        found = read.newest_in(source, tmp_path, 2)
+
+    assert found is not None and found[1].completed_epochs == 10
+    assert source.fetched == ["weights/last.pt", "weights/epoch_12.pt", "weights/epoch_10.pt"], "newest first"
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "resume: weights/last.pt in the test store is corrupt; trying the next newest checkpoint"
+    assert said[-1] == "resume: weights/epoch_10.pt in the test store has 10 epochs"
+
+
+def test_a_checkpoint_no_newer_than_the_volume_is_never_downloaded(tmp_path: Path) -> None:
+    source = _Source({"weights/epoch_4.pt": (4, checkpoint(4)), "weights/epoch_3.pt": (3, checkpoint(3))})
+    assert read.newest_in(source, tmp_path, 4) is None and source.fetched == []
+    unnamed = _Source({"weights/last.pt": (None, checkpoint(4))})  # its epochs known only once read
+    assert read.newest_in(unnamed, tmp_path, 4) is None and unnamed.fetched == ["weights/last.pt"]
+
+
+def test_the_volumes_own_last_pt_is_skipped_or_with_local_counts_taken_without_a_download(tmp_path: Path) -> None:
+    local = volume(tmp_path / "run", 6)
+    files = {"weights/last.pt": (6, local.read_bytes()), "weights/epoch_3.pt": (3, checkpoint(3))}
+
+    skipped = _Source(dict(files))
+    found = read.newest_in(skipped, tmp_path / "s1", 2, local)
+    assert found is not None and found[1].completed_epochs == 3, "the volume's bytes were judged already"
+    assert skipped.fetched == ["weights/epoch_3.pt"]
+
+    counted = _Source(dict(files))  # several machines: the stores alone, the volume's copy saves a download
+    found = read.newest_in(counted, tmp_path / "s2", 2, local, local_counts=True)
+    assert found == (local, found[1]) and found[1].completed_epochs == 6 and counted.fetched == []
+
+    # The repo's last.pt says no epochs before it is read: the volume's copy, read, is no newer; a snapshot is.
+    unnamed = {"weights/last.pt": (None, local.read_bytes()), "weights/epoch_8.pt": (8, checkpoint(8))}
+    not_newer = _Source(dict(unnamed))
+    found = read.newest_in(not_newer, tmp_path / "s3", 6, local, local_counts=True)
+    assert found is not None and found[1].completed_epochs == 8 and not_newer.fetched == ["weights/epoch_8.pt"]
+    del unnamed["weights/epoch_8.pt"]
+    assert read.newest_in(_Source(unnamed), tmp_path / "s4", 6, local, local_counts=True) is None
