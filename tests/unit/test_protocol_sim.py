@@ -6,6 +6,7 @@ bench/protocol_sim.py runs the long lane (100 000 histories)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 from collections.abc import Iterator
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
-from entrypoint.errors import TakenOverError
+from entrypoint.errors import StoreUnreadableError, TakenOverError
+from entrypoint.sync import clock, read
 from entrypoint.sync.bucket import Bucket, RunFolder
 from entrypoint.sync.bucket_store import BucketStore
 from entrypoint.sync.protocol import Manifest
@@ -229,3 +231,20 @@ def test_the_tidy_deletes_what_no_newer_manifest_names_and_stops_at_a_newer_atte
         with pytest.raises(TakenOverError, match=f"another agent \\(attempt {newer.attempt}\\) writes"):
             store.tidy(deadline=None)
         assert newer.head() in server.bucket and second in server.bucket, "nothing deleted"
+
+
+def test_a_bucket_that_cannot_be_read_is_no_state_for_a_reader_that_only_looks_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with bucket_folder(list=["403"]) as (_, folder), caplog.at_level(logging.INFO, logger="trainbox"):
+        assert read.bucket_state(folder, tmp_path) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume: cannot read {folder.label} (HTTP 403); using the volume and the repo"
+    ]
+
+
+def test_a_resumes_deadline_on_the_bucket_counts_from_its_first_read_not_from_each_look(tmp_path: Path) -> None:
+    with bucket_folder(list=["403"] * 50) as (_, folder):
+        began = clock.monotonic() - 100.0  # the resume's first read of the bucket failed 100 s ago
+        with pytest.raises(StoreUnreadableError, match=r"for 100 s \(HTTP 403\)"):
+            read.bucket_sources(folder, run_known=True, read_for=60.0, began=began)
