@@ -248,3 +248,20 @@ def test_a_resumes_deadline_on_the_bucket_counts_from_its_first_read_not_from_ea
         began = clock.monotonic() - 100.0  # the resume's first read of the bucket failed 100 s ago
         with pytest.raises(StoreUnreadableError, match=r"for 100 s \(HTTP 403\)"):
             read.bucket_sources(folder, run_known=True, read_for=60.0, began=began)
+
+
+def test_another_runs_state_under_the_same_run_name_is_named_once_and_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with bucket_folder() as (server, folder):
+        other = BucketStore.begin(RunFolder(folder.bucket, RUN, "other-id"))
+        other.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="1")
+        held = dict(server.bucket)
+        with caplog.at_level(logging.INFO, logger="trainbox"):
+            assert read.bucket_sources(folder) == []
+            assert read.bucket_sources(folder, say_others=False) == []
+        assert server.bucket == held
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume: hf://buckets/{BUCKET}/{RUN}/ holds another run's state (other-id), not run run-id's: not resumed,"
+        " left as it is"
+    ]
