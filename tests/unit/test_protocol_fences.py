@@ -292,3 +292,103 @@ def test_a_rate_limited_lease_take_waits_out_the_reset_then_looks_again_and_ends
             taker._refused(_refused(429, {"Retry-After": "500"}))  # 150 s waited: 650 s is past the bound
     assert refused.value.message.startswith("org/model rate-limits commits for 500 s more")
     assert fake.now == 1150.0, "past the bound, nothing more is waited"
+
+
+# -- the files other machines read: a manifest and the lease, byte for byte -----------------------------------
+def test_a_manifest_and_a_lease_are_written_as_every_version_of_the_agent_reads_them() -> None:
+    written = p.Manifest(
+        key="run/id/manifests/a-000002.json",
+        run_id="id",
+        run_name="run",
+        attempt="a",
+        seq=2,
+        commit="c",
+        epoch=5,
+        written_at=12.5,
+        files={"weights/last.pt": {"key": "k", "sha256": "s", "size": 3, "epoch": 5}},
+    )
+    assert written.to_bytes() == (
+        b'{\n "attempt": "a",\n "commit": "c",\n "epoch": 5,\n "files": {\n  "weights/last.pt": {\n   "epoch": 5,\n'
+        b'   "key": "k",\n   "sha256": "s",\n   "size": 3\n  }\n },\n "format": 2,\n "run_id": "id",\n'
+        b' "run_name": "run",\n "seq": 2,\n "written_at": 12.5\n}'
+    )
+    lease = p.Lease("id", ME, 5.0, 60.0, released=True, machine="vol-1", provider="vast", instance="42")
+    assert json.loads(lease.to_bytes()) == {
+        "format": 1,
+        "run_id": "id",
+        "holder": ME,
+        "taken_at": 5.0,
+        "period": 60.0,
+        "released": True,
+        "machine": "vol-1",
+        "provider": "vast",
+        "instance": "42",
+    }
+    assert lease.to_bytes().startswith(b'{\n "format": 1,\n "holder": ') and lease.to_bytes().endswith(b"\n}")
+
+
+def test_a_manifest_is_read_with_its_fields_typed_and_anything_else_is_not_ours() -> None:
+    body = {
+        "format": 2,
+        "run_id": 7,
+        "run_name": "run",
+        "attempt": "a",
+        "seq": "3",
+        "commit": "c",
+        "epoch": "5",
+        "written_at": "12.5",
+        "files": {
+            "metrics.jsonl": {"key": "k1", "sha256": "s1", "size": "9"},
+            "weights/last.pt": {"key": "k2", "sha256": "s2", "size": 4, "epoch": 5},
+        },
+    }
+    read_back = p.Manifest.parse("m/key.json", json.dumps(body).encode())
+    assert read_back == p.Manifest(
+        key="m/key.json",
+        run_id="7",
+        run_name="run",
+        attempt="a",
+        seq=3,
+        commit="c",
+        epoch=5,
+        written_at=12.5,
+        files={
+            "metrics.jsonl": {"key": "k1", "sha256": "s1", "size": 9, "epoch": 0},
+            "weights/last.pt": {"key": "k2", "sha256": "s2", "size": 4, "epoch": 5},
+        },
+    )
+    assert read_back.keys() == {"k1", "k2"}
+    for broken in (
+        b"not json",
+        b"[]",
+        json.dumps({**body, "format": 1}).encode(),
+        json.dumps({k: v for k, v in body.items() if k != "format"}).encode(),
+        json.dumps({**body, "files": []}).encode(),
+        json.dumps({**body, "files": {"a": {"key": "k"}}}).encode(),
+        json.dumps({**body, "files": {"a": {"key": "k", "sha256": "s", "size": "big"}}}).encode(),
+        *(json.dumps({k: v for k, v in body.items() if k != gone}).encode() for gone in body if gone != "format"),
+        json.dumps({**body, "seq": None}).encode(),
+        json.dumps({**body, "written_at": "noon"}).encode(),
+    ):
+        assert p.Manifest.parse("m/key.json", broken) is None, broken
+
+
+def test_a_lease_is_read_with_its_defaults_and_anything_else_is_not_a_lease() -> None:
+    assert p.Lease.parse(json.dumps({"format": 1, "run_id": 7, "holder": ME, "taken_at": "5"}).encode()) == p.Lease(
+        "7", ME, 5.0, p.LEASE_PERIOD, released=False
+    )
+    empty = {"format": 1, "run_id": "r", "holder": ME, "taken_at": 5, "period": 0, "machine": "", "provider": ""}
+    assert p.Lease.parse(json.dumps({**empty, "released": 1, "instance": ""}).encode()) == p.Lease(
+        "r", ME, 5.0, p.LEASE_PERIOD, released=True
+    )
+    for broken in (
+        b"not json",
+        b"[]",
+        json.dumps({**empty, "format": 2}).encode(),
+        json.dumps({"format": 1, "holder": ME, "taken_at": 5}).encode(),
+        json.dumps({"format": 1, "run_id": "r", "taken_at": 5}).encode(),
+        json.dumps({"format": 1, "run_id": "r", "holder": ME}).encode(),
+        json.dumps({**empty, "taken_at": "noon"}).encode(),
+        json.dumps({**empty, "period": "long"}).encode(),
+    ):
+        assert p.Lease.parse(broken) is None, broken
