@@ -392,3 +392,105 @@ def test_a_lease_is_read_with_its_defaults_and_anything_else_is_not_a_lease() ->
         json.dumps({**empty, "period": "long"}).encode(),
     ):
         assert p.Lease.parse(broken) is None, broken
+
+
+# -- what a holder may delete after its boundary landed ----------------------------------------------------------
+A1, A2, A3 = "0000000000001-aaaaaa", "0000000000002-bbbbbb", "0000000000003-cccccc"
+
+
+def boundary(attempt: str, seq: int, epoch: int, *objects: str) -> p.Manifest:
+    files = {f"f{n}": {"key": key, "sha256": "s", "size": 1, "epoch": epoch} for n, key in enumerate(objects)}
+    return p.Manifest(f"r/id/manifests/{attempt}-{seq:06d}.json", "id", "r", attempt, seq, "c", epoch, 0.0, files)
+
+
+def attempt_of(key: str) -> str | None:
+    for attempt in (A1, A2, A3):
+        if f"/{attempt}" in key:
+            return attempt
+    return None
+
+
+def test_a_holder_deletes_its_superseded_boundaries_and_older_attempts_files_and_nothing_else() -> None:
+    older = boundary(A1, 4, 3, f"r/id/objects/{A1}/x", f"r/id/objects/{A1}/carried")
+    mine_before = boundary(A2, 1, 4, f"r/id/objects/{A2}/old", f"r/id/objects/{A1}/carried")
+    newest = boundary(A2, 2, 5, f"r/id/objects/{A2}/new", f"r/id/objects/{A1}/carried")
+    known = {m.key: m for m in (older, mine_before, newest)}
+    sizes = {key: 1 for m in known.values() for key in (m.key, *m.keys())}
+    sizes |= {"r/id/heartbeat/unattributed": 1, f"r/id/objects/{A3}/a-newer-attempts": 1}
+    listing = p.Listing(p.Read.COMPLETE, sizes)
+
+    assert p.deletable(listing, newest, known, A2, attempt_of, holder=True) == {
+        older.key,
+        f"r/id/objects/{A1}/x",
+        mine_before.key,
+        f"r/id/objects/{A2}/old",
+    }, "never what the newest names, a key of no attempt, or a newer attempt's"
+
+
+def test_nothing_is_deleted_on_a_listing_or_a_boundary_that_proves_less() -> None:
+    newest = boundary(A2, 2, 5, f"r/id/objects/{A2}/new")
+    old = boundary(A2, 1, 4, f"r/id/objects/{A2}/old")
+    known = {m.key: m for m in (old, newest)}
+    sizes = {key: 1 for m in known.values() for key in (m.key, *m.keys())}
+    full = p.Listing(p.Read.COMPLETE, sizes)
+    assert p.deletable(full, newest, known, A2, attempt_of, holder=True) == {old.key, f"r/id/objects/{A2}/old"}
+
+    assert p.deletable(p.Listing(p.Read.PARTIAL, sizes), newest, known, A2, attempt_of, holder=True) == set()
+    assert p.deletable(p.Listing(p.Read.FAILED, sizes), newest, known, A2, attempt_of, holder=True) == set()
+    assert p.deletable(full, newest, known, A2, attempt_of, holder=False) == set(), "not the lease's holder"
+    unlanded = {k: v for k, v in sizes.items() if k != newest.key}
+    assert p.deletable(p.Listing(p.Read.COMPLETE, unlanded), newest, known, A2, attempt_of, holder=True) == set()
+    torn = {**sizes, f"r/id/objects/{A2}/new": 0}
+    assert p.deletable(p.Listing(p.Read.COMPLETE, torn), newest, known, A2, attempt_of, holder=True) == set()
+    stranger = boundary(A1, 9, 2, f"r/id/objects/{A1}/y")
+    unknown = {**sizes, stranger.key: 1, f"r/id/objects/{A1}/y": 1}  # a manifest this attempt never read
+    assert p.deletable(p.Listing(p.Read.COMPLETE, unknown), newest, known, A2, attempt_of, holder=True) == set()
+
+
+def test_a_boundary_of_more_epochs_or_of_a_newer_attempt_is_kept_with_what_it_names() -> None:
+    newest = boundary(A2, 3, 5, f"r/id/objects/{A2}/new")
+    more_epochs = boundary(A1, 7, 6, f"r/id/objects/{A1}/e6")  # an older attempt's, further along
+    same_epochs = boundary(A1, 6, 5, f"r/id/objects/{A1}/e5")
+    newer = boundary(A3, 1, 1, f"r/id/objects/{A3}/n")
+    known = {m.key: m for m in (newest, more_epochs, same_epochs, newer)}
+    sizes = {key: 1 for m in known.values() for key in (m.key, *m.keys())}
+    found = p.deletable(p.Listing(p.Read.COMPLETE, sizes), newest, known, A2, attempt_of, holder=True)
+    assert found == {same_epochs.key, f"r/id/objects/{A1}/e5"}
+
+
+# -- a watch, a snapshot, a write's licence ------------------------------------------------------------------------
+def test_a_watch_counts_only_over_looks_less_than_a_quarter_period_apart() -> None:
+    assert p.watch_unbroken(None, 500.0)
+    assert p.watch_unbroken(100.0, 100.0 + p.LEASE_PERIOD / 4 - 0.1)
+    assert not p.watch_unbroken(100.0, 100.0 + p.LEASE_PERIOD / 4)
+    assert p.watch_unbroken(100.0, 129.0, period=200.0) and not p.watch_unbroken(100.0, 150.0, period=200.0)
+
+
+@pytest.mark.parametrize(
+    ("relative", "snapshot"),
+    [("weights/epoch_12.pt", True), ("weights/last.pt", False), ("weights/best.pt", False), ("metrics.jsonl", False)],
+)
+def test_only_an_epoch_n_pt_is_a_snapshot(relative: str, snapshot: bool) -> None:
+    assert p.is_snapshot(relative) is snapshot
+
+
+def test_a_watched_lease_expires_after_its_own_period_on_this_machines_clock() -> None:
+    lease = p.Lease("run", OTHER, taken_at=1000.0, period=300.0)
+    watch = p.Watch(since=5000.0, token="t")
+    assert p.judge_lease(lease, ME, p.Beat("t"), 5000.0 + 299.0, watch, period=60.0)[0] is p.Verdict.WATCH
+    assert p.judge_lease(lease, ME, p.Beat("t"), 5000.0 + 300.0, watch, period=60.0)[0] is p.Verdict.TAKE
+    absent = p.judge_lease(None, ME, p.Beat("t", writes=True), 5000.0 + 60.0, watch, state_held=True, period=60.0)
+    assert absent[0] is p.Verdict.TAKE, "no lease to read the period from: the run's own"
+
+
+def test_a_holder_writes_while_no_newer_attempt_shows_and_its_lease_names_it() -> None:
+    assert p.may_write(None, ME, None), "no lease committed (the repo refused it earlier): the bucket decides"
+    assert p.may_write(p.Lease("run", ME, 0.0), ME, ME), "its own boundaries"
+    assert not p.may_write(p.Lease("run", ME, 0.0), ME, "0000000000009-zzzzzz")
+
+
+def test_a_resume_never_takes_another_runs_boundary_nor_a_torn_one() -> None:
+    mine, torn = boundary(A1, 1, 3, "r/id/objects/a"), boundary(A1, 2, 4, "r/id/objects/b")
+    other = p.Manifest("r/other/manifests/x.json", "other", "r", A1, 1, "c", 9, 0.0, dict(mine.files))
+    sizes = {"r/id/objects/a": 1}  # b was never uploaded whole
+    assert p.newest_whole([torn, other, mine], sizes, "id") == [mine]
