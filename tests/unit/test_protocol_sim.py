@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
@@ -23,7 +24,7 @@ from entrypoint.sync.bucket_store import BucketStore
 from entrypoint.sync.protocol import Manifest
 from entrypoint.sync.staging import StagedFile
 from tests.protocol_sim.clock import Scheduler
-from tests.protocol_sim.container import BUCKET, PERIOD, RUN
+from tests.protocol_sim.container import BUCKET, PERIOD, RUN, checkpoint_bytes
 from tests.protocol_sim.faults import Faults
 from tests.protocol_sim.histories import ALONE, FENCED, ORDERINGS, SWITCHED_OFF
 from tests.protocol_sim.hub import Server, SimApi, SimHub
@@ -254,14 +255,104 @@ def test_another_runs_state_under_the_same_run_name_is_named_once_and_left_alone
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with bucket_folder() as (server, folder):
-        other = BucketStore.begin(RunFolder(folder.bucket, RUN, "other-id"))
-        other.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="1")
+        for other_id in ("other-a", "other-b", "other-c", "other-d"):
+            other = BucketStore.begin(RunFolder(folder.bucket, RUN, other_id))
+            other.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="1")
         held = dict(server.bucket)
         with caplog.at_level(logging.INFO, logger="trainbox"):
             assert read.bucket_sources(folder) == []
             assert read.bucket_sources(folder, say_others=False) == []
         assert server.bucket == held
     assert [r.getMessage() for r in caplog.records] == [
-        f"resume: hf://buckets/{BUCKET}/{RUN}/ holds another run's state (other-id), not run run-id's: not resumed,"
-        " left as it is"
+        f"resume: hf://buckets/{BUCKET}/{RUN}/ holds another run's state (other-a, other-b, other-c), not run"
+        " run-id's: not resumed, left as it is"
     ]
+
+
+def downloads_of(folder: RunFolder) -> list[str]:
+    """The name of each object (not a manifest) the bucket sends from now on, as the in-memory Hub is asked."""
+    sent: list[str] = []
+    api = folder.bucket.hub.api
+    real = api.download_bucket_files
+
+    def recorded(bucket_id: str, files: list[tuple[str, Any]], **kw: Any) -> None:
+        sent.extend(key.rsplit("/", 1)[-1] for key, _ in files if "/manifests/" not in key)
+        real(bucket_id, files, **kw)
+
+    api.download_bucket_files = recorded
+    return sent
+
+
+def boundary_of(store: BucketStore, tmp_path: Path, epochs: int) -> None:
+    files = [
+        staged(tmp_path, "weights/last.pt", checkpoint_bytes(epochs), epochs=epochs),
+        staged(tmp_path, "metrics.jsonl", "".join(f'{{"epoch": {n}}}\n' for n in range(1, epochs + 1)).encode()),
+    ]
+    store.commit(files, "Epoch boundary", deadline=None, commit_id=f"c-{epochs}")
+
+
+def on_volume(run_dir: Path, epochs: int) -> None:
+    (run_dir / "weights").mkdir(parents=True, exist_ok=True)
+    (run_dir / "weights" / "last.pt").write_bytes(checkpoint_bytes(epochs))
+    (run_dir / "metrics.jsonl").write_text("".join(f'{{"epoch": {n}}}\n' for n in range(1, epochs + 1)))
+
+
+def test_a_resume_downloads_the_buckets_newer_last_pt_with_its_history_once(tmp_path: Path) -> None:
+    with bucket_folder() as (_, folder):
+        boundary_of(BucketStore.begin(folder), tmp_path, 5)
+        run_dir, work = tmp_path / "run", tmp_path / "work"
+        on_volume(run_dir, 3)
+        work.mkdir()
+        sent = downloads_of(folder)
+
+        found = read.find_newest(run_dir, work, folder=folder, run_known=True, read_for=60.0)
+
+        assert found is not None and (found.source, found.epochs) == ("bucket", 5)
+        assert sorted(sent) == ["last.pt", "metrics.jsonl"], "in one call, each once"
+        assert (run_dir / "metrics.jsonl").read_text().count("epoch") == 5, "its history came along"
+
+
+@pytest.mark.parametrize("volume", [True, False], ids=["volume", "stores-alone"])
+def test_a_bucket_boundary_no_newer_than_the_volume_is_never_downloaded(tmp_path: Path, volume: bool) -> None:
+    """The volume's last.pt is the bucket's newest: nothing is downloaded, whether the volume counts (one machine)
+    or only the stores do (several machines: the volume's bytes stand in for the bucket's download)."""
+    with bucket_folder() as (_, folder):
+        boundary_of(BucketStore.begin(folder), tmp_path, 4)
+        run_dir, work = tmp_path / "run", tmp_path / "work"
+        on_volume(run_dir, 4)
+        work.mkdir()
+        sent = downloads_of(folder)
+
+        found = read.find_newest(run_dir, work, volume=volume, folder=folder, run_known=True, read_for=60.0)
+
+        assert found is not None and found.epochs == 4 and found.source == ("volume" if volume else "bucket")
+        assert sent == ([] if volume else ["metrics.jsonl"]), "at most the stores' history, once"
+
+
+def test_a_boundary_whose_last_pt_is_torn_resumes_from_its_snapshot(tmp_path: Path) -> None:
+    with bucket_folder() as (server, folder):
+        store = BucketStore.begin(folder)
+        snapshot = staged(tmp_path, "weights/epoch_3.pt", checkpoint_bytes(3), epochs=3)
+        last = staged(tmp_path, "weights/last.pt", checkpoint_bytes(4), epochs=4)
+        key = store.commit([snapshot, last], "Epoch boundary", deadline=None, commit_id="c-1")
+        torn = manifest_at(server, key).files["weights/last.pt"]["key"]
+        server.bucket[torn] = bytes(len(server.bucket[torn]))  # its size, other bytes
+        work = tmp_path / "work"
+        work.mkdir()
+
+        found = read.find_newest(tmp_path / "run", work, folder=folder, run_known=True, read_for=60.0)
+
+        assert found is not None and (found.source, found.epochs) == ("bucket", 3)
+
+
+def test_a_resumes_deadline_on_the_bucket_holds_across_a_failed_download_and_a_failed_listing(tmp_path: Path) -> None:
+    with bucket_folder() as (server, folder):
+        boundary_of(BucketStore.begin(folder), tmp_path, 5)
+        # The manifests read, then the checkpoint's download refused; a pause, then every listing refused.
+        server.faults.script = {"list": ["ok", *["403"] * 200], "download": ["ok", "403"]}
+        work = tmp_path / "work"
+        work.mkdir()
+        began = clock.monotonic()
+        with pytest.raises(StoreUnreadableError, match=r"for 6\d s \(HTTP 403\)"):
+            read.find_newest(tmp_path / "run", work, folder=folder, run_known=True, read_for=60.0)
+        assert clock.monotonic() - began <= 61.0, "the deadline counts from the resume's first read, not each look's"
