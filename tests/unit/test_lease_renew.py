@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
 
@@ -14,8 +16,9 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
+from entrypoint import hub as hub_module
 from entrypoint.errors import LeaseRefusedError, TakenOverError
-from entrypoint.retry import describe
+from entrypoint.retry import RetryPolicy, describe
 from entrypoint.sync import clock
 from entrypoint.sync import lease as lease_module
 from entrypoint.sync import protocol as p
@@ -488,3 +491,112 @@ def test_a_read_of_the_lease_slower_than_a_quarter_of_the_runs_own_period_is_rea
     assert [r.getMessage() for r in caplog.records] == [
         "lease: its read took over a quarter period (150 s); reading it again"
     ]
+
+
+# -- a holder provably gone ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("machine", "named", "locked", "gone"),
+    [
+        ("vol-1", "vol-1", True, True),
+        ("vol-1", "vol-1", False, False),  # the lock is another process's: the holder may run on this volume
+        ("vol-1", "vol-2", True, False),
+        (None, None, True, False),  # no volume id: nothing proves anything
+    ],
+)
+def test_a_holder_on_this_volume_is_gone_only_when_this_process_holds_the_volumes_lock(
+    machine: str | None, named: str | None, locked: bool, gone: bool
+) -> None:
+    mine = lease_module.RunLease(
+        mock.Mock(), "org/model", "run", PERIOD, None, machine=machine, volume_locked=lambda: locked
+    )
+    assert lease_module._same_volume(mine, p.Lease("run-id", OTHER, 0.0, machine=named)) is gone
+
+
+def test_the_provider_is_asked_about_the_holders_instance_for_what_is_left_of_the_watch_at_most(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    asked: list[tuple[str | None, float]] = []
+
+    def ended(lease: p.Lease, within: float) -> str | None:
+        asked.append((lease.instance, within))
+        if lease.instance == "broken":
+            raise ConnectionError("connection refused")
+        return "destroyed" if lease.instance == "gone-1" else None
+
+    mine = lease_module.RunLease(mock.Mock(), "org/model", "run", PERIOD, None, holder_ended=ended)
+    mine.attempt = ME
+    placed = p.Lease("run-id", OTHER, 0.0, 300.0, provider="vast", instance="gone-1")
+    assert lease_module._holder_ended(mine, placed, p.Watch(since=fake.now - 100.0, token="t")) == "destroyed"
+    assert lease_module._holder_ended(mine, placed, None) == "destroyed"
+    assert asked == [("gone-1", 200.0), ("gone-1", 300.0)], "the lease's own period, less what was watched"
+
+    asked.clear()
+    for unasked in (
+        p.Lease("run-id", OTHER, 0.0),  # names no instance
+        p.Lease("run-id", OTHER, 0.0, released=True, instance="gone-1"),
+        p.Lease("run-id", ME, 0.0, instance="gone-1"),  # this attempt's own
+    ):
+        assert lease_module._holder_ended(mine, unasked, None) is None
+    assert asked == []
+
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert lease_module._holder_ended(mine, p.Lease("run-id", OTHER, 0.0, instance="broken"), None) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease: cannot tell whether broken still runs (ConnectionError)"
+    ]
+
+
+# -- reading the lease -----------------------------------------------------------------------------------------
+def test_the_lease_is_read_at_the_repos_head_with_the_heads_time_and_a_404_is_no_lease(
+    fake: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    modified = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+    api = mock.Mock(endpoint="https://hub.test")
+    api.repo_info.side_effect = [http_error(503), SimpleNamespace(sha="abc123", last_modified=modified)] + [
+        SimpleNamespace(sha="def456", last_modified=None)
+    ] * 3
+    held_lease = p.Lease("run-id", OTHER, 5.0)
+    answers = [httpx2.Response(200, content=held_lease.to_bytes()), httpx2.Response(404)]
+    asked: list[tuple[str, dict[str, str]]] = []
+
+    def get(url: str, *, headers: dict[str, str], timeout: float) -> httpx2.Response:
+        asked.append((url, headers))
+        assert timeout == 30, "a read of the lease never hangs on a frozen connection"
+        response = answers.pop(0)
+        response.request = httpx2.Request("GET", url)
+        return response
+
+    monkeypatch.setattr(lease_module, "get_session", lambda: SimpleNamespace(get=get))
+    monkeypatch.setattr(
+        hub_module, "RetryPolicy", lambda **kw: RetryPolicy(**{**kw, "sleep": fake.sleep, "clock": fake.monotonic})
+    )
+    reader = lease_module.RunLease(SimpleNamespace(api=api, token="hf_secret"), "org/model", "run", PERIOD, None)  # type: ignore[arg-type]
+
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert reader.read() == (held_lease, "abc123", modified.timestamp())
+    assert caplog.records[0].getMessage().startswith("reading org/model: HTTP 503")
+    assert asked[0][0] == "https://hub.test/org/model/resolve/abc123/.trainbox/lease.json"
+    assert asked[0][1]["authorization"] == "Bearer hf_secret"
+    assert reader.read() == (None, "def456", None), "no lease file at that head"
+    assert [call.args for call in api.repo_info.call_args_list] == [("org/model",)] * 3
+
+    api.repo_info.side_effect = [http_error(503)]
+    with pytest.raises(HfHubHTTPError):
+        reader.read(deadline=fake.now + 0.5)  # a retry would start past the deadline: not started
+    assert fake.now == 1001.0, "only the first retry's pause was slept"
+
+    api.repo_info.side_effect = None
+    api.repo_info.return_value = SimpleNamespace(sha="aaa")  # no last_modified: its time unknown
+    answers[:] = [httpx2.Response(503), httpx2.Response(404)]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert reader.read() == (None, "aaa", None)
+    assert caplog.records[0].getMessage().startswith("reading the run's lease in org/model: HTTP 503")
+    answers[:] = [httpx2.Response(503)]
+    with pytest.raises(HfHubHTTPError):
+        reader.read(deadline=fake.now + 0.5)
+
+    anonymous = lease_module.RunLease(SimpleNamespace(api=api, token=None), "org/model", "run", PERIOD, None)  # type: ignore[arg-type]
+    answers[:] = [httpx2.Response(404)]
+    anonymous.read()
+    assert "authorization" not in asked[-1][1], "no token: none sent, not the machine's own"
