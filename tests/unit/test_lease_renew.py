@@ -14,7 +14,7 @@ from unittest import mock
 
 import httpx2
 import pytest
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 
 from entrypoint import hub as hub_module
 from entrypoint.errors import LeaseRefusedError, TakenOverError
@@ -600,3 +600,53 @@ def test_the_lease_is_read_at_the_repos_head_with_the_heads_time_and_a_404_is_no
     answers[:] = [httpx2.Response(404)]
     anonymous.read()
     assert "authorization" not in asked[-1][1], "no token: none sent, not the machine's own"
+
+
+# -- the holder's heartbeat as a watcher sees it -------------------------------------------------------------
+class _Listed:
+    """A bucket whose listings answer ``found`` (``prefix → keys``) or raise ``error``."""
+
+    bucket_id = "org/ckpt"
+
+    def __init__(self, found: dict[str, list[str]] | None = None, error: Exception | None = None) -> None:
+        self.found, self.error = found or {}, error
+        self.asked: list[tuple[str, bool]] = []
+
+    def listing(self, prefix: str, *, recursive: bool = True) -> dict[str, int]:
+        self.asked.append((prefix, recursive))
+        if self.error is not None:
+            raise self.error
+        return dict.fromkeys(self.found.get(prefix, []), 1)
+
+
+def test_a_holders_heartbeat_is_the_repos_head_and_its_writes_in_the_bucket(fake: ManualClock) -> None:
+    no_bucket = holder()
+    assert no_bucket._beat(None, "head", 1234.0, "run-id") == p.Beat("head", 1234.0)
+
+    beat, manifest = f"run/run-id/heartbeat/{OTHER}-000003", f"run/run-id/manifests/{OTHER}-000002.json"
+    earlier = f"run/run-id/manifests/{ME}-000001.json"
+    bucket = _Listed({"run/run-id/heartbeat": [beat], "run/run-id/manifests": [manifest, earlier]})
+    watcher = holder(bucket=cast(Any, bucket))
+    lease = p.Lease("run-id", OTHER, 0.0)
+
+    assert watcher._beat(lease, "head", 1234.0, "ignored") == p.Beat(f"head|{beat},{manifest}", None, writes=True)
+    assert bucket.asked == [("run/run-id/heartbeat", False), ("run/run-id/manifests", False)]
+    assert watcher._beat(None, "head", 1234.0, "run-id") == p.Beat(
+        f"head|{beat},{earlier},{manifest}", None, writes=True
+    ), "without a lease: any attempt's writes"
+    quiet = holder(bucket=cast(Any, _Listed()))
+    assert quiet._beat(lease, "head", 1234.0, "run-id") == p.Beat("head|", 1234.0, writes=False), "the head's time"
+
+
+def test_a_bucket_not_there_is_no_write_and_one_that_fails_is_no_look(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    response = httpx2.Response(404, request=httpx2.Request("GET", "https://hub.test/api/buckets/org/ckpt/tree"))
+    missing = holder(bucket=cast(Any, _Listed(error=BucketNotFoundError("404: no bucket", response=response))))
+    assert missing._beat(None, "head", 1234.0, "run-id") == p.Beat("head", 1234.0)
+    failing = holder(bucket=cast(Any, _Listed(error=http_error(503))))
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert failing._beat(None, "head", 1234.0, "run-id") is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease: cannot read hf://buckets/org/ckpt/run/run-id now (HTTP 503); looking again"
+    ]
