@@ -650,3 +650,70 @@ def test_a_bucket_not_there_is_no_write_and_one_that_fails_is_no_look(
     assert [r.getMessage() for r in caplog.records] == [
         "lease: cannot read hf://buckets/org/ckpt/run/run-id now (HTTP 503); looking again"
     ]
+
+
+# -- the take ------------------------------------------------------------------------------------------------
+def test_a_take_commits_this_attempts_lease_on_the_head_it_read_and_says_whom_it_takes_from(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    taker = holder()
+    taker.instance = ("vast", "42")
+    quiet = p.Lease("run-id", OTHER, 0.0, 300.0, machine="vol-9")
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert taker._take("run-id", "head7", quiet)
+        assert taker._take("run-id", "head8", p.Lease("run-id", OTHER, 0.0, instance="9"), ended="destroyed")
+        assert taker._take("run-id", "head9", p.Lease("run-id", OTHER, 0.0, machine="vol-1"))
+        assert taker._take("run-id", "head10", None)
+        assert taker._take("run-id", "head11", p.Lease("run-id", OTHER, 0.0, released=True))
+    mine = p.Lease("run-id", ME, fake.now + 7.0, PERIOD, machine="vol-1", provider="vast", instance="42")
+    assert commits(taker) == [(mine, f"head{n}", "Take the run's lease") for n in range(7, 12)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"lease: attempt {OTHER} of run run was quiet a whole lease period (300 s): taking the run over",
+        f"lease: attempt {OTHER} held run run on destroyed: taken over at once",
+        f"lease: attempt {OTHER} of run run was quiet a whole lease period (120 s): taking the run over",
+    ], "a volume whose lock this process does not hold is no proof: the period was waited"
+
+
+def test_a_take_on_this_volume_whose_lock_it_holds_says_so(fake: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
+    taker = holder()
+    taker.volume_locked = lambda: True
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert taker._take("run-id", "head1", p.Lease("run-id", OTHER, 0.0, machine="vol-1"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"lease: attempt {OTHER} of run run ran on this volume, whose lock it no longer holds: taking the run over"
+    ]
+
+
+@pytest.mark.parametrize("status", [412, 429])
+def test_a_lease_commit_answered_412_or_429_is_never_retried_as_is(
+    fake: ManualClock, status: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(
+        hub_module, "RetryPolicy", lambda **kw: RetryPolicy(**{**kw, "sleep": fake.sleep, "clock": fake.monotonic})
+    )
+    taker = holder()
+    api(taker).create_commit.side_effect = (
+        http_error(status) if status == 412 else HfHubHTTPError("429: scripted", response=_limited(3600))
+    )
+    with pytest.raises(HfHubHTTPError):
+        taker._commit(b"{}", "head1", "Take the run's lease")
+    assert api(taker).create_commit.call_count == 1 and fake.now == 1000.0
+    api(taker).create_commit.side_effect = [http_error(503), None]
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        taker._commit(b"{}", "head1", "Take the run's lease")  # a 503 is: the compare-and-swap makes it safe
+    assert caplog.records[-1].getMessage().startswith("committing the run's lease to org/model: HTTP 503")
+    assert api(taker).create_commit.call_count == 3 and fake.now == 1001.0
+
+
+def test_a_take_the_repo_moved_under_is_looked_at_again_and_the_lease_names_the_runs_own_period(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    taker = holder(period=600.0)
+    api(taker).create_commit.side_effect = [http_error(412), None]
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert not taker._take("run-id", "head1", None), "the repo moved: read the lease again"
+    assert [r.getMessage() for r in caplog.records] == [
+        "lease: the repo moved while the lease was taken; reading it again"
+    ]
+    assert taker._take("run-id", "head2", None)
+    assert commits(taker)[-1][0] == p.Lease("run-id", ME, fake.now + 7.0, 600.0, machine="vol-1")
