@@ -70,6 +70,7 @@ class RunLease:
         self._beat_at = 0.0  # monotonic: when a write of this attempt last landed (a heartbeat)
         self._checked_at = 0.0  # monotonic: when a read of the lease last named this attempt
         self._writes_from = 0.0  # monotonic: no write before (a holder taken over may still be finishing one)
+        self._took_at = 0.0  # monotonic: when this attempt took the run over from a holder
         self._beats = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -170,11 +171,11 @@ class RunLease:
                 holder_gone=gone,
                 period=self.period,
             )
-            if verdict is protocol.Verdict.HELD:
-                assert lease is not None
+            if verdict is protocol.Verdict.HELD:  # a lease deleted by hand while its holder writes: held too
+                who = f"attempt {lease.holder}" if lease is not None else "no lease names it"
                 raise LeaseHeldError(
-                    f"another container holds run {self.run_name} (attempt {lease.holder}; its heartbeat moved while"
-                    " this one watched): this one writes nothing and ends",
+                    f"another container holds run {self.run_name} ({who}; its heartbeat moved while this one"
+                    " watched): this one writes nothing and ends",
                     "do not start it again while that one runs; it is not a failure of this run",
                 )
             if verdict is protocol.Verdict.WATCH:
@@ -204,8 +205,9 @@ class RunLease:
                 # The holder taken over may have read its lease just before: it writes for at most a quarter
                 # period more (a provider's record may say "ended" before the host stopped its container, and a
                 # stopped holder makes its final upload). This one writes, and reads what it carries forward,
-                # only after that.
-                self._writes_from = self._checked_at + self.period / 4
+                # only after that: a quarter of the holder's own period (its lease says it), if longer than ours.
+                self._took_at = self._checked_at
+                self._writes_from = self._took_at + max(self.period, lease.period) / 4
             return held_id
 
     def _take(self, run_id: str, head: str, previous: protocol.Lease | None, ended: str | None = None) -> bool:
@@ -295,7 +297,8 @@ class RunLease:
         wait = self._writes_from - clock.monotonic()
         if wait > 0:
             if deadline is not None and clock.monotonic() + wait > deadline:
-                raise TimeoutError(f"the run was taken over {self.period / 4 - wait:.0f} s ago: its first write waits")
+                took = clock.monotonic() - self._took_at
+                raise TimeoutError(f"the run was taken over {took:.0f} s ago: its first write waits {wait:.0f} s more")
             clock.sleep(wait)
         with self._lock:
             fresh = protocol.lease_read_fresh(self._checked_at, clock.monotonic(), self.period)

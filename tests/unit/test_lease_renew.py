@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub.errors import BucketNotFoundError, HfHubHTTPError
 
 from entrypoint import hub as hub_module
-from entrypoint.errors import LeaseRefusedError, TakenOverError
+from entrypoint.errors import LeaseHeldError, LeaseRefusedError, StoreUnreadableError, TakenOverError
 from entrypoint.retry import RetryPolicy, describe
 from entrypoint.sync import clock
 from entrypoint.sync import lease as lease_module
@@ -409,18 +409,18 @@ def test_a_taker_writes_only_a_quarter_period_after_its_take_and_a_deadline_befo
 ) -> None:
     """The holder taken over may have read its lease just before the take: it writes for a quarter period more."""
     taker = holder()
-    taker._checked_at = fake.now
+    taker._checked_at = taker._took_at = fake.now
     taker._writes_from = fake.now + PERIOD / 4
 
     with pytest.raises(TimeoutError) as waits:
         taker.check(deadline=fake.now + PERIOD / 4 - 1.0)
-    assert str(waits.value) == "the run was taken over 0 s ago: its first write waits"
+    assert str(waits.value) == "the run was taken over 0 s ago: its first write waits 30 s more"
     assert fake.now == 1000.0, "nothing waited past the deadline"
 
     fake.now += 10.0
     with pytest.raises(TimeoutError) as waits:
         taker.check(deadline=fake.now + 5.0)
-    assert str(waits.value) == "the run was taken over 10 s ago: its first write waits"
+    assert str(waits.value) == "the run was taken over 10 s ago: its first write waits 20 s more"
 
     taker.check(deadline=taker._writes_from)  # the wait ends on the deadline: within it
     assert fake.now == 1000.0 + PERIOD / 4 and taker.reads == 1, "waited, then read the lease again"  # type: ignore[attr-defined]
@@ -717,3 +717,120 @@ def test_a_take_the_repo_moved_under_is_looked_at_again_and_the_lease_names_the_
     ]
     assert taker._take("run-id", "head2", None)
     assert commits(taker)[-1][0] == p.Lease("run-id", ME, fake.now + 7.0, 600.0, machine="vol-1")
+
+
+# -- acquire: watch, take, or end -----------------------------------------------------------------------------
+def slept(fake: ManualClock) -> tuple[list[float], Callable[[float], None]]:
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        fake.sleep(seconds)
+
+    return pauses, sleep
+
+
+@pytest.mark.parametrize(("period", "pause"), [(240.0, 10.0), (60.0, 5.0)])
+def test_a_holders_bucket_that_never_answers_ends_the_start_after_three_periods(
+    fake: ManualClock, period: float, pause: float
+) -> None:
+    watcher = holder(
+        bucket=cast(Any, _Listed(error=http_error(503))), reads=[p.Lease("run-id", OTHER, 0.0)], period=period
+    )
+    pauses, sleep = slept(fake)
+    with pytest.raises(StoreUnreadableError) as ended:
+        watcher.acquire("run-id", sleep=sleep)
+    assert ended.value.message == "cannot tell whether another container holds run run: its bucket does not answer"
+    assert ended.value.hint == "start it again once the bucket answers"
+    assert set(pauses) == {pause} and fake.now - 1000.0 == 3 * period + pause, "past three periods, not at them"
+    assert commits(watcher) == []
+
+
+def test_a_live_holders_heartbeat_that_moves_ends_this_start_and_a_quiet_one_is_taken_after_its_period(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lease = p.Lease("run-id", OTHER, 0.0, 300.0)
+    moving = holder(reads=[lease])
+    heads = iter(range(100))
+    moving.read = lambda deadline=None: (lease, f"head{next(heads)}", None)  # type: ignore[method-assign]
+    with pytest.raises(LeaseHeldError) as held:
+        moving.acquire("run-id", sleep=fake.sleep)
+    assert held.value.message == (
+        f"another container holds run run (attempt {OTHER}; its heartbeat moved while this one watched): this one"
+        " writes nothing and ends"
+    )
+    assert held.value.hint == "do not start it again while that one runs; it is not a failure of this run"
+
+    fake.now = 1000.0
+    quiet = holder(reads=[lease])
+    quiet.read = lambda deadline=None: (lease, "head1", None)  # type: ignore[method-assign]
+    pauses, sleep = slept(fake)
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert quiet.acquire("run-id", sleep=sleep) == "run-id"
+    assert fake.now - 1000.0 == 300.0, "the lease's own period, on this machine's clock"
+    assert set(pauses) == {10.0} and quiet.took_from == OTHER and quiet.attempt is not None and quiet.attempt > OTHER
+    said = [r.getMessage() for r in caplog.records if "watching" in r.getMessage()]
+    assert said[:2] == [
+        f"lease: attempt {OTHER} holds run run; watching its heartbeat (taken over if quiet 300 s more)",
+        f"lease: attempt {OTHER} holds run run; watching its heartbeat (taken over if quiet 270 s more)",
+    ], "said every 30 s"
+    assert quiet._writes_from == fake.now + 300.0 / 4, "its first write waits out the holder's last licence"
+    assert commits(quiet)[0][1] == "head1" and commits(quiet)[0][0] is not None
+
+
+def test_a_lease_absent_while_the_bucket_holds_the_runs_writes_is_watched_before_it_is_taken(
+    fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    writes = _Listed({"run/run-id/manifests": [f"run/run-id/manifests/{OTHER}-000004.json"]})
+    taker = holder(bucket=cast(Any, writes), reads=[None])
+    taker.read = lambda deadline=None: (None, "head1", None)  # type: ignore[method-assign]
+    taker.attempt = None
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert taker.acquire("run-id", sleep=fake.sleep, run_known=True) == "run-id"
+    assert fake.now - 1000.0 == PERIOD, "the bucket watched a whole period first"
+    assert "lease: no lease names a holder of run run; watching its heartbeat" in caplog.text
+    assert taker._writes_from == 0.0 and taker.took_from is None, "no holder to wait out"
+
+    fake.now = 1000.0
+    fresh = holder(bucket=cast(Any, _Listed()), reads=[None])
+    assert fresh.acquire("run-id", sleep=fake.sleep, run_known=False) == "run-id" and fake.now == 1000.0
+
+
+def test_a_holder_provably_gone_is_taken_over_at_once(fake: ManualClock, caplog: pytest.LogCaptureFixture) -> None:
+    on_this_volume = holder(reads=[p.Lease("run-id", OTHER, 0.0, machine="vol-1")])
+    on_this_volume.volume_locked = lambda: True
+    assert on_this_volume.acquire("run-id", sleep=fake.sleep) == "run-id" and fake.now == 1000.0
+    assert on_this_volume._writes_from == 0.0, "its holder died with this volume's lock: nothing of it still writes"
+
+    elsewhere = holder(reads=[p.Lease("run-id", OTHER, 0.0, provider="vast", instance="42")])
+    elsewhere.holder_ended = lambda lease, within: "destroyed"
+    assert elsewhere.acquire("run-id", sleep=fake.sleep) == "run-id" and fake.now == 1000.0
+    assert elsewhere._writes_from == fake.now + PERIOD / 4, "a stopped host may still make its final upload"
+
+
+def test_a_released_lease_or_this_attempts_own_is_no_wait(fake: ManualClock) -> None:
+    released = holder(reads=[p.Lease("other-run", OTHER, 0.0, released=True)])
+    assert released.acquire("run-id", sleep=fake.sleep) == "other-run", "the run the lease names"
+    assert fake.now == 1000.0 and released._writes_from == 0.0 and released.took_from == OTHER
+    mine = holder(reads=[p.Lease("run-id", ME, 0.0)])
+    assert mine.acquire("run-id", sleep=fake.sleep) == "run-id" and commits(mine) == [] and mine.took_from is None
+
+
+def test_a_lease_deleted_by_hand_while_its_holder_writes_ends_this_start_as_held(fake: ManualClock) -> None:
+    """No lease to name the holder, but its writes in the bucket move while this one watches: exit 72, no crash."""
+    writes = _Listed({"run/run-id/manifests": [f"run/run-id/manifests/{OTHER}-000004.json"]})
+    watcher = holder(bucket=cast(Any, writes), reads=[None])
+    looks = iter(range(5, 100))
+
+    def moving(deadline: float | None = None) -> tuple[p.Lease | None, str, float | None]:
+        writes.found["run/run-id/manifests"] = [f"run/run-id/manifests/{OTHER}-{next(looks):06d}.json"]
+        return None, "head1", None
+
+    watcher.read = moving  # type: ignore[method-assign]
+    with pytest.raises(LeaseHeldError) as held:
+        watcher.acquire("run-id", sleep=fake.sleep, run_known=True)
+    assert held.value.message == (
+        "another container holds run run (no lease names it; its heartbeat moved while this one watched): this one"
+        " writes nothing and ends"
+    )
+    assert commits(watcher) == []
