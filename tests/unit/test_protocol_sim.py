@@ -137,15 +137,22 @@ def staged(tmp_path: Path, relative: str, data: bytes, epochs: int | None = None
     return StagedFile(relative, copy, hashlib.sha256(data).hexdigest(), None, len(data), epochs=epochs, seen_at=0.0)
 
 
-def test_a_boundary_whose_answer_was_lost_but_that_landed_is_taken_as_landed(tmp_path: Path) -> None:
+def test_a_boundary_whose_answer_was_lost_but_that_landed_is_taken_as_landed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with bucket_folder(batch=["lost", "lost"]) as (server, folder):  # applied, its answer lost, twice
         store = BucketStore.begin(folder)
+        assert store.remote_ids() == {} and store.head() is None
         last = staged(tmp_path, "weights/last.pt", b"epoch 3", epochs=3)
         with pytest.raises(TimeoutError):
             store.commit([last], "Epoch boundary", deadline=None, commit_id="c-1")
         assert store.head() is None, "no answer: not known to have landed"
 
-        key = store.landed("c-1", deadline=None)
+        with caplog.at_level(logging.INFO, logger="trainbox"):
+            key = store.landed("c-1", deadline=None)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"bucket: boundary {key.rsplit('/', 1)[-1] if key else ''} had landed before its answer was lost"
+        ]
 
         assert key is not None and key in server.bucket and store.head() == key
         assert store.remote_ids() == {"weights/last.pt": last.sha256}
@@ -203,6 +210,7 @@ def test_a_boundary_is_its_objects_then_its_manifest_carrying_what_the_folder_he
         assert manifest.epoch == 5, "the metrics' last row"
         assert manifest.files["weights/last.pt"]["key"] == folder.object_key(store.attempt, last.sha256, last.relative)
         assert manifest.files["weights/last.pt"]["epoch"] == 5 and manifest.files["metrics.jsonl"]["size"] == 26
+        assert manifest.files["metrics.jsonl"]["epoch"] == 5, "a file of no epoch of its own: the boundary's"
         assert manifest.files["weights/epoch_3.pt"] == manifest_at(server, earlier.head() or "").files[snap.relative]
 
         second = store.commit([last], "Epoch boundary", deadline=None, commit_id="c-2")
@@ -356,3 +364,69 @@ def test_a_resumes_deadline_on_the_bucket_holds_across_a_failed_download_and_a_f
         with pytest.raises(StoreUnreadableError, match=r"for 6\d s \(HTTP 403\)"):
             read.find_newest(tmp_path / "run", work, folder=folder, run_known=True, read_for=60.0)
         assert clock.monotonic() - began <= 61.0, "the deadline counts from the resume's first read, not each look's"
+
+
+def test_a_lost_boundary_missing_one_of_its_objects_did_not_land(tmp_path: Path) -> None:
+    with bucket_folder(batch=["lost", "lost"]) as (server, folder):
+        store = BucketStore.begin(folder)
+        last = staged(tmp_path, "weights/last.pt", b"epoch 3", epochs=3)
+        with pytest.raises(TimeoutError):
+            store.commit([last], "Epoch boundary", deadline=None, commit_id="c-1")
+        del server.bucket[folder.object_key(store.attempt, last.sha256, last.relative)]  # a batch cut short
+        assert store.landed("c-1", deadline=None) is None and store.head() is None
+
+
+@pytest.mark.parametrize("call", ["begin", "learn-listing", "learn-manifests", "landed", "commit", "tidy"])
+def test_every_bucket_call_of_the_store_keeps_to_the_deadline_it_is_given(tmp_path: Path, call: str) -> None:
+    """A retry that would start past the deadline (a flush's, a resume's) is not started: the failure is raised."""
+    with bucket_folder() as (server, folder):
+        BucketStore.begin(folder).commit(
+            [staged(tmp_path, "weights/last.pt", b"e1", epochs=1)], "b", deadline=None, commit_id="c-0"
+        )
+        store = BucketStore.begin(folder)
+        if call == "landed":
+            with pytest.raises(TimeoutError):
+                server.faults.script = {"batch": ["lost", "lost"]}
+                store.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="c")
+        if call == "tidy":
+            store.commit([staged(tmp_path, "weights/last.pt", b"e4", epochs=4)], "b", deadline=None, commit_id="t")
+        fault = {
+            "begin": "list",
+            "learn-listing": "list_all",
+            "learn-manifests": "download",
+            "landed": "read",
+            "tidy": "list_all",
+        }
+        server.faults.script = {fault.get(call, "batch"): ["503"]}
+        soon = clock.monotonic() + 0.5
+        with pytest.raises(HfHubHTTPError):
+            if call == "begin":
+                BucketStore.begin(folder, deadline=soon)
+            elif call == "landed":
+                store.landed("c", deadline=soon)
+            elif call == "tidy":
+                store.tidy(deadline=soon)
+            elif call == "commit":
+                store.learn()
+                store.commit([staged(tmp_path, "weights/last.pt", b"e3", epochs=3)], "b", deadline=soon, commit_id="d")
+            else:
+                store.learn(soon)
+
+
+def test_a_taker_carries_forward_the_holders_chain_never_a_later_unleased_attempts_boundary(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with bucket_folder() as (server, folder):
+        holder = BucketStore.begin(folder)
+        holder.commit([staged(tmp_path, "weights/epoch_3.pt", b"e3", epochs=3)], "b", deadline=None, commit_id="1")
+        unleased = BucketStore.begin(folder)  # wrote without the lease
+        unleased.commit([staged(tmp_path, "weights/epoch_6.pt", b"e6", epochs=6)], "b", deadline=None, commit_id="2")
+
+        taker = BucketStore.begin(RunFolder(folder.bucket, RUN, "run-id", holder=holder.attempt))
+        with caplog.at_level(logging.INFO, logger="trainbox"):
+            key = taker.commit([staged(tmp_path, "metrics.jsonl", b"{}\n")], "b", deadline=None, commit_id="3")
+
+        assert set(manifest_at(server, key).files) == {"weights/epoch_3.pt", "metrics.jsonl"}
+        assert [r.getMessage() for r in caplog.records] == [
+            "bucket: this attempt's boundaries keep naming weights/epoch_3.pt"
+        ]
