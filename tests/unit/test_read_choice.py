@@ -490,3 +490,41 @@ def test_the_volumes_own_last_pt_is_skipped_or_with_local_counts_taken_without_a
     assert found is not None and found[1].completed_epochs == 8 and not_newer.fetched == ["weights/epoch_8.pt"]
     del unnamed["weights/epoch_8.pt"]
     assert read.newest_in(_Source(unnamed), tmp_path / "s4", 6, local, local_counts=True) is None
+
+
+# -- find_newest: the repo's side of a resume ----------------------------------------------------------------------
+def test_a_resume_takes_the_repos_newer_checkpoint_with_its_history_and_names_the_repos_files(tmp_path: Path) -> None:
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    volume(run_dir, 3)
+    work.mkdir()
+    files = {"weights/last.pt": checkpoint(5), "metrics.jsonl": b'{"epoch": 5}\n', "README.md": b"# m"}
+    repo_hub = hub(files)
+
+    found = read.find_newest(run_dir, work, hub=cast(Hub, repo_hub), repo_id=REPO)
+
+    assert found is not None and (found.source, found.epochs) == ("hub", 5)
+    assert found.path == run_dir / "weights" / "last.pt" and found.path.read_bytes() == files["weights/last.pt"]
+    assert found.hub_files == frozenset(files) and (run_dir / "metrics.jsonl").read_bytes() == files["metrics.jsonl"]
+    assert ("head", REPO) in repo_hub.calls and ("list", REPO, None) in repo_hub.calls
+    assert list(work.iterdir()) == [], "its scratch is gone"
+
+
+def test_several_machines_read_the_repo_at_node_0s_commit_and_a_repo_no_newer_keeps_the_volume(tmp_path: Path) -> None:
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    local = volume(run_dir, 4)
+    work.mkdir()
+    same = hub({"weights/last.pt": local.read_bytes()})
+    found = read.find_newest(run_dir, work, volume=False, hub=cast(Hub, same), repo_id=REPO, revision="abc")
+    assert found is not None and (found.source, found.epochs) == ("hub", 4), "the stores alone: the repo's epochs"
+    assert ("list", REPO, "abc") in same.calls and ("head", REPO) not in same.calls
+    assert [call for call in same.calls if call[0] == "download"] == [], "the volume's bytes stand in for it"
+    at_commit = hub({"weights/last.pt": checkpoint(6)})
+    found = read.find_newest(run_dir, work, volume=False, hub=cast(Hub, at_commit), repo_id=REPO, revision="abc")
+    assert found is not None and (found.source, found.epochs) == ("hub", 6)
+    assert [call[4] for call in at_commit.calls if call[0] == "download"] == ["abc"], "at node 0's commit"
+
+    older = hub({"weights/last.pt": checkpoint(2)})
+    kept = read.find_newest(run_dir, work, hub=cast(Hub, older), repo_id=REPO)
+    assert kept is not None and (kept.source, kept.epochs) == ("volume", 6), "the volume now holds epoch 6"
+    assert read.find_newest(run_dir, work, hub=cast(Hub, hub(None)), repo_id=REPO) is not None, "no repo yet"
+    assert read.find_newest(tmp_path / "empty", work, hub=cast(Hub, hub(None)), repo_id=REPO) is None
