@@ -834,3 +834,10 @@ def test_a_lease_deleted_by_hand_while_its_holder_writes_ends_this_start_as_held
         " writes nothing and ends"
     )
     assert commits(watcher) == []
+
+
+def test_a_taker_whose_clock_is_behind_the_holders_still_takes_with_a_later_attempt(fake: ManualClock) -> None:
+    ahead = "0000099999999-aaaaaa"  # written by a machine whose clock was a day ahead of this one's
+    taker = holder(reads=[p.Lease("run-id", ahead, 0.0, released=True)])  # its attempt drawn at an earlier look
+    assert taker.acquire("run-id", sleep=fake.sleep) == "run-id"
+    assert taker.attempt is not None and taker.attempt > ahead, "its manifests sort after the holder's"
