@@ -528,3 +528,12 @@ def test_several_machines_read_the_repo_at_node_0s_commit_and_a_repo_no_newer_ke
     assert kept is not None and (kept.source, kept.epochs) == ("volume", 6), "the volume now holds epoch 6"
     assert read.find_newest(run_dir, work, hub=cast(Hub, hub(None)), repo_id=REPO) is not None, "no repo yet"
     assert read.find_newest(tmp_path / "empty", work, hub=cast(Hub, hub(None)), repo_id=REPO) is None
+
+
+def test_an_empty_volume_resumes_from_the_repos_first_epoch(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    found = read.find_newest(
+        tmp_path / "run", work, hub=cast(Hub, hub({"weights/last.pt": checkpoint(1)})), repo_id=REPO
+    )
+    assert found is not None and (found.source, found.epochs) == ("hub", 1), "one epoch is one epoch not retrained"
