@@ -323,20 +323,19 @@ def test_the_buckets_trainbox_json_is_read_through_the_repos_hub(tmp_path: Path,
     assert seen == [repo_hub], "the same client, its token and endpoint"
 
 
+def boundary(run_id: str, epoch: int, files: dict[str, dict[str, Any]]) -> Manifest:
+    """Attempt a's first boundary of run ``run_id`` in the bucket, naming ``files``."""
+    return Manifest(f"run/{run_id}/manifests/a-000001.json", run_id, "run", "a", 1, "c", epoch, 0.0, files)
+
+
 # -- BucketSource: what a boundary's manifest says of a file ------------------------------------------------------
 def test_a_boundarys_manifest_says_each_files_epochs_and_whether_the_volume_holds_its_bytes(tmp_path: Path) -> None:
     on_volume = volume(tmp_path / "run", 6)
     other = checkpoint(7)
-    manifest = Manifest(
-        key="run/1234abcd/manifests/a-000003.json",
-        run_id="1234abcd",
-        run_name="run",
-        attempt="a",
-        seq=3,
-        commit="c",
-        epoch=7,
-        written_at=0.0,
-        files={
+    manifest = boundary(
+        "1234abcd",
+        7,
+        {
             "weights/last.pt": {"key": "k1", "sha256": hashlib.sha256(on_volume.read_bytes()).hexdigest(), "epoch": 6},
             "weights/epoch_7.pt": {"key": "k2", "sha256": hashlib.sha256(other).hexdigest(), "epoch": 7},
             "metrics.jsonl": {"key": "k3", "sha256": "0" * 64},  # no epoch of its own
@@ -381,16 +380,10 @@ def test_a_downloaded_object_is_used_only_when_its_size_and_sha256_are_the_manif
 
     bucket = Bucket(cast(Hub, SimpleNamespace(api=SimpleNamespace(download_bucket_files=download_bucket_files))), "b")
     entry = {"sha256": hashlib.sha256(good).hexdigest(), "size": len(good), "epoch": 5}
-    manifest = Manifest(
-        key="run/id/manifests/a-000001.json",
-        run_id="id",
-        run_name="run",
-        attempt="a",
-        seq=1,
-        commit="c",
-        epoch=5,
-        written_at=0.0,
-        files={
+    manifest = boundary(
+        "id",
+        5,
+        {
             "weights/last.pt": {**entry, "key": "k-good"},
             "weights/epoch_5.pt": {**entry, "key": "k-bad"},
             "weights/best.pt": {**entry, "key": "k-short"},
