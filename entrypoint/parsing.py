@@ -194,6 +194,8 @@ def parse_duration(value: str, name: str) -> float:
         if not parts or "".join(number + unit for number, unit in parts) != text:
             raise ConfigError(f"{name}={value!r} is not a duration", f"use e.g. {name}=90m, 6h or 3600") from None
         seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    if not math.isfinite(seconds):  # float() reads "inf" and "nan"
+        raise ConfigError(f"{name}={value!r} is not a duration", f"use e.g. {name}=90m, 6h or 3600")
     if seconds < 0:
         raise ConfigError(f"{name}={value!r} is negative", f"use e.g. {name}=90m")
     return seconds

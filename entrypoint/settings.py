@@ -41,6 +41,7 @@ from .variables import (
     DEFAULT_OOM_RETRIES,
     DEFAULT_PUBLISH_EVERY,
     DEFAULT_STOP_MIN_GAIN,
+    MAX_LEASE_PERIOD,
     MIN_PUBLISH_EVERY,
     NAMES,
     NotifyOn,
@@ -241,7 +242,7 @@ def from_env(environ: Mapping[str, str], *, options: Mapping[str, str] | None = 
         checkpoint_bucket=_checkpoint_bucket(env, output_repo),
         publish_every=_publish_every(env),
         squash_history=Vars.SQUASH_HISTORY.read(env),
-        lease_period=Vars.LEASE_PERIOD.read(env) or DEFAULT_LEASE_PERIOD,
+        lease_period=_lease_period(env),
         host_check=Vars.HOST_CHECK.read(env),
         host_min_gpu_fraction=Vars.HOST_MIN_GPU_FRACTION.read(env),
         host_min_copy_gbps=Vars.HOST_MIN_COPY_GBPS.read(env),
@@ -364,6 +365,17 @@ def _publish_every(env: Mapping[str, str]) -> float | None:
         )
         return MIN_PUBLISH_EVERY
     return every
+
+
+def _lease_period(env: Mapping[str, str]) -> float:
+    """LEASE_PERIOD: off or unset is the default; longer than a day is refused (a lease naming more is read as
+    no lease at all, sync/protocol.py)."""
+    period = Vars.LEASE_PERIOD.read(env) or DEFAULT_LEASE_PERIOD
+    if period > MAX_LEASE_PERIOD:
+        raise ConfigError(
+            f"LEASE_PERIOD={env['LEASE_PERIOD']} is longer than a day", "use e.g. LEASE_PERIOD=2m (at most 24h)"
+        )
+    return period
 
 
 def _derived_name(workdir: Path, *identity: str | None, args: RunArgs) -> str:

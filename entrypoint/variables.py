@@ -32,6 +32,7 @@ DEFAULT_OOM_RETRIES = 2
 DEFAULT_PUBLISH_EVERY = 10 * 60
 # One writer per run: a quiet holder's lease is taken over after this (sync/protocol.py says why two minutes).
 DEFAULT_LEASE_PERIOD = 2 * 60.0
+MAX_LEASE_PERIOD = 24 * 3600.0  # sync/protocol.py's LEASE_PERIOD_MAX: a lease naming more is no lease
 # The Hub allows 128 commits an hour per repo; the agent keeps to 100 (room for people and other tools), so no
 # milestone comes more often than this (sync/ledger.py spends the same budget).
 COMMITS_PER_HOUR = 100
@@ -178,7 +179,7 @@ class Vars:
     )
     LEASE_PERIOD = Variable[float | None](
         "one writer per run: a container finding the run's holder quiet this long takes the run over (else it"
-        " ends, exit 72); the bucket's fallback and resume's retries take half of it",
+        " ends, exit 72); the bucket's fallback and resume's retries take half of it; at most 24h",
         parse.optional_duration,
         DEFAULT_LEASE_PERIOD,
         "2m",

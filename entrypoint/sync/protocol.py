@@ -29,6 +29,7 @@ The rules:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,10 @@ LEASE_FORMAT = 1
 # minutes: several boundaries of even a small run, a bucket's fallback (half of it) inside it, and short
 # beside the minutes a relaunch takes anyway.
 LEASE_PERIOD = 120.0
+# The longest period a lease may name (settings refuse a longer LEASE_PERIOD): a lease file naming more, or
+# none finite (a person's edit), is no lease at all. Trusted, it would keep a watcher (and a taker's first
+# write) waiting that long, billing.
+LEASE_PERIOD_MAX = 24 * 3600.0
 # Each machine's clock is trusted to be within this of true time; two of them differ by up to twice it.
 CLOCK_SKEW = 30.0
 # Failed bucket boundaries in a row, and for at least half a lease period, before the repo takes the working
@@ -284,11 +289,15 @@ class Lease:
             body = json.loads(data)
             if body.get("format") != LEASE_FORMAT:
                 return None
+            period = float(body.get("period") or LEASE_PERIOD)
+            taken_at = float(body["taken_at"])
+            if not 0 < period <= LEASE_PERIOD_MAX or not math.isfinite(taken_at):
+                return None
             return cls(
                 run_id=str(body["run_id"]),
                 holder=str(body["holder"]),
-                taken_at=float(body["taken_at"]),
-                period=float(body.get("period") or LEASE_PERIOD),
+                taken_at=taken_at,
+                period=period,
                 released=bool(body.get("released", False)),
                 machine=str(body["machine"]) if body.get("machine") else None,
                 provider=str(body["provider"]) if body.get("provider") else None,

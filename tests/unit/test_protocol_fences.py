@@ -13,6 +13,7 @@ import httpx2
 import pytest
 from huggingface_hub.errors import HfHubHTTPError
 
+from entrypoint import variables
 from entrypoint.errors import LeaseRefusedError, StoreUnreadableError, TakenOverError
 from entrypoint.state import STATE_FILE
 from entrypoint.sync import clock, read, volume_lock
@@ -392,6 +393,22 @@ def test_a_lease_is_read_with_its_defaults_and_anything_else_is_not_a_lease() ->
         json.dumps({**empty, "period": "long"}).encode(),
     ):
         assert p.Lease.parse(broken) is None, broken
+
+
+def test_a_lease_naming_a_period_no_run_may_set_is_no_lease() -> None:
+    """A person's edit (a year, Infinity, a negative period) trusted would keep a watcher, and a taker's first
+    write, waiting that long: read as no lease, the run's writes in the stores are watched on this start's own
+    period instead (judge_lease's state_held)."""
+    body = {"format": 1, "run_id": "r", "holder": OTHER, "taken_at": 5.0}
+    day = p.LEASE_PERIOD_MAX
+    assert day == variables.MAX_LEASE_PERIOD, "the longest LEASE_PERIOD the settings take"
+    assert p.Lease.parse(json.dumps({**body, "period": day}).encode()) == p.Lease("r", OTHER, 5.0, day)
+    assert p.Lease.parse(json.dumps({**body, "period": 0.5}).encode()) == p.Lease("r", OTHER, 5.0, 0.5)
+    for absurd in (day + 1, 365 * day, -5.0, float("inf"), float("-inf"), float("nan")):
+        assert p.Lease.parse(json.dumps({**body, "period": absurd}).encode()) is None, absurd
+    for when in (float("inf"), float("nan")):
+        assert p.Lease.parse(json.dumps({**body, "taken_at": when}).encode()) is None, when
+    assert p.Lease.parse(b'{"format": 1, "run_id": "r", "holder": "h", "taken_at": 5, "period": Infinity}') is None
 
 
 # -- what a holder may delete after its boundary landed ----------------------------------------------------------

@@ -202,6 +202,11 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "MAX_RUNTIME") == seconds
 
 
+def test_the_lease_period_is_at_most_a_day_and_off_is_the_default() -> None:
+    assert make(LEASE_PERIOD="24h").lease_period == 86400.0
+    assert make(LEASE_PERIOD="off").lease_period == make().lease_period == 120.0
+
+
 def test_stall_guard_can_be_switched_off() -> None:
     assert make(STALL_TIMEOUT="off").stall_timeout is None
 
@@ -229,6 +234,9 @@ def test_checkpoint_bucket_is_derived_from_the_output_repo_and_can_be_off() -> N
         ({"CHECKPOINT_BUCKET": "acme/ckpts"}, "CHECKPOINT_BUCKET without OUTPUT_REPO"),
         ({"OUTPUT_REPO": "acme/yolo", "SQUASH_HISTORY": "1"}, "set CHECKPOINT_BUCKET=off with SQUASH_HISTORY=1"),
         ({"OUTPUT_REPO": "acme/yolo", "PUBLISH_EVERY": "soon"}, "PUBLISH_EVERY='soon'"),
+        ({"LEASE_PERIOD": "25h"}, "LEASE_PERIOD=25h is longer than a day"),
+        ({"LEASE_PERIOD": "inf"}, "LEASE_PERIOD='inf' is not a duration"),
+        ({"MAX_RUNTIME": "nan"}, "MAX_RUNTIME='nan' is not a duration"),
     ],
 )
 def test_bad_bucket_settings_name_the_fix(env: dict[str, str], words: str) -> None:
