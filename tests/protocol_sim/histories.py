@@ -14,7 +14,7 @@ from entrypoint.sync.bucket import RunFolder
 
 from .container import PERIOD
 from .faults import Outage
-from .lease_file import garbage_lease
+from .lease_file import absurd_lease, garbage_lease
 from .world import Options
 
 # -- the orderings ------------------------------------------------------------------------------------
@@ -114,6 +114,11 @@ ORDERINGS: dict[str, Options] = {
     ),
     "6-lease-rewritten-by-a-person": Options(
         containers=2, starts=[0.0, 200.0], person=[(150.0, garbage_lease())], skews={"c1": 0.0, "c2": 0.0}
+    ),
+    # (6c) a person rewrites it by hand with a period in milliseconds (33 hours): the holder, no longer named,
+    # stops; the container started after watches the run's writes one period of its own, not 33 hours, and takes.
+    "6c-lease-rewritten-with-a-period-no-run-may-set": Options(
+        containers=2, starts=[0.0, 200.0], person=[(150.0, absurd_lease())], skews={"c1": 0.0, "c2": 0.0}
     ),
     # (7) the second container's clock is 10 minutes fast (far beyond CLOCK_SKEW) while the holder lives.
     "7-a-clock-fast-beyond-the-skew": Options(containers=2, starts=[0.0, 20.0], skews={"c1": 0.0, "c2": 600.0}),

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .hub import Server
+from .lease_file import PERSON_EDIT
 
 LEASE = ".trainbox/lease.json"
 _ATTEMPT = re.compile(r"/(\d{13}-[0-9a-f]{6})[-/]")
@@ -162,7 +163,7 @@ class Oracle:
 
         previous, released = None, True
         for commit in self.server.commits:
-            holder = lease_holder(commit.files)
+            holder = lease_holder(commit.files) if commit.message != PERSON_EDIT else None  # a person takes nothing
             if holder is not None and holder != previous:
                 takes.append((commit.at, holder))
                 held = sorted(w for w in writes(previous or "") if w <= commit.at)

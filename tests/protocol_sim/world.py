@@ -25,6 +25,7 @@ from . import container as c
 from .clock import Actor, Scheduler, VirtualClock
 from .faults import Faults, Outage
 from .hub import Server, Session, SimApi
+from .lease_file import PERSON_EDIT
 from .oracle import LEASE, Oracle, Violation
 
 # A generated freeze lasts at most this many periods: well past a lease period, so a holder is taken over while
@@ -160,7 +161,7 @@ def run(
         faults.now = scheduler.now
         while person and person[0][0] <= scheduler.now - faults.since:
             _, content = person.pop(0)
-            server.commit({LEASE: content}, "a person edits the lease")
+            server.commit({LEASE: content}, PERSON_EDIT)
             say(f"a person {'rewrites' if content else 'deletes'} the lease")
         while kills and kills[0][0] <= scheduler.now - faults.since:
             _, name = kills.pop(0)
