@@ -107,6 +107,16 @@ ORDERINGS: dict[str, Options] = {
         freezes=[("c1", "batch:answered", 1, 3 * PERIOD)],
         skews={"c1": 0.0, "c2": 0.0},
     ),
+    # (5g) the holder is killed; of two watchers, c2 takes the run first and freezes inside its lease commit, before
+    # the Hub applies it, for a period and a half; c3 takes the run meanwhile. On thaw c2's commit names a head that
+    # moved: 412, it looks again, finds c3's heartbeat moving and ends 72.
+    "5g-a-taker-frozen-inside-its-lease-commit": Options(
+        containers=3,
+        starts=[0.0, 150.0, 160.0],
+        kills=[(100.0, "c1")],
+        freezes=[("c2", "commit", 1, 1.5 * PERIOD)],
+        skews={"c1": 0.0, "c2": 0.0, "c3": 0.0},
+    ),
     # (6) a person deletes the lease file mid-run (then another container starts), and one rewrites it with
     # garbage.
     "6-lease-deleted-by-a-person": Options(

@@ -118,6 +118,13 @@ def test_a_relaunch_after_a_kill_waits_one_lease_period_at_most() -> None:
     assert PERIOD + PERIOD / 4 <= waited <= PERIOD + PERIOD / 4 + 60.0, said
 
 
+def test_a_taker_frozen_inside_its_lease_commit_finds_the_head_moved_and_ends_held() -> None:
+    # 5g: c2's take, frozen before the Hub applied it, names a head c3's take moved: 412, never a second holder.
+    result = run(1, ORDERINGS["5g-a-taker-frozen-inside-its-lease-commit"])
+    assert result.exits == {"c1": None, "c2": 72, "c3": 0}, "\n".join(result.log)
+    assert not any(" c2 (" in line and " starts run " in line for line in result.log), "c2 never trained"
+
+
 # -- the seam alone: one container's bucket store against the in-memory Hub -----------------------------------------
 @contextmanager
 def bucket_folder(**script: list[str]) -> Iterator[tuple[Server, RunFolder]]:
