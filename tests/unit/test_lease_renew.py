@@ -398,6 +398,15 @@ def test_a_rate_limit_past_the_bound_ends_the_start_retryably_and_another_refusa
     assert raised.value is error
 
 
+def test_rate_limits_are_waited_out_while_their_sum_stays_within_the_bound(fake: ManualClock) -> None:
+    taker = holder()
+    assert taker._refused(HfHubHTTPError("429: scripted", response=_limited(600))) is False, "look again"
+    assert fake.now == 1600.0 and taker.retry_after == 600.0, "a reset of exactly the bound, waited out"
+    with pytest.raises(LeaseRefusedError):
+        taker._refused(HfHubHTTPError("429: scripted", response=_limited(1)))  # 601 s in all: past the bound
+    assert fake.now == 1600.0
+
+
 def _limited(seconds: int) -> httpx2.Response:
     request = httpx2.Request("POST", "https://hub.test/api/models/org/model/commit/main")
     return httpx2.Response(429, headers={"Retry-After": str(seconds)}, request=request)
