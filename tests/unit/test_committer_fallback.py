@@ -316,6 +316,16 @@ def test_the_bucket_retries_within_a_second_while_it_counts_its_way_to_the_fallb
         assert run.bucket.retry_at - fake.now == expected
 
 
+def test_a_lane_due_in_half_a_second_waits_it_out_and_then_commits(tmp_path: Path, fake: ManualClock) -> None:
+    run = Run(tmp_path)
+    run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}
+    run.bucket.retry_at = fake.now + 0.5
+    assert c.step(run.committers, run.bucket) == 0.5, "the turn asks for the rest of the pause"
+    assert run.bucket_store.calls == [], "nothing sent before its time"
+    fake.now += 0.5
+    assert c.step(run.committers, run.bucket) is None and run.bucket_store.calls[0][0] == "commit"
+
+
 # -- a bucket that refuses the token -------------------------------------------------------------------------------
 def test_a_bucket_refusing_the_token_hands_the_working_state_to_the_repo_at_once_and_is_forgiven_once_it_answers(
     tmp_path: Path, fake: ManualClock

@@ -502,6 +502,15 @@ def test_a_resume_takes_the_repos_newer_checkpoint_with_its_history_and_names_th
     assert list(work.iterdir()) == [], "its scratch is gone"
 
 
+def test_a_resume_restores_the_history_it_is_asked_for_and_no_other(tmp_path: Path) -> None:
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    work.mkdir()
+    files = {"weights/last.pt": checkpoint(5), "metrics.jsonl": b'{"epoch": 5}\n', "console.log": b"epoch 5\n"}
+    found = read.find_newest(run_dir, work, hub=cast(Hub, hub(files)), repo_id=REPO, history=("console.log",))
+    assert found is not None and (run_dir / "console.log").read_bytes() == b"epoch 5\n"
+    assert not (run_dir / "metrics.jsonl").exists(), "only the history named"
+
+
 def test_several_machines_read_the_repo_at_node_0s_commit_and_a_repo_no_newer_keeps_the_volume(tmp_path: Path) -> None:
     run_dir, work = tmp_path / "run", tmp_path / "work"
     local = volume(run_dir, 4)

@@ -167,6 +167,19 @@ def test_redoing_more_than_the_cut_off_epoch_is_not_worth_a_row(tmp_path: Path) 
 
 
 @pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
+def test_a_checkpoint_that_records_no_epoch_is_never_resumed_from(tmp_path: Path) -> None:
+    from tests.unit.test_checkpoint import save
+
+    saved(tmp_path, "epoch_3.pt", 3)
+    save(tmp_path / "weights" / "last.pt", epoch=None)  # type: ignore[arg-type]  # weights alone, no epoch
+    recorded(tmp_path, 3)
+    found = newest_local(tmp_path)
+    assert found is not None and found[0].name == "epoch_3.pt" and found[1].completed_epochs == 3
+    (tmp_path / "weights" / "epoch_3.pt").unlink()
+    assert newest_local(tmp_path) is None, "weights alone are nothing to resume from"
+
+
+@pytest.mark.protocol  # the protocol lane: which of the volume's checkpoints a resume takes (sync/read.py)
 def test_a_folder_with_no_run_record_keeps_its_newest_checkpoint(tmp_path: Path) -> None:
     saved(tmp_path, "last.pt", 2)  # a checkpoint placed by hand: nothing to judge it by
     found = newest_local(tmp_path)
