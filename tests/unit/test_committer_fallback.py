@@ -259,6 +259,34 @@ def test_a_run_taken_over_stops_every_write_and_the_job_is_told_once(
     assert run.committers._time_to_commit(run.repo) is None, "nothing more is committed"
 
 
+def test_a_commit_refused_as_taken_over_loses_the_run_and_keeps_its_files_unlanded(
+    tmp_path: Path, fake: ManualClock
+) -> None:
+    refused = TakenOverError("the repo moved: attempt b took the run", "leave it")
+    run = Run(tmp_path, bucket=_Store("org/ckpt", refused))
+    last = run.bucket.pending["weights/last.pt"] = staged(tmp_path, "weights/last.pt")
+    assert c.step(run.committers, run.bucket) is None
+    assert run.lost == [refused] and run.up.taken_over is not None, "the job is told: it ends 71"
+    assert run.bucket.pending == {"weights/last.pt": last} and run.bucket.in_flight == [], "nothing taken as landed"
+    assert run.bucket.commits == [] and run.bucket.busy is False
+    assert run.bucket.retry_at == 0.0 and run.bucket.failures == 0, "no failure to retry: the run is another's"
+
+
+def test_an_error_escaping_a_turn_is_the_lanes_last_error_tried_again_after_a_pause(
+    tmp_path: Path, fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = Run(tmp_path)
+    run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}
+    run.lease.check = lambda deadline: (_ for _ in ()).throw(OSError("disk gone"))  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert c.step(run.committers, run.bucket) is None
+    assert run.bucket.last_error == "OSError: disk gone" and run.bucket_store.calls == []
+    assert run.bucket.failures == 1 and run.bucket.retry_at == fake.now + 1.0 and run.bucket.busy is False
+    assert run.lost == [] and run.up.taken_over is None
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["sync: the committer of org/ckpt hit OSError: disk gone; trying again"]
+
+
 def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_path: Path, fake: ManualClock) -> None:
     run = Run(tmp_path)
     store = _Store("org/model", landed="sha-landed")
