@@ -287,6 +287,39 @@ def test_an_error_escaping_a_turn_is_the_lanes_last_error_tried_again_after_a_pa
     assert said == ["sync: the committer of org/ckpt hit OSError: disk gone; trying again"]
 
 
+def test_a_landed_commit_is_a_heartbeat_clears_the_lanes_error_and_says_what_went_where(
+    tmp_path: Path, fake: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = Run(
+        tmp_path,
+        bucket=_Store("org/ckpt", "run/r/manifests/a-000002.json"),
+        repo=_Store("org/model", "0123456789abcdef"),
+    )
+    run.up.card_refused, run.bucket.last_error = "YAML metadata error: license", "HTTP 503"
+    run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}  # 3 epochs, seen at 1.0
+    fake.now = 11.0
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert c.step(run.committers, run.bucket) is None
+    assert run.bucket.commits == ["run/r/manifests/a-000002.json"] and run.bucket.last_error is None
+    assert list(run.bucket.latencies) == [10.0], "from when its oldest file was seen"
+    assert run.up.kept_epochs == 3, "a start elsewhere resumes from these epochs"
+    assert run.up.card_refused == "YAML metadata error: license" and run.cards == [], "no card in it: still refused"
+    assert run.up.owes_run_id is False, "a bucket commit owes nothing to the repo"
+    assert [r.getMessage() for r in caplog.records] == ["sync: weights/last.pt → org/ckpt@a-000002.json"]
+
+    run.up.owes_run_id, run.up.kept_epochs = True, 0  # trainbox.json is owed to the repo: a repo commit carries it
+    run.repo.pending = {
+        "README.md": staged(tmp_path, "README.md"),
+        "weights/epoch_4.pt": item(tmp_path, "weights/epoch_4.pt", epochs=None),
+    }
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="trainbox"):
+        assert c.step(run.committers, run.repo) is None
+    assert run.up.card_refused is None and run.cards == [None], "the card that landed is no longer refused"
+    assert run.up.owes_run_id is False and run.up.kept_epochs == 0, "a snapshot of unknown epochs counts none"
+    assert [r.getMessage() for r in caplog.records] == ["sync: README.md, weights/epoch_4.pt → org/model@01234567"]
+
+
 def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_path: Path, fake: ManualClock) -> None:
     run = Run(tmp_path)
     store = _Store("org/model", landed="sha-landed")
