@@ -296,6 +296,8 @@ def test_a_landed_commit_is_a_heartbeat_clears_the_lanes_error_and_says_what_wen
         repo=_Store("org/model", "0123456789abcdef"),
     )
     run.up.card_refused, run.bucket.last_error = "YAML metadata error: license", "HTTP 503"
+    told: list[tuple[str, list[str]]] = []
+    run.up.on_commit = lambda sha, names: told.append((sha, names))
     run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}  # 3 epochs, seen at 1.0
     fake.now = 11.0
     with caplog.at_level(logging.INFO, logger="trainbox"):
@@ -306,6 +308,7 @@ def test_a_landed_commit_is_a_heartbeat_clears_the_lanes_error_and_says_what_wen
     assert run.up.card_refused == "YAML metadata error: license" and run.cards == [], "no card in it: still refused"
     assert run.up.owes_run_id is False, "a bucket commit owes nothing to the repo"
     assert [r.getMessage() for r in caplog.records] == ["sync: weights/last.pt → org/ckpt@a-000002.json"]
+    assert told == [("run/r/manifests/a-000002.json", ["weights/last.pt"])], "the working store's commits are told"
 
     run.up.owes_run_id, run.up.kept_epochs = True, 0  # trainbox.json is owed to the repo: a repo commit carries it
     run.repo.pending = {
@@ -318,6 +321,7 @@ def test_a_landed_commit_is_a_heartbeat_clears_the_lanes_error_and_says_what_wen
     assert run.up.card_refused is None and run.cards == [None], "the card that landed is no longer refused"
     assert run.up.owes_run_id is False and run.up.kept_epochs == 0, "a snapshot of unknown epochs counts none"
     assert [r.getMessage() for r in caplog.records] == ["sync: README.md, weights/epoch_4.pt → org/model@01234567"]
+    assert len(told) == 1, "the repo beside the bucket: not the working state's store"
 
 
 def test_a_lost_answer_that_landed_is_settled_as_landed_and_not_measured(tmp_path: Path, fake: ManualClock) -> None:
