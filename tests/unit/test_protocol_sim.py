@@ -235,12 +235,18 @@ def test_the_tidy_deletes_what_no_newer_manifest_names_and_stops_at_a_newer_atte
         second = store.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="2")
         fences: list[float | None] = []
         store.before_write = fences.append
+        server.faults.script = {"batch": ["503"]}  # the delete's first try fails: its retry checks the lease again
 
         store.tidy(deadline=5e12)
 
         assert first not in server.bucket and old_object not in server.bucket, "the superseded boundary went"
         assert second in server.bucket and set(manifest_at(server, second).keys()) <= set(server.bucket)
-        assert fences == [5e12]
+        assert fences == [5e12, 5e12]
+        assert first not in store._known, "a manifest deleted is forgotten: the next tidy judges by what is there"
+
+        again = store.commit([staged(tmp_path, "weights/last.pt", b"e1", epochs=1)], "b", deadline=None, commit_id="4")
+        assert old_object in server.bucket, "an object the tidy deleted is uploaded again when its bytes come back"
+        assert set(manifest_at(server, again).keys()) <= set(server.bucket)
 
         newer = BucketStore.begin(folder)
         newer.commit([staged(tmp_path, "weights/last.pt", b"e3", epochs=3)], "b", deadline=None, commit_id="3")
@@ -383,7 +389,9 @@ def test_a_lost_boundary_missing_one_of_its_objects_did_not_land(tmp_path: Path)
         assert store.landed("c-1", deadline=None) is None and store.head() is None
 
 
-@pytest.mark.parametrize("call", ["begin", "learn-listing", "learn-manifests", "landed", "commit", "tidy"])
+@pytest.mark.parametrize(
+    "call", ["begin", "learn-listing", "learn-manifests", "landed", "commit", "tidy", "tidy-manifests", "tidy-batch"]
+)
 def test_every_bucket_call_of_the_store_keeps_to_the_deadline_it_is_given(tmp_path: Path, call: str) -> None:
     """A retry that would start past the deadline (a flush's, a resume's) is not started: the failure is raised."""
     with bucket_folder() as (server, folder):
@@ -395,14 +403,19 @@ def test_every_bucket_call_of_the_store_keeps_to_the_deadline_it_is_given(tmp_pa
             with pytest.raises(TimeoutError):
                 server.faults.script = {"batch": ["lost", "lost"]}
                 store.commit([staged(tmp_path, "weights/last.pt", b"e2", epochs=2)], "b", deadline=None, commit_id="c")
-        if call == "tidy":
+        if call.startswith("tidy"):
             store.commit([staged(tmp_path, "weights/last.pt", b"e4", epochs=4)], "b", deadline=None, commit_id="t")
+            store.commit([staged(tmp_path, "weights/last.pt", b"e5", epochs=5)], "b", deadline=None, commit_id="u")
+        if call == "tidy-manifests":  # an older attempt's boundary written since this one began: read by the tidy
+            older = BucketStore(folder, "0000000000001-aaaaaa")
+            older.commit([staged(tmp_path, "weights/last.pt", b"o", epochs=1)], "b", deadline=None, commit_id="o")
         fault = {
             "begin": "list",
             "learn-listing": "list_all",
             "learn-manifests": "download",
             "landed": "read",
             "tidy": "list_all",
+            "tidy-manifests": "download",
         }
         server.faults.script = {fault.get(call, "batch"): ["503"]}
         soon = clock.monotonic() + 0.5
@@ -411,7 +424,7 @@ def test_every_bucket_call_of_the_store_keeps_to_the_deadline_it_is_given(tmp_pa
                 BucketStore.begin(folder, deadline=soon)
             elif call == "landed":
                 store.landed("c", deadline=soon)
-            elif call == "tidy":
+            elif call.startswith("tidy"):
                 store.tidy(deadline=soon)
             elif call == "commit":
                 store.learn()
