@@ -225,6 +225,12 @@ def test_a_boundary_is_its_objects_then_its_manifest_carrying_what_the_folder_he
         assert kept.seq == 2 and kept.epoch == 5, "no metrics this time: the folder's newest epoch"
         assert set(kept.files) == {"weights/epoch_3.pt", "metrics.jsonl", "weights/last.pt"}
 
+    with bucket_folder() as (server, folder):
+        first = BucketStore.begin(folder).commit(
+            [staged(tmp_path, "args.yaml", b"epochs: 8\n")], "b", deadline=None, commit_id="c-0"
+        )
+        assert manifest_at(server, first).epoch == 0, "a first boundary without metrics records no epoch"
+
 
 def test_the_tidy_deletes_what_no_newer_manifest_names_and_stops_at_a_newer_attempt(tmp_path: Path) -> None:
     with bucket_folder() as (server, folder):
