@@ -277,7 +277,11 @@ def test_an_error_escaping_a_turn_is_the_lanes_last_error_tried_again_after_a_pa
 ) -> None:
     run = Run(tmp_path)
     run.bucket.pending = {"weights/last.pt": staged(tmp_path, "weights/last.pt")}
-    run.lease.check = lambda deadline: (_ for _ in ()).throw(OSError("disk gone"))  # type: ignore[method-assign]
+
+    def broken(deadline: float | None) -> None:
+        raise OSError("disk gone")
+
+    run.lease.check = broken  # type: ignore[method-assign]
     with caplog.at_level(logging.INFO, logger="trainbox"):
         assert c.step(run.committers, run.bucket) is None
     assert run.bucket.last_error == "OSError: disk gone" and run.bucket_store.calls == []
