@@ -324,13 +324,19 @@ def on_volume(run_dir: Path, epochs: int) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(f'{{"epoch": {n}}}\n' for n in range(1, epochs + 1)))
 
 
+def resuming(tmp_path: Path, folder: RunFolder, *, in_bucket: int, on_the_volume: int) -> tuple[Path, Path, list[str]]:
+    """A boundary of ``in_bucket`` epochs in the bucket, a volume of ``on_the_volume``: the run folder, the work
+    folder and the names the bucket's downloads will fetch."""
+    boundary_of(BucketStore.begin(folder), tmp_path, in_bucket)
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    on_volume(run_dir, on_the_volume)
+    work.mkdir()
+    return run_dir, work, downloads_of(folder)
+
+
 def test_a_resume_downloads_the_buckets_newer_last_pt_with_its_history_once(tmp_path: Path) -> None:
     with bucket_folder() as (_, folder):
-        boundary_of(BucketStore.begin(folder), tmp_path, 5)
-        run_dir, work = tmp_path / "run", tmp_path / "work"
-        on_volume(run_dir, 3)
-        work.mkdir()
-        sent = downloads_of(folder)
+        run_dir, work, sent = resuming(tmp_path, folder, in_bucket=5, on_the_volume=3)
 
         found = read.find_newest(run_dir, work, folder=folder, run_known=True, read_for=60.0)
 
@@ -344,11 +350,7 @@ def test_a_bucket_boundary_no_newer_than_the_volume_is_never_downloaded(tmp_path
     """The volume's last.pt is the bucket's newest: nothing is downloaded, whether the volume counts (one machine)
     or only the stores do (several machines: the volume's bytes stand in for the bucket's download)."""
     with bucket_folder() as (_, folder):
-        boundary_of(BucketStore.begin(folder), tmp_path, 4)
-        run_dir, work = tmp_path / "run", tmp_path / "work"
-        on_volume(run_dir, 4)
-        work.mkdir()
-        sent = downloads_of(folder)
+        run_dir, work, sent = resuming(tmp_path, folder, in_bucket=4, on_the_volume=4)
 
         found = read.find_newest(run_dir, work, volume=volume, folder=folder, run_known=True, read_for=60.0)
 
